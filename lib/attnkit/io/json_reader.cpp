@@ -1,0 +1,574 @@
+#include "attnkit/io/json_reader.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <limits>
+#include <sstream>
+
+#include <fast_float/fast_float.h>
+
+#include "attnkit/tensor/error.hpp"
+
+namespace attnkit::io {
+
+const Value* Value::find(std::string_view name) const {
+  for (const auto& [key, value] : members_)
+    if (key == name) return &value;
+  return nullptr;
+}
+
+std::vector<std::string> Value::names() const {
+  std::vector<std::string> out;
+  for (const auto& m : members_) out.push_back(m.first);
+  return out;
+}
+
+Value& Value::set(std::string name, Value value) {
+  for (auto& m : members_)
+    if (m.first == name) {
+      m.second = std::move(value);
+      return *this;
+    }
+  members_.emplace_back(std::move(name), std::move(value));
+  return *this;
+}
+
+void Value::set_path(const std::vector<std::string>& names, Value value) {
+  AK_CHECK(!names.empty(), "bundle: empty member name");
+  Value* node = this;
+  for (size_t i = 0; i + 1 < names.size(); ++i) {
+    AK_CHECK(node->is_bundle(), "bundle: \"{}\" is a tensor, it cannot hold \"{}\"", names[i - (i > 0)], names[i]);
+    if (!node->find(names[i])) node->set(names[i], Value::bundle());
+    node = const_cast<Value*>(node->find(names[i]));
+  }
+  AK_CHECK(node->is_bundle(), "bundle: \"{}\" is a tensor, it cannot hold \"{}\"", names.size() > 1 ? names[names.size() - 2] : "", names.back());
+  AK_CHECK(node->find(names.back()) == nullptr, "bundle: the name \"{}\" is given twice", fmt::join(names, "/"));
+  node->set(names.back(), std::move(value));
+}
+
+namespace {
+
+bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+// The numeric content of one nested array while it is being read.
+struct TensorBuilder {
+  std::vector<float> data;
+  Shape dims;                 // dims[level], -1 until the first array of that level closes
+  std::vector<int> leaf;      // per level: -1 unknown, 0 holds arrays, 1 holds numbers
+  std::string problem;        // first reason this is not a tensor (with its position)
+};
+
+class Parser {
+ public:
+  Parser(std::string_view text, std::string_view source, const ReadOptions& options)
+      : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), source_(source), options_(options) {}
+
+  bool at_end() {
+    skip_ws();
+    return p_ == end_;
+  }
+
+  Value document() {
+    skip_ws();
+    if (p_ == end_) syntax_error("empty input, expected a JSON value");
+    Value v = value(0);
+    return v;
+  }
+
+  // After a document: only whitespace up to the end of its line (NDJSON) or the end of input.
+  void end_of_document(bool stream) {
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\r')) ++p_;
+    if (p_ == end_) return;
+    if (stream && *p_ == '\n') return;
+    syntax_error(stream ? "expected the end of the line after a JSON document" : "unexpected text after the JSON value");
+  }
+
+ private:
+  const char* begin_;
+  const char* p_;
+  const char* end_;
+  std::string_view source_;
+  const ReadOptions& options_;
+
+  // --- positions and errors ---
+  std::pair<int64_t, int64_t> line_col(const char* at) const {
+    int64_t line = 1, col = 1;
+    for (const char* q = begin_; q < at && q < end_; ++q) {
+      if (*q == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    return {line, col};
+  }
+  std::string where(const char* at) const {
+    auto [line, col] = line_col(at);
+    return fmt::format("line {}, column {}", line, col);
+  }
+  [[noreturn]] void syntax_error_at(const char* at, const std::string& message) const {
+    auto [line, col] = line_col(at);
+    fail("{}:{}:{}: {}", source_, line, col, message);
+  }
+  [[noreturn]] void syntax_error(const std::string& message) const { syntax_error_at(p_, message); }
+  std::string describe_here() const {
+    if (p_ >= end_) return "the end of the input";
+    unsigned char c = static_cast<unsigned char>(*p_);
+    if (c >= 0x20 && c < 0x7f) return fmt::format("'{}'", *p_);
+    return fmt::format("byte 0x{:02x}", c);
+  }
+  [[noreturn]] void expected(const char* what) const { syntax_error(fmt::format("expected {}, found {}", what, describe_here())); }
+
+  void skip_ws() {
+    while (p_ < end_ && is_ws(*p_)) ++p_;
+  }
+  void enter(int depth) const {
+    if (depth >= options_.max_depth)
+      syntax_error(fmt::format("nesting deeper than {} levels", options_.max_depth));
+  }
+
+  // --- scalars ---
+  // Validates the JSON number grammar at p_ and returns its end; p_ is unchanged.
+  const char* scan_number() const {
+    const char* q = p_;
+    if (q < end_ && *q == '-') ++q;
+    if (q == end_ || !(*q >= '0' && *q <= '9')) syntax_error_at(q, "expected a digit in a number");
+    if (*q == '0') {
+      ++q;
+      if (q < end_ && *q >= '0' && *q <= '9') syntax_error_at(q, "a number may not have a leading zero");
+    } else {
+      while (q < end_ && *q >= '0' && *q <= '9') ++q;
+    }
+    if (q < end_ && *q == '.') {
+      ++q;
+      if (q == end_ || !(*q >= '0' && *q <= '9')) syntax_error_at(q, "expected a digit after the decimal point");
+      while (q < end_ && *q >= '0' && *q <= '9') ++q;
+    }
+    if (q < end_ && (*q == 'e' || *q == 'E')) {
+      ++q;
+      if (q < end_ && (*q == '+' || *q == '-')) ++q;
+      if (q == end_ || !(*q >= '0' && *q <= '9')) syntax_error_at(q, "expected a digit in the exponent");
+      while (q < end_ && *q >= '0' && *q <= '9') ++q;
+    }
+    return q;
+  }
+
+  float number() {
+    const char* start = p_;
+    const char* stop = scan_number();
+    float f = 0.0f;
+    auto result = fast_float::from_chars(start, stop, f);
+    if (result.ptr != stop) syntax_error_at(start, "malformed number");
+    if (std::isinf(f) || result.ec == std::errc::result_out_of_range) {
+      // fast_float rounds tiny values to 0 (fine) and huge ones to infinity (refused).
+      if (std::isinf(f))
+        syntax_error_at(start, fmt::format("number {} is out of the float32 range (write \"Infinity\" for infinity)",
+                                           std::string_view(start, static_cast<size_t>(std::min<ptrdiff_t>(stop - start, 40)))));
+    }
+    p_ = stop;
+    return f;
+  }
+
+  static void append_utf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+
+  uint32_t hex4() {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i, ++p_) {
+      if (p_ == end_) syntax_error("unterminated \\u escape");
+      char c = *p_;
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
+      else syntax_error("expected a hex digit in a \\u escape");
+    }
+    return v;
+  }
+
+  // A string at p_ (on the opening quote); strict: escapes, no control characters, valid UTF-8,
+  // no lone surrogates.
+  std::string string() {
+    const char* open = p_;
+    ++p_;
+    std::string out;
+    for (;;) {
+      if (p_ == end_) syntax_error_at(open, "unterminated string");
+      auto c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        ++p_;
+        return out;
+      }
+      if (c < 0x20) syntax_error("control character in a string (escape it)");
+      if (c == '\\') {
+        ++p_;
+        if (p_ == end_) syntax_error_at(open, "unterminated string");
+        char e = *p_++;
+        switch (e) {
+          case '"': out += '"'; break;
+          case '\\': out += '\\'; break;
+          case '/': out += '/'; break;
+          case 'b': out += '\b'; break;
+          case 'f': out += '\f'; break;
+          case 'n': out += '\n'; break;
+          case 'r': out += '\r'; break;
+          case 't': out += '\t'; break;
+          case 'u': {
+            const char* esc = p_ - 2;
+            uint32_t cp = hex4();
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+              if (end_ - p_ < 2 || p_[0] != '\\' || p_[1] != 'u') syntax_error_at(esc, "lone UTF-16 surrogate in a \\u escape");
+              p_ += 2;
+              uint32_t lo = hex4();
+              if (lo < 0xDC00 || lo > 0xDFFF) syntax_error_at(esc, "invalid UTF-16 surrogate pair in a \\u escape");
+              cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+              syntax_error_at(esc, "lone UTF-16 surrogate in a \\u escape");
+            }
+            append_utf8(out, cp);
+            break;
+          }
+          default: syntax_error_at(p_ - 1, "invalid escape in a string");
+        }
+        continue;
+      }
+      if (c < 0x80) {
+        out += static_cast<char>(c);
+        ++p_;
+        continue;
+      }
+      // UTF-8 multi-byte sequence: reject overlong forms, surrogates and code points past U+10FFFF.
+      int n = 0;
+      uint32_t cp = 0;
+      if ((c & 0xE0) == 0xC0) { n = 1; cp = c & 0x1F; }
+      else if ((c & 0xF0) == 0xE0) { n = 2; cp = c & 0x0F; }
+      else if ((c & 0xF8) == 0xF0) { n = 3; cp = c & 0x07; }
+      else syntax_error("invalid UTF-8 in a string");
+      if (end_ - p_ <= n) syntax_error("truncated UTF-8 in a string");
+      for (int i = 1; i <= n; ++i) {
+        auto cc = static_cast<unsigned char>(p_[i]);
+        if ((cc & 0xC0) != 0x80) syntax_error("invalid UTF-8 in a string");
+        cp = (cp << 6) | (cc & 0x3F);
+      }
+      static constexpr uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
+      if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) syntax_error("invalid UTF-8 in a string");
+      out.append(p_, static_cast<size_t>(n + 1));
+      p_ += n + 1;
+    }
+  }
+
+  bool literal(const char* word) {
+    size_t n = std::strlen(word);
+    if (static_cast<size_t>(end_ - p_) >= n && std::memcmp(p_, word, n) == 0) {
+      p_ += n;
+      return true;
+    }
+    return false;
+  }
+
+  static bool non_finite(const std::string& s, float& f) {
+    if (s == "NaN") f = std::numeric_limits<float>::quiet_NaN();
+    else if (s == "Infinity") f = std::numeric_limits<float>::infinity();
+    else if (s == "-Infinity") f = -std::numeric_limits<float>::infinity();
+    else return false;
+    return true;
+  }
+
+  // --- values ---
+  Value value(int depth) {
+    if (p_ == end_) expected("a JSON value");
+    const char* at = p_;
+    switch (*p_) {
+      case '[': return array(depth);
+      case '{': return object(depth);
+      case '"': {
+        std::string s = string();
+        float f;
+        if (non_finite(s, f)) return Value(Tensor::scalar(f));
+        return Value::other(fmt::format("a string ({})", where(at)));
+      }
+      case 't':
+        if (literal("true")) return Value::other(fmt::format("true ({})", where(at)));
+        break;
+      case 'f':
+        if (literal("false")) return Value::other(fmt::format("false ({})", where(at)));
+        break;
+      case 'n':
+        if (literal("null")) return Value::other(fmt::format("null ({})", where(at)));
+        break;
+      default:
+        if (*p_ == '-' || (*p_ >= '0' && *p_ <= '9')) return Value(Tensor::scalar(number()));
+    }
+    expected("a JSON value");
+  }
+
+  Value array(int depth) {
+    TensorBuilder b;
+    tensor_array(b, 0, depth, 0);
+    if (!b.problem.empty()) return Value::other(b.problem);
+    Shape shape(b.dims.begin(), b.dims.end());
+    for (auto& d : shape)
+      if (d < 0) d = 0;
+    return Value(Tensor(std::move(shape), std::move(b.data)));
+  }
+
+  void note_problem(TensorBuilder& b, const char* at, const std::string& what) {
+    if (b.problem.empty()) b.problem = fmt::format("{} ({})", what, where(at));
+  }
+
+  // One array at tensor nesting `level`; `row` is its 1-based index in its parent.
+  // Syntax errors throw at once; reasons it is not a tensor are noted, and reading goes on.
+  void tensor_array(TensorBuilder& b, size_t level, int depth, int64_t row) {
+    enter(depth);
+    const char* open = p_;
+    ++p_;  // '['
+    if (level >= static_cast<size_t>(kMaxRank)) note_problem(b, open, fmt::format("an array nested deeper than {} dimensions", kMaxRank));
+    if (b.dims.size() <= level) {
+      b.dims.push_back(-1);
+      b.leaf.push_back(-1);
+    }
+    int64_t count = 0;
+    skip_ws();
+    if (p_ < end_ && *p_ == ']') {
+      ++p_;
+    } else {
+      for (;;) {
+        skip_ws();
+        if (p_ == end_) syntax_error_at(open, "unterminated array");
+        const char* at = p_;
+        char c = *p_;
+        if (c == '[') {
+          if (b.leaf[level] == 1) note_problem(b, at, "an array that mixes numbers and arrays");
+          b.leaf[level] = 0;
+          if (b.problem.empty()) tensor_array(b, level + 1, depth + 1, count + 1);
+          else skip_value(depth + 1);
+        } else if (c == '-' || (c >= '0' && c <= '9') || c == '"') {
+          float f = 0.0f;
+          if (c == '"') {
+            std::string s = string();
+            if (!non_finite(s, f)) note_problem(b, at, "an array holding a string");
+          } else {
+            f = number();
+          }
+          if (b.leaf[level] == 0) note_problem(b, at, "an array that mixes numbers and arrays");
+          b.leaf[level] = 1;
+          if (b.problem.empty()) {
+            if (static_cast<int64_t>(b.data.size()) >= options_.max_elements)
+              syntax_error_at(at, fmt::format("tensor has more than {} elements (see --max-elements)", options_.max_elements));
+            b.data.push_back(f);
+          }
+        } else if (c == '{' || c == 't' || c == 'f' || c == 'n') {
+          const char* kind = c == '{' ? "an object" : c == 'n' ? "null" : "a boolean";
+          skip_value(depth + 1);
+          note_problem(b, at, fmt::format("an array holding {}", kind));
+        } else {
+          expected("a JSON value");
+        }
+        ++count;
+        skip_ws();
+        if (p_ == end_) syntax_error_at(open, "unterminated array");
+        if (*p_ == ',') {
+          ++p_;
+          skip_ws();
+          if (p_ < end_ && *p_ == ']') syntax_error("trailing comma in an array");
+          continue;
+        }
+        if (*p_ == ']') {
+          ++p_;
+          break;
+        }
+        expected("',' or ']' in an array");
+      }
+    }
+    if (!b.problem.empty()) return;
+    if (b.dims[level] < 0) {
+      b.dims[level] = count;
+    } else if (b.dims[level] != count) {
+      note_problem(b, open, fmt::format("ragged array: row {} has {} values, row 1 has {}", row, count, b.dims[level]));
+    }
+    // A row that is empty where its siblings hold arrays (or the reverse) is ragged too.
+    if (count == 0 && level + 1 < b.dims.size() && b.dims[level + 1] > 0 && b.problem.empty())
+      note_problem(b, open, "ragged array: an empty row among non-empty rows");
+  }
+
+  // Validates any value without keeping it.
+  void skip_value(int depth) {
+    enter(depth);
+    skip_ws();
+    if (p_ == end_) expected("a JSON value");
+    char c = *p_;
+    if (c == '[' || c == '{') {
+      const char* open = p_;
+      char close = c == '[' ? ']' : '}';
+      ++p_;
+      skip_ws();
+      if (p_ < end_ && *p_ == close) {
+        ++p_;
+        return;
+      }
+      for (;;) {
+        skip_ws();
+        if (p_ == end_) syntax_error_at(open, c == '[' ? "unterminated array" : "unterminated object");
+        if (c == '{') {
+          if (*p_ != '"') expected("a string key in an object");
+          string();
+          skip_ws();
+          if (p_ == end_ || *p_ != ':') expected("':' after an object key");
+          ++p_;
+        }
+        skip_value(depth + 1);
+        skip_ws();
+        if (p_ == end_) syntax_error_at(open, c == '[' ? "unterminated array" : "unterminated object");
+        if (*p_ == ',') {
+          ++p_;
+          skip_ws();
+          if (p_ < end_ && *p_ == close) syntax_error(c == '[' ? "trailing comma in an array" : "trailing comma in an object");
+          continue;
+        }
+        if (*p_ == close) {
+          ++p_;
+          return;
+        }
+        expected(c == '[' ? "',' or ']' in an array" : "',' or '}' in an object");
+      }
+    }
+    (void)value(depth);  // scalars
+  }
+
+  Value object(int depth) {
+    enter(depth);
+    const char* open = p_;
+    ++p_;  // '{'
+    Value bundle = Value::bundle();
+    std::string problem;
+    std::vector<std::pair<std::string, const char*>> keys;
+    skip_ws();
+    if (p_ < end_ && *p_ == '}') {
+      ++p_;
+    } else {
+      for (;;) {
+        skip_ws();
+        if (p_ == end_) syntax_error_at(open, "unterminated object");
+        if (*p_ != '"') expected("a string key in an object");
+        const char* key_at = p_;
+        std::string key = string();
+        skip_ws();
+        if (p_ == end_ || *p_ != ':') expected("':' after an object key");
+        ++p_;
+        skip_ws();
+        Value member = value(depth + 1);
+        if (problem.empty() && bundle.find(key) != nullptr)
+          problem = fmt::format("an object with the key \"{}\" twice ({})", key, where(key_at));
+        if (problem.empty()) bundle.set(key, std::move(member));
+        keys.emplace_back(std::move(key), key_at);
+        skip_ws();
+        if (p_ == end_) syntax_error_at(open, "unterminated object");
+        if (*p_ == ',') {
+          ++p_;
+          skip_ws();
+          if (p_ < end_ && *p_ == '}') syntax_error("trailing comma in an object");
+          continue;
+        }
+        if (*p_ == '}') {
+          ++p_;
+          break;
+        }
+        expected("',' or '}' in an object");
+      }
+    }
+    if (!problem.empty()) return Value::other(problem);
+    return flat_form(std::move(bundle), open);
+  }
+
+  // {"shape": [...], "data": [...], "dtype"?: "..."} is a tensor; any other object is a bundle.
+  Value flat_form(Value bundle, const char* open) {
+    const Value* shape_v = bundle.find("shape");
+    const Value* data_v = bundle.find("data");
+    size_t extra = bundle.members().size() - (shape_v ? 1 : 0) - (data_v ? 1 : 0) - (bundle.find("dtype") ? 1 : 0);
+    if (!shape_v || !data_v || extra != 0) return bundle;
+    auto bad = [&](const std::string& what) { return Value::other(fmt::format("{} ({})", what, where(open))); };
+    if (!shape_v->is_tensor() || shape_v->tensor().rank() != 1)
+      return bad("a flat tensor whose \"shape\" is not a list of sizes");
+    Shape shape;
+    for (float d : shape_v->tensor().values()) {
+      if (!(d >= 0) || d != std::floor(d) || d > 9.0e18f)
+        return bad(fmt::format("a flat tensor whose \"shape\" holds {} (sizes are non-negative integers)", d));
+      shape.push_back(static_cast<int64_t>(d));
+    }
+    if (shape.size() > static_cast<size_t>(kMaxRank)) return bad(fmt::format("a flat tensor with more than {} dimensions", kMaxRank));
+    int64_t numel = 1;
+    for (int64_t d : shape)
+      if (__builtin_mul_overflow(numel, d, &numel) || numel > options_.max_elements)
+        syntax_error_at(open, fmt::format("flat tensor of shape {} has more than {} elements (see --max-elements)",
+                                          shape_str(shape), options_.max_elements));
+    if (const Value* dtype = bundle.find("dtype"); dtype && dtype->kind() != Value::Kind::Other)
+      return bad("a flat tensor whose \"dtype\" is not a string");
+    if (!data_v->is_tensor() || data_v->tensor().rank() != 1)
+      return bad("a flat tensor whose \"data\" is not a list of numbers");
+    if (data_v->tensor().numel() != numel)
+      return bad(fmt::format("a flat tensor of shape {} needs {} values in \"data\", has {}", shape_str(shape), numel,
+                             data_v->tensor().numel()));
+    Tensor t = const_cast<Value*>(data_v)->take_tensor();
+    t.reshape(shape);
+    return Value(std::move(t));
+  }
+};
+
+}  // namespace
+
+Value parse_json(std::string_view text, std::string_view source, const ReadOptions& options) {
+  Parser parser(text, source, options);
+  Value v = parser.document();
+  parser.end_of_document(false);
+  return v;
+}
+
+std::vector<Value> parse_json_stream(std::string_view text, std::string_view source, const ReadOptions& options) {
+  Parser parser(text, source, options);
+  std::vector<Value> out;
+  while (!parser.at_end()) {
+    out.push_back(parser.document());
+    parser.end_of_document(true);
+  }
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  if (path == "-") {
+    std::string text{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+    AK_CHECK(!std::cin.bad(), "<stdin>: read error");
+    return text;
+  }
+  std::ifstream in(path, std::ios::binary);
+  AK_CHECK(in.is_open(), "{}: cannot open ({})", path, std::strerror(errno));
+  std::string text;
+  in.seekg(0, std::ios::end);
+  auto size = in.tellg();
+  AK_CHECK(size >= 0, "{}: cannot read (not a regular file?)", path);
+  text.resize(static_cast<size_t>(size));
+  in.seekg(0);
+  in.read(text.data(), size);
+  AK_CHECK(in.gcount() == size, "{}: read error", path);
+  return text;
+}
+
+}  // namespace attnkit::io

@@ -1,0 +1,59 @@
+// Value: a JSON document as attnkit sees it (DESIGN.md §3).
+//   Tensor  a nested numeric array, a bare number, a non-finite string ("NaN", "Infinity",
+//           "-Infinity") or the flat form {"shape": [...], "data": [...], "dtype"?}
+//   Bundle  an object of named values (members in document order; bundles nest)
+//   Other   anything else: kept with the reason it is not a tensor, so that a bundle may carry
+//           labels or metadata, and the error is raised only when someone asks for a tensor there.
+#pragma once
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "attnkit/tensor/tensor.hpp"
+
+namespace attnkit::io {
+
+class Value {
+ public:
+  enum class Kind { Tensor, Bundle, Other };
+
+  Value() : kind_(Kind::Bundle) {}  // an empty bundle
+  Value(Tensor t) : kind_(Kind::Tensor), tensor_(std::move(t)) {}  // NOLINT: implicit on purpose
+  static Value bundle() { return Value(); }
+  // Other values are written out as the JSON string why(): metadata such as {"cell": "lstm"}.
+  static Value other(std::string why) {
+    Value v;
+    v.kind_ = Kind::Other;
+    v.why_ = std::move(why);
+    return v;
+  }
+
+  Kind kind() const { return kind_; }
+  bool is_tensor() const { return kind_ == Kind::Tensor; }
+  bool is_bundle() const { return kind_ == Kind::Bundle; }
+
+  const Tensor& tensor() const { return tensor_; }  // Kind::Tensor only
+  Tensor& tensor() { return tensor_; }
+  Tensor take_tensor() { return std::move(tensor_); }
+  // Kind::Other: why this is not a tensor, with where it stands ("a string (line 1, column 9)").
+  const std::string& why() const { return why_; }
+
+  // Bundle members.
+  const std::vector<std::pair<std::string, Value>>& members() const { return members_; }
+  const Value* find(std::string_view name) const;
+  std::vector<std::string> names() const;
+  // Adds a member (replacing one of the same name); returns *this for chaining.
+  Value& set(std::string name, Value value);
+  // Sets a nested member, making the bundles on the way: set_path({"enc", "W"}, w).
+  // Throws attnkit::Error if a name on the way is a tensor, or the last name is taken.
+  void set_path(const std::vector<std::string>& names, Value value);
+
+ private:
+  Kind kind_;
+  Tensor tensor_;
+  std::vector<std::pair<std::string, Value>> members_;
+  std::string why_;
+};
+
+}  // namespace attnkit::io

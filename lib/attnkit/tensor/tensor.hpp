@@ -1,0 +1,58 @@
+// Tensor: a dense, row-major float32 array with a shape (rank 0..8; a rank-0 tensor is a scalar).
+// Value semantics: copying a Tensor copies its data. Public headers stay Eigen-free;
+// lib code reaches Eigen through tensor/eigen_bridge.hpp.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+namespace attnkit {
+
+using Shape = std::vector<int64_t>;
+
+constexpr int kMaxRank = 8;
+
+// "[2, 3]" — the form every message uses.
+std::string shape_str(const Shape& shape);
+// Product of the dims; throws attnkit::Error on a negative dim or an int64 overflow.
+int64_t shape_numel(const Shape& shape);
+
+class Tensor {
+ public:
+  Tensor() : shape_{0} {}  // an empty [0] tensor
+  explicit Tensor(Shape shape);  // zero-filled
+  Tensor(Shape shape, std::vector<float> data);  // data.size() must equal the product of shape
+  static Tensor zeros(Shape shape) { return Tensor(std::move(shape)); }
+  static Tensor filled(Shape shape, float value);
+  static Tensor scalar(float value) { return Tensor(Shape{}, {value}); }
+
+  const Shape& shape() const { return shape_; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  // dim(i), with Python-style negative indices: dim(-1) is the last.
+  int64_t dim(int i) const;
+  int64_t numel() const { return static_cast<int64_t>(data_.size()); }
+  bool empty() const { return data_.empty(); }
+  std::string shape_str() const { return attnkit::shape_str(shape_); }
+
+  float* data() { return data_.data(); }
+  const float* data() const { return data_.data(); }
+  float& operator[](int64_t i) { return data_[static_cast<size_t>(i)]; }
+  float operator[](int64_t i) const { return data_[static_cast<size_t>(i)]; }
+  const std::vector<float>& values() const { return data_; }
+  std::vector<float>& values() { return data_; }
+
+  // Same data, new shape (one dim may be -1); throws if the sizes disagree.
+  Tensor reshaped(Shape shape) const;
+  // In place: keeps the data, changes the shape (same numel).
+  void reshape(Shape shape);
+
+ private:
+  Shape shape_;
+  std::vector<float> data_;
+};
+
+// Row-major flat index -> multi-index, for messages ("at [1, 2]").
+Shape unravel_index(int64_t flat, const Shape& shape);
+
+}  // namespace attnkit

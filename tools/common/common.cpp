@@ -1,0 +1,146 @@
+#include "common/common.hpp"
+
+#include <cstdio>
+#include <iostream>
+#include <new>
+
+#include "attnkit/io/atomic_file.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/threads.hpp"
+#include "attnkit/version.hpp"
+
+namespace attnkit::tools {
+
+io::WriteOptions OutputOptions::write_options() const {
+  io::WriteOptions w;
+  w.format = format == "flat" ? io::TensorFormat::Flat : io::TensorFormat::Nested;
+  w.pretty = pretty;
+  return w;
+}
+
+io::ReadOptions InputOptions::read_options() const {
+  io::ReadOptions r;
+  r.max_elements = max_elements;
+  return r;
+}
+
+void describe(CLI::App& app, const std::string& description, const std::string& examples) {
+  app.description(description);
+  app.set_version_flag("--version", std::string("attnkit ") + ATTNKIT_VERSION);
+  if (!examples.empty()) app.footer("Examples:\n" + examples);
+}
+
+void add_output_options(CLI::App& app, OutputOptions& out) {
+  app.add_option("-o,--output", out.path, "Write the result to FILE (atomically) instead of standard output")
+      ->type_name("FILE");
+  app.add_option("--format", out.format, "Tensor layout: nested arrays, or {\"shape\", \"data\"}")
+      ->check(CLI::IsMember({"nested", "flat"}))
+      ->capture_default_str();
+  app.add_flag("--pretty", out.pretty, "Indent the JSON (innermost rows stay on one line)");
+}
+
+void add_input_options(CLI::App& app, InputOptions& in) {
+  app.add_option("--max-elements", in.max_elements, "Refuse input tensors with more elements than this")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_flag("--allow-nan", in.allow_nan, "Accept NaN in input tensors (refused by default, with its position)");
+}
+
+void add_threads_option(CLI::App& app, int& threads) {
+  app.add_option("--threads", threads, "Threads for the heavy kernels (0: one per core)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
+void emit(const OutputOptions& out, const std::string& text) {
+  std::string body = text;
+  body += '\n';
+  if (out.path == "-") {
+    std::fwrite(body.data(), 1, body.size(), stdout);
+    std::fflush(stdout);
+    AK_CHECK(!std::ferror(stdout), "standard output: write error");
+  } else {
+    io::write_file_atomic(out.path, body);
+  }
+}
+
+std::string per_record(io::Sources& sources, bool reads_stdin, const OutputOptions& out,
+                       const std::function<io::Value()>& compute) {
+  if (!reads_stdin || sources.stdin_records() <= 1) return io::to_json(compute(), out.write_options());
+  io::WriteOptions compact = out.write_options();
+  compact.pretty = false;  // NDJSON: one record a line
+  std::string text;
+  for (size_t i = 0; i < sources.stdin_records(); ++i) {
+    sources.select_stdin_record(i);
+    try {
+      if (i) text += '\n';
+      io::write_json(text, compute(), compact);
+    } catch (const Error& e) {
+      fail("record {}: {}", i + 1, e.what());
+    }
+  }
+  return text;
+}
+
+int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+  const std::string name = app.get_name();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << name << ": " << e.what() << "\n(run " << name << " --help for usage)\n";
+    return 2;
+  }
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    std::cerr << name << ": " << e.what() << "\n(run " << name << " --help for usage)\n";
+    return 2;
+  } catch (const Error& e) {
+    std::cerr << name << ": " << e.what() << '\n';
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << name << ": out of memory\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << name << ": " << e.what() << '\n';
+    return 1;
+  }
+}
+
+Shape parse_shape(const std::string& text, bool allow_infer) {
+  Shape shape;
+  if (text.empty() || text == "[]" || text == "scalar") return shape;
+  std::string s = text;
+  if (s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find_first_of(",x", start);
+    std::string part = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    while (!part.empty() && part.front() == ' ') part.erase(part.begin());
+    while (!part.empty() && part.back() == ' ') part.pop_back();
+    int64_t d = 0;
+    size_t used = 0;
+    try {
+      d = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (part.empty() || used != part.size()) throw UsageError(fmt::format("shape \"{}\": \"{}\" is not a size", text, part));
+    if (d < 0 && !(allow_infer && d == -1))
+      throw UsageError(fmt::format("shape \"{}\": sizes must be non-negative{}", text, allow_infer ? " (or one -1)" : ""));
+    shape.push_back(d);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (shape.size() > static_cast<size_t>(kMaxRank))
+    throw UsageError(fmt::format("shape \"{}\" has more than {} dimensions", text, kMaxRank));
+  return shape;
+}
+
+}  // namespace attnkit::tools

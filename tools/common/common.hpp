@@ -1,0 +1,55 @@
+// What every attnkit tool shares (DESIGN.md §5): the error boundary (exit 0 ok, 1 bad input,
+// 2 usage), the shared option groups, and output that is written whole or not at all.
+#pragma once
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "attnkit/io/json_writer.hpp"
+#include "attnkit/io/reference.hpp"
+
+namespace attnkit::tools {
+
+// A usage mistake the option parser cannot see (conflicting flags, a value out of range): exit 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct OutputOptions {
+  std::string path = "-";  // -o FILE; "-" is standard output
+  std::string format = "nested";
+  bool pretty = false;
+  io::WriteOptions write_options() const;
+};
+
+struct InputOptions {
+  int64_t max_elements = io::ReadOptions{}.max_elements;
+  bool allow_nan = false;
+  io::ReadOptions read_options() const;
+};
+
+// App with --version, a description and a footer of runnable examples.
+void describe(CLI::App& app, const std::string& description, const std::string& examples);
+void add_output_options(CLI::App& app, OutputOptions& out);  // -o, --format, --pretty
+void add_input_options(CLI::App& app, InputOptions& in);     // --max-elements, --allow-nan
+void add_threads_option(CLI::App& app, int& threads);        // --threads N (0: one per core)
+
+// Writes `text` (plus a newline) to standard output or atomically to the file.
+void emit(const OutputOptions& out, const std::string& text);
+
+// Runs `compute` once for each NDJSON record on standard input (once if it holds one or none,
+// or if the tool does not read standard input) and returns the output text: one document, or one
+// compact line per record.
+std::string per_record(io::Sources& sources, bool reads_stdin, const OutputOptions& out,
+                       const std::function<io::Value()>& compute);
+
+// Parses the command line and runs `body` inside the error boundary; returns the exit status.
+// `body` returns the exit status of a successful run (normally 0).
+int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+
+// Parses "3,4" or "3x4" into a shape; a size of -1 is allowed only when allow_infer.
+Shape parse_shape(const std::string& text, bool allow_infer = false);
+
+}  // namespace attnkit::tools

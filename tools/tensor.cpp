@@ -1,0 +1,164 @@
+// tensor: build, inspect and compare JSON tensors, for building and checking pipelines.
+#include <cmath>
+#include <iostream>
+
+#include "attnkit/io/diff.hpp"
+#include "attnkit/io/pretty_print.hpp"
+#include "attnkit/tensor/compare.hpp"
+#include "attnkit/tensor/creation.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/random.hpp"
+#include "common/common.hpp"
+
+using namespace attnkit;
+using attnkit::tools::UsageError;
+
+int main(int argc, char** argv) {
+  CLI::App app{"", "tensor"};
+  tools::describe(app, "Build, inspect and compare JSON tensors (docs/tensor-format.md).",
+                  "  tensor linspace -0.4 1.2 --shape 3,4 | tensor show -\n"
+                  "  tensor randn --shape 2,5,8 --seed 1 > x.json\n"
+                  "  tensor pack x=x.json h0=h.json > inputs.json && tensor get inputs.json#x\n"
+                  "  tensor diff out.json expected.json --rtol 1e-5 --atol 1e-6\n");
+  app.require_subcommand(1);
+  tools::OutputOptions out;
+  tools::InputOptions in;
+  tools::add_output_options(app, out);
+  tools::add_input_options(app, in);
+
+  // linspace / arange / randn / rand
+  double lo = 0, hi = 0;
+  std::string shape_text;
+  auto* linspace_cmd = app.add_subcommand("linspace", "Evenly spaced values, both ends included (numpy.linspace), reshaped");
+  linspace_cmd->add_option("LO", lo, "First value")->required();
+  linspace_cmd->add_option("HI", hi, "Last value")->required();
+  linspace_cmd->add_option("--shape", shape_text, "Shape, e.g. 3,4; the value count is its product")->required();
+  linspace_cmd->footer("Example: tensor linspace -0.4 1.2 --shape 3,4");
+
+  std::vector<double> arange_args;
+  auto* arange_cmd = app.add_subcommand("arange", "Values START, START+STEP, ... below STOP (numpy.arange)");
+  arange_cmd->add_option("ARGS", arange_args, "STOP | START STOP | START STOP STEP")->required()->expected(1, 3);
+  arange_cmd->add_option("--shape", shape_text, "Reshape the result (one size may be -1)");
+  arange_cmd->footer("Example: tensor arange 0 12 --shape 3,4");
+
+  uint64_t seed = 0;
+  double mean = 0, std_dev = 1, low = 0, high = 1;
+  auto* randn_cmd = app.add_subcommand("randn", "Normal N(mean, std^2) samples from a portable seeded generator");
+  randn_cmd->add_option("--shape", shape_text, "Shape, e.g. 2,3")->required();
+  randn_cmd->add_option("--seed", seed, "Seed (the same seed gives the same numbers everywhere)")->capture_default_str();
+  randn_cmd->add_option("--mean", mean, "Mean")->capture_default_str();
+  randn_cmd->add_option("--std", std_dev, "Standard deviation")->capture_default_str();
+  randn_cmd->footer("Example: tensor randn --shape 2,3 --seed 7");
+  auto* rand_cmd = app.add_subcommand("rand", "Uniform [low, high) samples from a portable seeded generator");
+  rand_cmd->add_option("--shape", shape_text, "Shape, e.g. 2,3")->required();
+  rand_cmd->add_option("--seed", seed, "Seed")->capture_default_str();
+  rand_cmd->add_option("--low", low, "Lower bound")->capture_default_str();
+  rand_cmd->add_option("--high", high, "Upper bound")->capture_default_str();
+  rand_cmd->footer("Example: tensor rand --shape 4 --seed 1 --low -1 --high 1");
+
+  // show / get / reshape / transpose
+  std::string ref = "-";
+  auto* show_cmd = app.add_subcommand("show", "Print a tensor or bundle readably (numpy style, with the shape)");
+  show_cmd->add_option("REF", ref, "Tensor reference PATH[#NAME], - for standard input")->capture_default_str();
+  show_cmd->footer("Example: tensor linspace 0 1 --shape 2,3 | tensor show -");
+  auto* get_cmd = app.add_subcommand("get", "Extract a member of a bundle");
+  get_cmd->add_option("REF", ref, "Reference PATH#NAME[/NAME...]")->required();
+  get_cmd->footer("Example: tensor get run.json#h_n");
+  auto* reshape_cmd = app.add_subcommand("reshape", "Same values, new shape (one size may be -1)");
+  reshape_cmd->add_option("REF", ref, "Tensor reference")->required();
+  reshape_cmd->add_option("--shape", shape_text, "New shape, e.g. 4,-1")->required();
+  reshape_cmd->footer("Example: tensor arange 12 | tensor reshape - --shape 3,4");
+  std::vector<int> axes;
+  auto* transpose_cmd = app.add_subcommand("transpose", "Permute the axes (default: reverse them), like numpy.transpose");
+  transpose_cmd->add_option("REF", ref, "Tensor reference")->required();
+  transpose_cmd->add_option("--axes", axes, "New order of the axes, e.g. 1,0,2")->delimiter(',');
+  transpose_cmd->footer("Example: tensor arange 6 --shape 2,3 | tensor transpose -");
+
+  // pack
+  std::vector<std::string> members;
+  auto* pack_cmd = app.add_subcommand("pack", "Build a bundle from named references");
+  pack_cmd->add_option("NAME=REF", members, "Members; NAME may be a path a/b to nest")->required();
+  pack_cmd->footer("Example: tensor pack x=x.json h0=h.json#h_n");
+
+  // diff
+  std::string ref_b;
+  double rtol = 1e-5, atol = 1e-8;
+  bool quiet = false;
+  auto* diff_cmd = app.add_subcommand("diff", "Compare two tensors or bundles; exit 0 equal within tolerance, 1 differ, 2 trouble");
+  diff_cmd->add_option("A", ref, "First reference")->required();
+  diff_cmd->add_option("B", ref_b, "Second reference (the expected values)")->required();
+  diff_cmd->add_option("--rtol", rtol, "Relative tolerance: |a - b| <= atol + rtol * |b|")->check(CLI::NonNegativeNumber)->capture_default_str();
+  diff_cmd->add_option("--atol", atol, "Absolute tolerance")->check(CLI::NonNegativeNumber)->capture_default_str();
+  diff_cmd->add_flag("-q,--quiet", quiet, "Print nothing, only set the exit status");
+  diff_cmd->footer("Example: tensor diff out.json expected.json --rtol 1e-4 --atol 1e-6");
+
+  return tools::run(app, argc, argv, [&]() -> int {
+    io::Sources sources(in.read_options());
+    auto input = [&](const std::string& r) { return sources.tensor(r, "", in.allow_nan); };
+    auto shape = [&](bool allow_infer) { return tools::parse_shape(shape_text, allow_infer); };
+    if (*linspace_cmd) {
+      Shape s = shape(false);
+      tools::emit(out, io::to_json(linspace(lo, hi, shape_numel(s)).reshaped(s), out.write_options()));
+    } else if (*arange_cmd) {
+      double start = 0, stop = 0, step = 1;
+      if (arange_args.size() == 1) stop = arange_args[0];
+      else {
+        start = arange_args[0];
+        stop = arange_args[1];
+        if (arange_args.size() == 3) step = arange_args[2];
+      }
+      if (step == 0) throw UsageError("arange: STEP must not be zero");
+      Tensor t = arange(start, stop, step);
+      if (!shape_text.empty()) t.reshape(shape(true));
+      tools::emit(out, io::to_json(t, out.write_options()));
+    } else if (*randn_cmd || *rand_cmd) {
+      if (*randn_cmd && !(std_dev >= 0)) throw UsageError("randn: --std must be non-negative");
+      if (*rand_cmd && !(low <= high)) throw UsageError("rand: --low must not exceed --high");
+      Rng rng(seed);
+      Shape s = shape(false);
+      if (shape_numel(s) > in.max_elements) fail("{} elements is more than --max-elements {}", shape_numel(s), in.max_elements);
+      Tensor t = *randn_cmd ? rand_normal(s, rng, static_cast<float>(mean), static_cast<float>(std_dev))
+                            : rand_uniform(s, rng, static_cast<float>(low), static_cast<float>(high));
+      tools::emit(out, io::to_json(t, out.write_options()));
+    } else if (*show_cmd) {
+      // text, not JSON: one block per NDJSON record
+      std::string shown;
+      size_t records = ref.rfind("-", 0) == 0 ? std::max<size_t>(1, sources.stdin_records()) : 1;
+      for (size_t i = 0; i < records; ++i) {
+        if (records > 1) sources.select_stdin_record(i);
+        shown += io::pretty_print(sources.value(ref));
+      }
+      if (!shown.empty() && shown.back() == '\n') shown.pop_back();
+      tools::emit(out, shown);
+    } else if (*get_cmd) {
+      tools::emit(out, tools::per_record(sources, ref.rfind("-", 0) == 0, out, [&] {
+        const io::Value& v = sources.value(ref);
+        if (v.kind() == io::Value::Kind::Other) fail("{}: not a tensor: {}", ref, v.why());
+        return v;
+      }));
+    } else if (*reshape_cmd) {
+      Shape s = shape(true);
+      tools::emit(out, tools::per_record(sources, ref.rfind("-", 0) == 0, out, [&] { return io::Value(input(ref).reshaped(s)); }));
+    } else if (*transpose_cmd) {
+      tools::emit(out, tools::per_record(sources, ref.rfind("-", 0) == 0, out, [&] { return io::Value(transpose(input(ref), axes)); }));
+    } else if (*pack_cmd) {
+      io::Value bundle = io::Value::bundle();
+      for (const auto& m : members) {
+        size_t eq = m.find('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())
+          throw UsageError(fmt::format("pack: \"{}\" is not NAME=REF", m));
+        std::string name = m.substr(0, eq), member_ref = m.substr(eq + 1);
+        const io::Value& v = sources.value(member_ref);
+        if (v.kind() == io::Value::Kind::Other) fail("{}: not a tensor: {}", member_ref, v.why());
+        bundle.set_path(io::parse_reference("pack#" + name).names, v);
+      }
+      tools::emit(out, io::to_json(bundle, out.write_options()));
+    } else if (*diff_cmd) {
+      io::DiffReport report = io::diff(sources.value(ref), sources.value(ref_b), Tolerance{rtol, atol}, in.allow_nan);
+      if (!quiet) tools::emit(out, io::to_json(report.to_value(), out.write_options()));
+      if (!report.equal && !quiet) std::cerr << "tensor diff: " << report.summary() << '\n';
+      return report.equal ? 0 : 1;
+    }
+    return 0;
+  });
+}
