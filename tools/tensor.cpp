@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
                   "  tensor pack x=x.json h0=h.json > inputs.json && tensor get inputs.json#x\n"
                   "  tensor diff out.json expected.json --rtol 1e-5 --atol 1e-6\n");
   app.require_subcommand(1);
+  app.fallthrough();  // shared options may follow the subcommand: tensor get x.json --format flat
   tools::OutputOptions out;
   tools::InputOptions in;
   tools::add_output_options(app, out);

@@ -49,7 +49,7 @@ void walk(const Value* a, const Value* b, const std::string& name, const Toleran
 Value member_value(const MemberDiff& m) {
   Value v = Value::bundle();
   bool equal = m.problem.empty() && m.comparison.close;
-  v.set("equal", Tensor::scalar(equal ? 1.0f : 0.0f));
+  v.set("equal", Value::boolean(equal));
   if (!m.problem.empty()) {
     v.set("problem", Value::other(m.problem));
     return v;
@@ -76,7 +76,7 @@ DiffReport diff(const Value& a, const Value& b, const Tolerance& tol, bool allow
 Value DiffReport::to_value() const {
   if (members.size() == 1 && members[0].name.empty()) return member_value(members[0]);
   Value v = Value::bundle();
-  v.set("equal", Tensor::scalar(equal ? 1.0f : 0.0f));
+  v.set("equal", Value::boolean(equal));
   Value per = Value::bundle();
   for (const auto& m : members) per.set(m.name, member_value(m));
   v.set("members", std::move(per));

@@ -80,7 +80,7 @@ class Parser {
 
   // After a document: only whitespace up to the end of its line (NDJSON) or the end of input.
   void end_of_document(bool stream) {
-    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\r')) ++p_;
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\r' || (!stream && *p_ == '\n'))) ++p_;
     if (p_ == end_) return;
     if (stream && *p_ == '\n') return;
     syntax_error(stream ? "expected the end of the line after a JSON document" : "unexpected text after the JSON value");

@@ -103,6 +103,10 @@ void write_value(std::string& out, const Value& v, const WriteOptions& options, 
     write_tensor(out, v.tensor(), options, indent);
     return;
   }
+  if (v.kind() == Value::Kind::Boolean) {
+    out += v.why();
+    return;
+  }
   if (!v.is_bundle()) {  // Other: only strings are written by attnkit; keep the text
     append_string(out, v.why());
     return;

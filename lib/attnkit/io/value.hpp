@@ -16,7 +16,7 @@ namespace attnkit::io {
 
 class Value {
  public:
-  enum class Kind { Tensor, Bundle, Other };
+  enum class Kind { Tensor, Bundle, Other, Boolean };
 
   Value() : kind_(Kind::Bundle) {}  // an empty bundle
   Value(Tensor t) : kind_(Kind::Tensor), tensor_(std::move(t)) {}  // NOLINT: implicit on purpose
@@ -26,6 +26,14 @@ class Value {
     Value v;
     v.kind_ = Kind::Other;
     v.why_ = std::move(why);
+    return v;
+  }
+
+  // Written as true/false (reports such as tensor diff's "equal"); never produced by the reader.
+  static Value boolean(bool b) {
+    Value v;
+    v.kind_ = Kind::Boolean;
+    v.why_ = b ? "true" : "false";
     return v;
   }
 

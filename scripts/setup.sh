@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what attnkit needs to build and test, from Debian's packages, if it is missing.
+# As root it runs apt-get; otherwise it prints the apt-get line to run.
+# Usage: scripts/setup.sh [--fuzz]   (--fuzz adds clang and its sanitizer runtime for the fuzzers)
+set -euo pipefail
+packages=(cmake g++ make libcli11-dev libeigen3-dev nlohmann-json3-dev libfmt-dev doctest-dev libfast-float-dev ccache)
+if [[ "${1:-}" == "--fuzz" ]]; then packages+=(clang libclang-rt-14-dev); fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then exit 0; fi
+if [[ $(id -u) -eq 0 ]]; then
+  echo "setup: installing ${missing[*]}" >&2
+  apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+else
+  echo "setup: missing packages; run: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
