@@ -1,0 +1,249 @@
+// Legend: N batch, T queries, S keys, E model size, Ev value projection size, NH heads, HS head size.
+#include "attnkit/nn/attention.hpp"
+
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // Eigen AVX-512, GCC 12 false positive
+
+#include <cmath>
+#include <string>
+
+#include "attnkit/tensor/eigen_bridge.hpp"
+#include "attnkit/tensor/error.hpp"
+
+namespace attnkit::nn {
+namespace {
+
+
+// A member of the bundle by its state_dict name, also found nested ("out_proj.weight" or out_proj/weight).
+const Tensor* member(const io::Value& bundle, const std::string& name, std::string_view op) {
+  const io::Value* v = bundle.find(name);
+  if (!v) {
+    const size_t dot = name.find('.');
+    if (dot != std::string::npos) {
+      const io::Value* outer = bundle.find(name.substr(0, dot));
+      if (outer && outer->is_bundle()) v = outer->find(name.substr(dot + 1));
+    }
+  }
+  if (!v) return nullptr;
+  AK_CHECK(v->is_tensor(), "{}: weights member {} is not a tensor: {}", op, name, v->why());
+  return &v->tensor();
+}
+
+void expect_shape(const Tensor& t, const std::string& name, const Shape& expected, const std::string& legend,
+                  std::string_view op) {
+  AK_CHECK(t.shape() == expected, "{}: {} has shape {}, expected {} = {}", op, name, t.shape_str(), legend,
+           shape_str(expected));
+}
+
+Tensor transposed2(const Tensor& w) {
+  Tensor t({w.dim(1), w.dim(0)});
+  as_matrix(t) = as_matrix(w).transpose();
+  return t;
+}
+
+Tensor rows_of(const Tensor& w, int64_t r0, int64_t rows) {
+  const int64_t cols = w.rank() == 2 ? w.dim(1) : 1;
+  Tensor t(w.rank() == 2 ? Shape{rows, cols} : Shape{rows});
+  std::copy(w.data() + r0 * cols, w.data() + (r0 + rows) * cols, t.data());
+  return t;
+}
+
+struct Dims {
+  bool batched = false;
+  int64_t N = 1, T = 0, S = 0;
+};
+
+Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, std::string_view op) {
+  AK_CHECK(q.rank() == 2 || q.rank() == 3, "{}: query has shape {}, expected [T, E] or [N, T, E]", op, q.shape_str());
+  AK_CHECK(k.rank() == q.rank(), "{}: key has shape {}, expected rank {} like query {}", op, k.shape_str(), q.rank(),
+           q.shape_str());
+  AK_CHECK(v.rank() == q.rank(), "{}: value has shape {}, expected rank {} like query {}", op, v.shape_str(), q.rank(),
+           q.shape_str());
+  Dims d;
+  d.batched = q.rank() == 3;
+  d.N = d.batched ? q.dim(0) : 1;
+  d.T = q.dim(-2);
+  d.S = k.dim(-2);
+  if (d.batched) {
+    AK_CHECK(k.dim(0) == d.N, "{}: key {} and query {} disagree on the batch size", op, k.shape_str(), q.shape_str());
+    AK_CHECK(v.dim(0) == d.N, "{}: value {} and query {} disagree on the batch size", op, v.shape_str(), q.shape_str());
+  }
+  AK_CHECK(v.dim(-2) == d.S, "{}: value {} and key {} disagree on the number of keys S", op, v.shape_str(),
+           k.shape_str());
+  return d;
+}
+
+// Attention over NH heads read in place from [N*T, ld] buffers. Returns the concatenated
+// contexts [N*T, NH*HSv] and fills `weights` as asked.
+Tensor heads_forward(const float* Q, int64_t ldq, const float* K, int64_t ldk, const float* V, int64_t ldv,
+                     const Dims& d, int64_t NH, int64_t HSk, int64_t HSv, const MhaOptions& o, bool naive,
+                     Tensor& weights, std::string_view op) {
+  ops::check_mask(o.mask, d.N, NH, d.T, d.S, op);
+  Tensor ctx({d.N * d.T, NH * HSv});
+  ops::SdpaProblem p;
+  p.N = d.N, p.NH = NH, p.T = d.T, p.S = d.S, p.Dk = HSk, p.Dv = HSv;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(HSk));
+  p.q = {Q, d.T * ldq, HSk, ldq};
+  p.k = {K, d.S * ldk, HSk, ldk};
+  p.v = {V, d.S * ldv, HSv, ldv};
+  p.out = {ctx.data(), d.T * NH * HSv, HSv, NH * HSv};
+  p.mask = &o.mask;
+  if (o.weights == HeadWeights::None && !naive) {
+    ops::sdpa_tiled(p, nullptr);
+    return ctx;
+  }
+  Tensor per_head({d.N, NH, d.T, d.S});
+  if (naive) ops::sdpa_naive(p, nullptr, per_head.data(), nullptr);
+  else ops::sdpa_full(p, nullptr, per_head.data(), nullptr);
+  if (o.weights == HeadWeights::PerHead) {
+    weights = std::move(per_head);
+  } else if (o.weights == HeadWeights::Averaged) {
+    weights = Tensor({d.N, d.T, d.S});
+    const int64_t TS = d.T * d.S;
+    for (int64_t n = 0; n < d.N; ++n) {
+      auto avg = as_matrix(weights.data() + n * TS, 1, TS);
+      for (int64_t h = 0; h < NH; ++h) avg += as_matrix(per_head.data() + (n * NH + h) * TS, 1, TS);
+      avg *= 1.0f / static_cast<float>(NH);
+    }
+  }
+  if (!d.batched && !weights.empty()) {
+    Shape s = weights.shape();
+    s.erase(s.begin());
+    weights.reshape(s);
+  }
+  return ctx;
+}
+
+// x W^T + b for x [rows, in], W [out, in].
+MatrixRM project(const Tensor& x, int64_t rows, const Tensor& W, const Tensor& b) {
+  MatrixRM y = as_matrix(x.data(), rows, W.dim(1)) * as_matrix(W).transpose();
+  if (!b.empty()) y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b.data(), b.numel());
+  return y;
+}
+
+MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, const Tensor& v, const MhaOptions& o,
+              bool naive) {
+  constexpr std::string_view op = "multi-head attention";
+  const Dims d = check_inputs(q, k, v, op);
+  AK_CHECK(q.dim(-1) == m.q_weight.dim(1), "{}: query has shape {}, expected feature size {} (query projection {})",
+           op, q.shape_str(), m.q_weight.dim(1), m.q_weight.shape_str());
+  AK_CHECK(k.dim(-1) == m.k_weight.dim(1), "{}: key has shape {}, expected feature size {} (key projection {})", op,
+           k.shape_str(), m.k_weight.dim(1), m.k_weight.shape_str());
+  AK_CHECK(v.dim(-1) == m.v_weight.dim(1), "{}: value has shape {}, expected feature size {} (value projection {})",
+           op, v.shape_str(), m.v_weight.dim(1), m.v_weight.shape_str());
+  const int64_t NH = m.num_heads, E = m.embed_dim(), Ev = m.value_dim();
+  MatrixRM Q = project(q, d.N * d.T, m.q_weight, m.q_bias);  // [N*T, E]
+  MatrixRM K = project(k, d.N * d.S, m.k_weight, m.k_bias);  // [N*S, E]
+  MatrixRM V = project(v, d.N * d.S, m.v_weight, m.v_bias);  // [N*S, Ev]
+  MhaResult r;
+  Tensor ctx = heads_forward(Q.data(), E, K.data(), E, V.data(), Ev, d, NH, E / NH, Ev / NH, o, naive, r.weights, op);
+  Shape out_shape = d.batched ? Shape{d.N, d.T, 0} : Shape{d.T, 0};
+  if (m.out_weight.empty()) {
+    out_shape.back() = Ev;
+    r.output = ctx.reshaped(out_shape);
+  } else {
+    out_shape.back() = m.out_weight.dim(0);
+    r.output = Tensor(out_shape);
+    as_matrix(r.output) = project(ctx, d.N * d.T, m.out_weight, m.out_bias);  // [N*T, Eo]
+  }
+  return r;
+}
+
+}  // namespace
+
+MultiheadAttention MultiheadAttention::from_bundle(const io::Value& bundle, int64_t num_heads, std::string_view op) {
+  AK_CHECK(bundle.is_bundle(), "{}: the weights are not a bundle of named tensors", op);
+  AK_CHECK(num_heads >= 1, "{}: the number of heads must be at least 1, not {}", op, num_heads);
+  MultiheadAttention m;
+  m.num_heads = num_heads;
+  auto get = [&](const char* name) { return member(bundle, name, op); };
+  for (const char* unsupported : {"bias_k", "bias_v"})
+    AK_CHECK(!get(unsupported), "{}: weights member {} (add_bias_kv=True) is not supported", op, unsupported);
+  if (const Tensor* w = get("in_proj_weight")) {
+    AK_CHECK(w->rank() == 2 && w->dim(0) % 3 == 0 && w->dim(0) == 3 * w->dim(1),
+             "{}: in_proj_weight has shape {}, expected [3E, E] (rows: q, k, v projections)", op, w->shape_str());
+    const int64_t E = w->dim(1);
+    m.q_weight = rows_of(*w, 0, E), m.k_weight = rows_of(*w, E, E), m.v_weight = rows_of(*w, 2 * E, E);
+  } else if (const Tensor* wq = get("q_proj_weight")) {
+    const Tensor* wk = get("k_proj_weight");
+    const Tensor* wv = get("v_proj_weight");
+    AK_CHECK(wk && wv, "{}: q_proj_weight needs k_proj_weight and v_proj_weight too ({} is missing)", op,
+             wk ? "v_proj_weight" : "k_proj_weight");
+    AK_CHECK(wq->rank() == 2 && wq->dim(0) == wq->dim(1), "{}: q_proj_weight has shape {}, expected [E, E]", op,
+             wq->shape_str());
+    const int64_t E = wq->dim(0);
+    AK_CHECK(wk->rank() == 2 && wk->dim(0) == E, "{}: k_proj_weight has shape {}, expected [E, kdim] with E = {}", op,
+             wk->shape_str(), E);
+    AK_CHECK(wv->rank() == 2 && wv->dim(0) == E, "{}: v_proj_weight has shape {}, expected [E, vdim] with E = {}", op,
+             wv->shape_str(), E);
+    m.q_weight = *wq, m.k_weight = *wk, m.v_weight = *wv;
+  } else if (const Tensor* wq = get("W_Q")) {
+    const Tensor* wk = get("W_K");
+    const Tensor* wv = get("W_V");
+    AK_CHECK(wk && wv, "{}: W_Q needs W_K and W_V too ({} is missing)", op, wk ? "W_V" : "W_K");
+    AK_CHECK(wq->rank() == 2, "{}: W_Q has shape {}, expected [Dq, E]", op, wq->shape_str());
+    const int64_t E = wq->dim(1);
+    AK_CHECK(wk->rank() == 2 && wk->dim(1) == E, "{}: W_K has shape {}, expected [Dk, E] with E = {} (from W_Q {})",
+             op, wk->shape_str(), E, wq->shape_str());
+    AK_CHECK(wv->rank() == 2 && wv->dim(0) == wk->dim(0), "{}: W_V has shape {}, expected [Dk, Ev] with Dk = {} (from W_K {})",
+             op, wv->shape_str(), wk->dim(0), wk->shape_str());
+    m.q_weight = transposed2(*wq), m.k_weight = transposed2(*wk), m.v_weight = transposed2(*wv);
+    if (const Tensor* wo = get("W_O")) {
+      AK_CHECK(wo->rank() == 2 && wo->dim(0) == wv->dim(1), "{}: W_O has shape {}, expected [Ev, Eo] with Ev = {}", op,
+               wo->shape_str(), wv->dim(1));
+      m.out_weight = transposed2(*wo);
+    }
+  } else {
+    std::string names;
+    for (const auto& n : bundle.names()) names += (names.empty() ? "" : ", ") + n;
+    fail("{}: the weights have none of in_proj_weight, q_proj_weight or W_Q (members: {})", op,
+         names.empty() ? "none" : names);
+  }
+  const int64_t E = m.embed_dim(), Ev = m.value_dim();
+  if (const Tensor* b = get("in_proj_bias")) {
+    expect_shape(*b, "in_proj_bias", {3 * E}, "[3E]", op);
+    m.q_bias = rows_of(*b, 0, E), m.k_bias = rows_of(*b, E, E), m.v_bias = rows_of(*b, 2 * E, E);
+  }
+  if (!get("W_Q")) {
+    const Tensor* wo = get("out_proj.weight");
+    AK_CHECK(wo, "{}: out_proj.weight [E, E] = [{}, {}] is missing", op, E, E);
+    expect_shape(*wo, "out_proj.weight", {E, E}, "[E, E]", op);
+    m.out_weight = *wo;
+    if (const Tensor* bo = get("out_proj.bias")) {
+      expect_shape(*bo, "out_proj.bias", {E}, "[E]", op);
+      m.out_bias = *bo;
+    }
+  }
+  AK_CHECK(E % num_heads == 0, "{}: NH = {} heads do not divide the embedding size E = {}", op, num_heads, E);
+  AK_CHECK(Ev % num_heads == 0, "{}: NH = {} heads do not divide the value size Ev = {}", op, num_heads, Ev);
+  return m;
+}
+
+MhaResult multihead_attention_forward(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
+                                      const Tensor& value, const MhaOptions& options) {
+  return mha(m, query, key, value, options, false);
+}
+
+MhaResult multihead_attention_forward_naive(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
+                                            const Tensor& value, const MhaOptions& options) {
+  return mha(m, query, key, value, options, true);
+}
+
+MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                        int64_t num_heads, const MhaOptions& options) {
+  constexpr std::string_view op = "split-heads attention";
+  const Dims d = check_inputs(query, key, value, op);
+  const int64_t Dq = query.dim(-1), Dk = key.dim(-1), Dv = value.dim(-1);
+  AK_CHECK(num_heads >= 1, "{}: the number of heads must be at least 1, not {}", op, num_heads);
+  AK_CHECK(Dq == Dk, "{}: key {} and query {} disagree on the feature size", op, key.shape_str(), query.shape_str());
+  AK_CHECK(Dq % num_heads == 0, "{}: NH = {} heads do not divide the feature size E = {} of query {}", op, num_heads,
+           Dq, query.shape_str());
+  AK_CHECK(Dv % num_heads == 0, "{}: NH = {} heads do not divide the feature size {} of value {}", op, num_heads, Dv,
+           value.shape_str());
+  MhaResult r;
+  Tensor ctx = heads_forward(query.data(), Dq, key.data(), Dk, value.data(), Dv, d, num_heads, Dq / num_heads,
+                             Dv / num_heads, options, false, r.weights, op);
+  r.output = ctx.reshaped(d.batched ? Shape{d.N, d.T, Dv} : Shape{d.T, Dv});
+  return r;
+}
+
+}  // namespace attnkit::nn

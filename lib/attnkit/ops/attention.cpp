@@ -1,0 +1,466 @@
+// Legend: N batch, T queries, S keys, Dq/Dk/Dv feature sizes, A additive size, NH heads.
+#include "attnkit/ops/attention.hpp"
+
+// GCC 12 warns about Eigen's AVX-512 intrinsics (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/ranges.h>
+#include <omp.h>
+
+#include "attnkit/ops/softmax.hpp"
+#include "attnkit/tensor/eigen_bridge.hpp"
+#include "attnkit/tensor/error.hpp"
+
+namespace attnkit::ops {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+using StrideRM = Eigen::OuterStride<>;
+using ConstStridedMap = Eigen::Map<const MatrixRM, Eigen::Unaligned, StrideRM>;
+using StridedMap = Eigen::Map<MatrixRM, Eigen::Unaligned, StrideRM>;
+
+TileSizes g_tiles;
+
+// Keys [0, limit) pass the causal and key-length masks for query t of batch element n.
+int64_t row_limit(const SdpaProblem& p, int64_t n, int64_t t) {
+  int64_t lim = p.S;
+  if (!p.mask) return lim;
+  if (p.mask->causal == CausalKind::UpperLeft) lim = std::min(lim, t + 1);
+  if (p.mask->causal == CausalKind::LowerRight) lim = std::min(lim, t + (p.S - p.T) + 1);
+  if (!p.mask->key_lengths.empty()) lim = std::min(lim, p.mask->key_lengths[static_cast<size_t>(n)]);
+  return std::max<int64_t>(lim, 0);
+}
+
+// The explicit mask's row [S] for (n, h, t), or null.
+const float* mask_row(const SdpaProblem& p, int64_t n, int64_t h, int64_t t) {
+  if (!p.mask || p.mask->mask.empty()) return nullptr;
+  const Tensor& m = p.mask->mask;
+  const int64_t TS = p.T * p.S;
+  switch (m.rank()) {
+    case 2: return m.data() + t * p.S;
+    case 3: return m.data() + n * TS + t * p.S;
+    default: return m.data() + (n * p.NH + h) * TS + t * p.S;
+  }
+}
+
+ConstStridedMap in_map(const StridedIn& a, int64_t n, int64_t h, int64_t r0, int64_t rows, int64_t cols) {
+  return ConstStridedMap(a.data + n * a.batch + h * a.head + r0 * a.row, rows, cols, StrideRM(a.row));
+}
+StridedMap out_map(const StridedOut& a, int64_t n, int64_t h, int64_t r0, int64_t rows, int64_t cols) {
+  return StridedMap(a.data + n * a.batch + h * a.head + r0 * a.row, rows, cols, StrideRM(a.row));
+}
+
+// Sets masked entries of a score row (keys s0 .. s0+len) to -inf.
+void mask_scores(float* e, int64_t s0, int64_t len, int64_t limit, const float* mrow) {
+  for (int64_t c = std::max<int64_t>(limit - s0, 0); c < len; ++c) e[c] = kNegInf;
+  if (mrow)
+    for (int64_t c = 0; c < std::min(len, limit - s0); ++c)
+      if (mrow[s0 + c] == 0.0f) e[c] = kNegInf;
+}
+
+}  // namespace
+
+void set_tile_sizes(TileSizes sizes) {
+  AK_CHECK(sizes.query >= 1 && sizes.key >= 1, "attention: tile sizes must be positive");
+  g_tiles = sizes;
+}
+TileSizes tile_sizes() { return g_tiles; }
+
+ScoreKind parse_score_kind(std::string_view name) {
+  if (name == "dot") return ScoreKind::Dot;
+  if (name == "scaled-dot") return ScoreKind::ScaledDot;
+  if (name == "general") return ScoreKind::General;
+  if (name == "additive") return ScoreKind::Additive;
+  fail("attention: unknown score \"{}\" (expected dot, scaled-dot, general or additive)", name);
+}
+
+std::string_view score_kind_name(ScoreKind kind) {
+  switch (kind) {
+    case ScoreKind::Dot: return "dot";
+    case ScoreKind::ScaledDot: return "scaled-dot";
+    case ScoreKind::General: return "general";
+    default: return "additive";
+  }
+}
+
+ScoreWeights score_weights_from_bundle(const io::Value& bundle, ScoreKind kind, std::string_view op) {
+  ScoreWeights w;
+  if (kind != ScoreKind::General && kind != ScoreKind::Additive) return w;
+  AK_CHECK(bundle.is_bundle(), "{}: the {} score's weights must be a bundle of named tensors", op, score_kind_name(kind));
+  auto get = [&](const char* name, bool required, const char* legend) {
+    const io::Value* v = bundle.find(name);
+    if (!v) {
+      AK_CHECK(!required, "{}: the {} score needs weights member {} {} (the bundle has: {})", op, score_kind_name(kind),
+               name, legend, fmt::join(bundle.names(), ", "));
+      return Tensor();
+    }
+    AK_CHECK(v->is_tensor(), "{}: weights member {} is not a tensor: {}", op, name, v->why());
+    return v->tensor();
+  };
+  if (kind == ScoreKind::General) {
+    w.W = get("W", true, "[Dq, Dk]");
+  } else {
+    w.W_q = get("W_q", true, "[Dq, A]");
+    w.W_k = get("W_k", true, "[Dk, A]");
+    w.v = get("v", true, "[A]");
+    w.b = get("b", false, "[A]");
+  }
+  return w;
+}
+
+std::vector<int64_t> key_lengths_from(const Tensor& t, int64_t N, std::string_view op) {
+  AK_CHECK(t.numel() == N && t.rank() <= 1, "{}: key lengths have shape {}, expected [N] = [{}]{}", op, t.shape_str(), N,
+           N == 1 ? " (or a single number)" : "");
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    AK_CHECK(t[i] >= 0 && std::floor(t[i]) == t[i], "{}: key length {} at [{}] is not a non-negative integer", op, t[i], i);
+    out.push_back(static_cast<int64_t>(t[i]));
+  }
+  return out;
+}
+
+void check_mask(const MaskSpec& mask, int64_t N, int64_t NH, int64_t T, int64_t S, std::string_view op) {
+  if (!mask.key_lengths.empty()) {
+    AK_CHECK(static_cast<int64_t>(mask.key_lengths.size()) == N,
+             "{}: key lengths has {} entries, expected one per batch element (N = {})", op, mask.key_lengths.size(), N);
+    for (size_t i = 0; i < mask.key_lengths.size(); ++i)
+      AK_CHECK(mask.key_lengths[i] >= 0 && mask.key_lengths[i] <= S,
+               "{}: key length {} at [{}] is outside [0, S] = [0, {}]", op, mask.key_lengths[i], i, S);
+  }
+  if (mask.mask.empty()) return;
+  const Tensor& m = mask.mask;
+  const bool ok = (m.rank() == 2 && m.shape() == Shape{T, S}) || (m.rank() == 3 && m.shape() == Shape{N, T, S}) ||
+                  (m.rank() == 4 && m.shape() == Shape{N, NH, T, S});
+  if (!ok) {
+    std::string expected = fmt::format("[T, S] = {} or [N, T, S] = {}", shape_str({T, S}), shape_str({N, T, S}));
+    if (NH > 1) expected += fmt::format(" or [N, NH, T, S] = {}", shape_str({N, NH, T, S}));
+    fail("{}: mask has shape {}, expected {}", op, m.shape_str(), expected);
+  }
+  for (int64_t i = 0; i < m.numel(); ++i)
+    AK_CHECK(m[i] == 0.0f || m[i] == 1.0f, "{}: mask {} has {} at {}, expected 0 (masked) or 1 (attend)", op,
+             m.shape_str(), m[i], shape_str(unravel_index(i, m.shape())));
+}
+
+// ---- flash-attention style: query tile x key tiles, online softmax ----
+void sdpa_tiled(const SdpaProblem& p, float* row_lse) {
+  const int64_t Br = std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1));
+  const int64_t Bc = std::min<int64_t>(g_tiles.key, std::max<int64_t>(p.S, 1));
+  const int64_t tiles_per_head = (p.T + Br - 1) / Br;
+  const int64_t tasks = p.N * p.NH * tiles_per_head;
+#pragma omp parallel if (tasks > 1)
+  {
+    MatrixRM Qs(Br, p.Dk), E(Br, Bc), O(Br, p.Dv);  // per thread, allocated once
+    Eigen::ArrayXf m(Br), l(Br), alpha(Br), shift(Br);
+    std::vector<int64_t> limit(static_cast<size_t>(Br));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
+      const int64_t t0 = (task % tiles_per_head) * Br, br = std::min(Br, p.T - t0);
+      auto Qt = Qs.topRows(br);
+      Qt.noalias() = in_map(p.q, n, h, t0, br, p.Dk) * p.scale;  // [br, Dk], the scale folded in once
+      int64_t max_limit = 0;
+      for (int64_t r = 0; r < br; ++r) max_limit = std::max(max_limit, limit[r] = row_limit(p, n, t0 + r));
+      m.head(br).setConstant(kNegInf);
+      l.head(br).setZero();
+      auto Ot = O.topRows(br);
+      Ot.setZero();
+      // Keys past every row's limit are skipped whole (half the work under a causal mask).
+      for (int64_t s0 = 0; s0 < max_limit; s0 += Bc) {
+        const int64_t bc = std::min(Bc, p.S - s0);
+        auto Et = E.topLeftCorner(br, bc);
+        Et.noalias() = Qt * in_map(p.k, n, h, s0, bc, p.Dk).transpose();  // [br, bc]
+        if (p.mask && p.mask->any())
+          for (int64_t r = 0; r < br; ++r)
+            mask_scores(&Et(r, 0), s0, bc, limit[r], mask_row(p, n, h, t0 + r));
+        // m' = max(m, max_s e);  alpha = exp(m - m');  P = exp(e - m');  l = alpha l + sum P;  O = alpha O + P V
+        for (int64_t r = 0; r < br; ++r) {
+          const float mt = std::max(m[r], Et.row(r).maxCoeff());
+          alpha[r] = mt == kNegInf ? 1.0f : std::exp(m[r] - mt);
+          shift[r] = mt == kNegInf ? 0.0f : mt;  // a row masked so far: exp(-inf - 0) = 0
+          m[r] = mt;
+        }
+        Et.array().colwise() -= shift.head(br);
+        Et.array() = Et.array().exp();
+        l.head(br) = alpha.head(br) * l.head(br) + Et.rowwise().sum().array();
+        Ot.array().colwise() *= alpha.head(br);
+        Ot.noalias() += Et * in_map(p.v, n, h, s0, bc, p.Dv);  // [br, Dv]
+      }
+      auto out = out_map(p.out, n, h, t0, br, p.Dv);
+      for (int64_t r = 0; r < br; ++r) {
+        if (l[r] > 0.0f) out.row(r) = Ot.row(r) * (1.0f / l[r]);
+        else out.row(r).setZero();  // every key masked: zero context
+        if (row_lse) row_lse[nh * p.T + t0 + r] = l[r] > 0.0f ? m[r] + std::log(l[r]) : kNegInf;
+      }
+    }
+  }
+}
+
+// ---- scores and weights materialised: one [br, S] block per query tile ----
+void sdpa_full(const SdpaProblem& p, float* scores, float* weights, float* row_lse) {
+  AK_CHECK(weights != nullptr, "attention: sdpa_full needs a weights buffer");
+  const int64_t Br = std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1));
+  const int64_t tiles_per_head = (p.T + Br - 1) / Br;
+  const int64_t tasks = p.N * p.NH * tiles_per_head;
+#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
+    const int64_t t0 = (task % tiles_per_head) * Br, br = std::min(Br, p.T - t0);
+    float* wblock = weights + (nh * p.T + t0) * p.S;
+    MapRM W(wblock, br, p.S);
+    W.noalias() = (in_map(p.q, n, h, t0, br, p.Dk) * p.scale) * in_map(p.k, n, h, 0, p.S, p.Dk).transpose();
+    if (p.mask && p.mask->any())
+      for (int64_t r = 0; r < br; ++r)
+        mask_scores(&W(r, 0), 0, p.S, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
+    if (scores) std::copy(wblock, wblock + br * p.S, scores + (nh * p.T + t0) * p.S);
+    std::vector<float> mx(static_cast<size_t>(br)), sum(static_cast<size_t>(br));
+    softmax_rows(wblock, br, p.S, mx.data(), sum.data());
+    if (row_lse)
+      for (int64_t r = 0; r < br; ++r) row_lse[nh * p.T + t0 + r] = sum[r] > 0 ? mx[r] + std::log(sum[r]) : kNegInf;
+    out_map(p.out, n, h, t0, br, p.Dv).noalias() = W * in_map(p.v, n, h, 0, p.S, p.Dv);
+  }
+}
+
+// ---- reference: plain loops, double precision ----
+namespace {
+// Given raw scores e [S] (double) of query (n, h, t): mask, softmax, context. Writes the outputs.
+void naive_finish(const SdpaProblem& p, int64_t n, int64_t h, int64_t t, std::vector<double>& e, float* scores,
+                  float* weights, float* row_lse) {
+  const int64_t nh = n * p.NH + h;
+  const int64_t lim = row_limit(p, n, t);
+  const float* mrow = mask_row(p, n, h, t);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t s = 0; s < p.S; ++s) {
+    if (s >= lim || (mrow && mrow[s] == 0.0f)) e[s] = -std::numeric_limits<double>::infinity();
+    mx = std::max(mx, e[s]);
+  }
+  double sum = 0;
+  std::vector<double> a(static_cast<size_t>(p.S), 0.0);
+  if (mx > -std::numeric_limits<double>::infinity()) {
+    for (int64_t s = 0; s < p.S; ++s) sum += (a[s] = std::exp(e[s] - mx));
+    for (int64_t s = 0; s < p.S; ++s) a[s] /= sum;
+  }
+  for (int64_t s = 0; s < p.S; ++s) {
+    if (scores) scores[(nh * p.T + t) * p.S + s] = static_cast<float>(e[s]);
+    if (weights) weights[(nh * p.T + t) * p.S + s] = static_cast<float>(a[s]);
+  }
+  if (row_lse) row_lse[nh * p.T + t] = sum > 0 ? static_cast<float>(mx + std::log(sum)) : kNegInf;
+  for (int64_t j = 0; j < p.Dv; ++j) {
+    double c = 0;
+    for (int64_t s = 0; s < p.S; ++s) c += a[s] * p.v.data[n * p.v.batch + h * p.v.head + s * p.v.row + j];
+    p.out.data[n * p.out.batch + h * p.out.head + t * p.out.row + j] = static_cast<float>(c);
+  }
+}
+}  // namespace
+
+void sdpa_naive(const SdpaProblem& p, float* scores, float* weights, float* row_lse) {
+  std::vector<double> e(static_cast<size_t>(p.S));
+  for (int64_t n = 0; n < p.N; ++n)
+    for (int64_t h = 0; h < p.NH; ++h)
+      for (int64_t t = 0; t < p.T; ++t) {
+        for (int64_t s = 0; s < p.S; ++s) {
+          double d = 0;
+          for (int64_t j = 0; j < p.Dk; ++j)
+            d += double(p.q.data[n * p.q.batch + h * p.q.head + t * p.q.row + j]) *
+                 p.k.data[n * p.k.batch + h * p.k.head + s * p.k.row + j];
+          e[s] = d * p.scale;
+        }
+        naive_finish(p, n, h, t, e, scores, weights, row_lse);
+      }
+}
+
+// ---- attention_forward: the score kinds on [T, D] / [N, T, D] tensors ----
+namespace {
+
+struct Dims {
+  bool batched = false;
+  int64_t N = 1, T = 0, S = 0, Dq = 0, Dk = 0, Dv = 0;
+};
+
+Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  AK_CHECK(q.rank() == 2 || q.rank() == 3, "attention: query has shape {}, expected [T, Dq] or [N, T, Dq]",
+           q.shape_str());
+  AK_CHECK(k.rank() == q.rank(), "attention: keys have shape {}, expected rank {} like query {}", k.shape_str(),
+           q.rank(), q.shape_str());
+  AK_CHECK(v.rank() == q.rank(), "attention: values have shape {}, expected rank {} like query {}", v.shape_str(),
+           q.rank(), q.shape_str());
+  Dims d;
+  d.batched = q.rank() == 3;
+  d.N = d.batched ? q.dim(0) : 1;
+  d.T = q.dim(-2), d.S = k.dim(-2), d.Dq = q.dim(-1), d.Dk = k.dim(-1), d.Dv = v.dim(-1);
+  if (d.batched) {
+    AK_CHECK(k.dim(0) == d.N, "attention: keys {} and query {} disagree on the batch size", k.shape_str(), q.shape_str());
+    AK_CHECK(v.dim(0) == d.N, "attention: values {} and query {} disagree on the batch size", v.shape_str(), q.shape_str());
+  }
+  AK_CHECK(v.dim(-2) == d.S, "attention: values {} and keys {} disagree on the number of keys S", v.shape_str(),
+           k.shape_str());
+  const ScoreWeights& w = o.weights;
+  switch (o.score) {
+    case ScoreKind::Dot:
+    case ScoreKind::ScaledDot:
+      AK_CHECK(d.Dk == d.Dq, "attention: keys {} and query {} disagree on the feature size ({} score needs Dq == Dk)",
+               k.shape_str(), q.shape_str(), score_kind_name(o.score));
+      break;
+    case ScoreKind::General:
+      AK_CHECK(!w.W.empty(), "attention: the general score needs a weight W [Dq, Dk] = [{}, {}]", d.Dq, d.Dk);
+      AK_CHECK(w.W.shape() == (Shape{d.Dq, d.Dk}), "attention: W has shape {}, expected [Dq, Dk] = [{}, {}]",
+               w.W.shape_str(), d.Dq, d.Dk);
+      break;
+    case ScoreKind::Additive: {
+      AK_CHECK(!w.W_q.empty() && !w.W_k.empty() && !w.v.empty(),
+               "attention: the additive score needs weights W_q [Dq, A], W_k [Dk, A] and v [A]{}",
+               w.W_q.empty() ? " (W_q is missing)" : w.W_k.empty() ? " (W_k is missing)" : " (v is missing)");
+      AK_CHECK(w.W_q.rank() == 2 && w.W_q.dim(0) == d.Dq, "attention: W_q has shape {}, expected [Dq, A] with Dq = {}",
+               w.W_q.shape_str(), d.Dq);
+      const int64_t A = w.W_q.dim(1);
+      AK_CHECK(w.W_k.shape() == (Shape{d.Dk, A}), "attention: W_k has shape {}, expected [Dk, A] = [{}, {}]",
+               w.W_k.shape_str(), d.Dk, A);
+      AK_CHECK(w.v.shape() == Shape{A}, "attention: v has shape {}, expected [A] = [{}]", w.v.shape_str(), A);
+      AK_CHECK(w.b.empty() || w.b.shape() == Shape{A}, "attention: b has shape {}, expected [A] = [{}]",
+               w.b.shape_str(), A);
+      break;
+    }
+  }
+  check_mask(o.mask, d.N, 1, d.T, d.S, "attention");
+  return d;
+}
+
+// The problem over [N, T, D] contiguous buffers.
+SdpaProblem make_problem(const Dims& d, const float* q, int64_t dq, const float* k, const float* v, float* out,
+                         const MaskSpec& mask, float scale) {
+  SdpaProblem p;
+  p.N = d.N, p.NH = 1, p.T = d.T, p.S = d.S, p.Dk = dq, p.Dv = d.Dv, p.scale = scale;
+  p.q = {q, d.T * dq, 0, dq};
+  p.k = {k, d.S * dq, 0, dq};
+  p.v = {v, d.S * d.Dv, 0, d.Dv};
+  p.out = {out, d.T * d.Dv, 0, d.Dv};
+  p.mask = &mask;
+  return p;
+}
+
+AttentionResult shaped(AttentionResult r, const Dims& d) {
+  auto shape = [&](Shape s) {
+    if (!d.batched) s.erase(s.begin());
+    return s;
+  };
+  r.context.reshape(shape({d.N, d.T, d.Dv}));
+  r.row_logsumexp.reshape(shape({d.N, d.T}));
+  if (!r.weights.empty()) r.weights.reshape(shape({d.N, d.T, d.S}));
+  if (!r.scores.empty()) r.scores.reshape(shape({d.N, d.T, d.S}));
+  return r;
+}
+
+// Bahdanau scores row by row: e[s] = v . tanh(Qp[t] + Kp[s]), never more than [S, A] at a time.
+AttentionResult additive_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
+                                 const Dims& d) {
+  const ScoreWeights& w = o.weights;
+  const int64_t A = w.W_q.dim(1);
+  MatrixRM Qp = as_matrix(q.data(), d.N * d.T, d.Dq) * as_matrix(w.W_q);  // [N*T, A]
+  MatrixRM Kp = as_matrix(k.data(), d.N * d.S, d.Dk) * as_matrix(w.W_k);  // [N*S, A]
+  if (!w.b.empty()) Kp.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(w.b.data(), A);
+  const Eigen::Map<const Eigen::VectorXf> vv(w.v.data(), A);
+  AttentionResult r;
+  r.context = Tensor({d.N, d.T, d.Dv});
+  r.row_logsumexp = Tensor({d.N, d.T});
+  const bool keep = o.keep == KeepWeights::Yes;
+  if (keep) r.scores = Tensor({d.N, d.T, d.S}), r.weights = Tensor({d.N, d.T, d.S});
+  SdpaProblem p = make_problem(d, q.data(), d.Dq, k.data(), v.data(), r.context.data(), o.mask, 1.0f);
+#pragma omp parallel if (d.N * d.T > 1)
+  {
+    MatrixRM M(d.S, A);
+    Eigen::VectorXf e(d.S);
+#pragma omp for schedule(static)
+    for (int64_t nt = 0; nt < d.N * d.T; ++nt) {
+      const int64_t n = nt / d.T, t = nt % d.T;
+      M = (Kp.middleRows(n * d.S, d.S).rowwise() + Qp.row(nt)).array().tanh();  // [S, A]
+      e.noalias() = M * vv;                                                    // [S]
+      mask_scores(e.data(), 0, d.S, row_limit(p, n, t), mask_row(p, n, 0, t));
+      if (keep) std::copy(e.data(), e.data() + d.S, r.scores.data() + nt * d.S);
+      float mx = 0, sum = 0;
+      softmax_rows(e.data(), 1, d.S, &mx, &sum);
+      if (keep) std::copy(e.data(), e.data() + d.S, r.weights.data() + nt * d.S);
+      r.row_logsumexp[nt] = sum > 0 ? mx + std::log(sum) : kNegInf;
+      as_matrix(r.context.data() + nt * d.Dv, 1, d.Dv).noalias() =
+          e.transpose() * as_matrix(v.data() + n * d.S * d.Dv, d.S, d.Dv);
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+AttentionResult attention_forward(const Tensor& query, const Tensor& keys, const Tensor& values,
+                                  const AttentionOptions& options) {
+  const Dims d = check_inputs(query, keys, values, options);
+  if (options.score == ScoreKind::Additive) return shaped(additive_forward(query, keys, values, options, d), d);
+  // general: q' = q W [N, T, Dk], then the dot score
+  Tensor projected;
+  const float* q = query.data();
+  if (options.score == ScoreKind::General) {
+    projected = Tensor({d.N, d.T, d.Dk});
+    as_matrix(projected).noalias() = as_matrix(query.data(), d.N * d.T, d.Dq) * as_matrix(options.weights.W);
+    q = projected.data();
+  }
+  const float scale = options.score == ScoreKind::ScaledDot ? 1.0f / std::sqrt(static_cast<float>(d.Dk)) : 1.0f;
+  AttentionResult r;
+  r.context = Tensor({d.N, d.T, d.Dv});
+  r.row_logsumexp = Tensor({d.N, d.T});
+  SdpaProblem p = make_problem(d, q, d.Dk, keys.data(), values.data(), r.context.data(), options.mask, scale);
+  if (options.keep == KeepWeights::Yes) {
+    r.scores = Tensor({d.N, d.T, d.S});
+    r.weights = Tensor({d.N, d.T, d.S});
+    sdpa_full(p, r.scores.data(), r.weights.data(), r.row_logsumexp.data());
+  } else {
+    sdpa_tiled(p, r.row_logsumexp.data());
+  }
+  return shaped(std::move(r), d);
+}
+
+AttentionResult attention_forward_naive(const Tensor& query, const Tensor& keys, const Tensor& values,
+                                        const AttentionOptions& options) {
+  const Dims d = check_inputs(query, keys, values, options);
+  AttentionResult r;
+  r.context = Tensor({d.N, d.T, d.Dv});
+  r.row_logsumexp = Tensor({d.N, d.T});
+  r.scores = Tensor({d.N, d.T, d.S});
+  r.weights = Tensor({d.N, d.T, d.S});
+  SdpaProblem p = make_problem(d, query.data(), d.Dq, keys.data(), values.data(), r.context.data(), options.mask, 1.0f);
+  const ScoreWeights& w = options.weights;
+  const int64_t A = w.W_q.empty() ? 0 : w.W_q.dim(1);
+  std::vector<double> e(static_cast<size_t>(d.S));
+  for (int64_t n = 0; n < d.N; ++n)
+    for (int64_t t = 0; t < d.T; ++t) {
+      const float* qt = query.data() + (n * d.T + t) * d.Dq;
+      for (int64_t s = 0; s < d.S; ++s) {
+        const float* ks = keys.data() + (n * d.S + s) * d.Dk;
+        double acc = 0;
+        switch (options.score) {
+          case ScoreKind::Dot:
+          case ScoreKind::ScaledDot:
+            for (int64_t j = 0; j < d.Dk; ++j) acc += double(qt[j]) * ks[j];
+            if (options.score == ScoreKind::ScaledDot) acc /= std::sqrt(double(d.Dk));
+            break;
+          case ScoreKind::General:
+            for (int64_t i = 0; i < d.Dq; ++i)
+              for (int64_t j = 0; j < d.Dk; ++j) acc += double(qt[i]) * w.W[i * d.Dk + j] * ks[j];
+            break;
+          case ScoreKind::Additive:
+            for (int64_t a = 0; a < A; ++a) {
+              double z = w.b.empty() ? 0.0 : w.b[a];
+              for (int64_t i = 0; i < d.Dq; ++i) z += double(qt[i]) * w.W_q[i * A + a];
+              for (int64_t j = 0; j < d.Dk; ++j) z += double(ks[j]) * w.W_k[j * A + a];
+              acc += w.v[a] * std::tanh(z);
+            }
+            break;
+        }
+        e[s] = acc;
+      }
+      naive_finish(p, n, 0, t, e, r.scores.data(), r.weights.data(), r.row_logsumexp.data());
+    }
+  return shaped(std::move(r), d);
+}
+
+}  // namespace attnkit::ops

@@ -1,0 +1,133 @@
+// Attention kernels: score functions, masks, softmax over keys, context = weights . values.
+//
+// Legend: N batch, T queries, S keys, Dq query size, Dk key size, Dv value size, A additive
+// attention size, NH heads, HS head size.
+//
+// Scores e[t, s] between query q_t [Dq] and key k_s [Dk]:
+//   dot         e = q . k                                      (Dq == Dk)
+//   scaled-dot  e = q . k / sqrt(Dk)                           (Dq == Dk)
+//   general     e = q^T W k,            W [Dq, Dk]             (Luong)
+//   additive    e = v^T tanh(q W_q + k W_k + b), W_q [Dq, A], W_k [Dk, A], v [A], b [A] (Bahdanau)
+// weights a[t, :] = softmax(e[t, :]) over the visible keys; context c_t = sum_s a[t, s] v_s.
+//
+// Masks (MaskSpec): a key is visible to a query when every given mask allows it.
+//   causal upper-left  (PyTorch is_causal):   s <= t
+//   causal lower-right (T != S, decoding):    s <= t + (S - T)   (the last query sees every key)
+//   key lengths        per batch element n:   s < len[n]
+//   explicit mask      1 (true) = ATTEND, 0 (false) = masked    (F.scaled_dot_product_attention's
+//                      boolean polarity; nn.MultiheadAttention's attn_mask/key_padding_mask are
+//                      the opposite: invert them, `mask = ~torch_mask`)
+// A query whose keys are all masked gets zero weights and a zero context (never NaN); its
+// masked scores are -inf.
+//
+// Two fast kernels and a naive reference, all on the same strided problem description:
+//   sdpa_tiled         flash-attention style: query tiles x key tiles, online softmax;
+//                      memory O(tile), never a T x S matrix (used whenever weights are not asked for)
+//   sdpa_full          scores and weights [T, S] per head, GEMM + softmax + GEMM
+//   sdpa_naive         plain loops in double precision (tests compare the others to it)
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnkit/io/value.hpp"
+#include "attnkit/tensor/tensor.hpp"
+
+namespace attnkit::ops {
+
+enum class ScoreKind { Dot, ScaledDot, General, Additive };
+// "dot", "scaled-dot", "general", "additive"; throws attnkit::Error on anything else.
+ScoreKind parse_score_kind(std::string_view name);
+std::string_view score_kind_name(ScoreKind kind);
+
+// Learned parameters of the general and additive scores (empty tensors when unused).
+struct ScoreWeights {
+  Tensor W;    // general:  [Dq, Dk]
+  Tensor W_q;  // additive: [Dq, A]
+  Tensor W_k;  // additive: [Dk, A]
+  Tensor v;    // additive: [A]
+  Tensor b;    // additive, optional: [A]
+};
+
+enum class CausalKind { None, UpperLeft, LowerRight };
+
+struct MaskSpec {
+  CausalKind causal = CausalKind::None;
+  // Valid keys per batch element: keys [0, len[n]) are visible. Empty: every key.
+  std::vector<int64_t> key_lengths;
+  // 1 = attend, 0 = masked. Shape [T, S] (every batch element and head), [N, T, S] (every head),
+  // or [N, NH, T, S]. Empty: none.
+  Tensor mask;
+  bool any() const { return causal != CausalKind::None || !key_lengths.empty() || !mask.empty(); }
+};
+
+// What the caller wants back besides the context.
+enum class KeepWeights { No, Yes };
+
+struct AttentionOptions {
+  ScoreKind score = ScoreKind::ScaledDot;
+  ScoreWeights weights;  // for general and additive
+  MaskSpec mask;
+  KeepWeights keep = KeepWeights::Yes;  // No: the tiled kernel (no T x S matrix, no scores/weights)
+};
+
+struct AttentionResult {
+  Tensor scores;   // [.., T, S] (masked entries -inf); empty unless KeepWeights::Yes
+  Tensor weights;  // [.., T, S] softmax over keys;      empty unless KeepWeights::Yes
+  Tensor context;  // [.., T, Dv]
+  // For a backward pass: log-sum-exp of each query's visible scores [.., T] (-inf when none).
+  Tensor row_logsumexp;
+};
+
+// query [T, Dq] or [N, T, Dq]; keys [S, Dk] / [N, S, Dk]; values [S, Dv] / [N, S, Dv]
+// (the same rank as query; N must agree). Throws attnkit::Error naming shapes on any mismatch.
+AttentionResult attention_forward(const Tensor& query, const Tensor& keys, const Tensor& values,
+                                  const AttentionOptions& options);
+// The same through sdpa_naive / a per-pair double loop for every score kind.
+AttentionResult attention_forward_naive(const Tensor& query, const Tensor& keys, const Tensor& values,
+                                        const AttentionOptions& options);
+
+// Score weights from a bundle (members W, or W_q, W_k, v and optional b); `op` prefixes messages.
+ScoreWeights score_weights_from_bundle(const io::Value& bundle, ScoreKind kind, std::string_view op);
+// Key lengths from a tensor of non-negative integers: [N], or a scalar / [1] for unbatched input.
+std::vector<int64_t> key_lengths_from(const Tensor& lengths, int64_t N, std::string_view op);
+
+// Validates `mask` against the problem sizes; `op` and the names in messages: "attention: mask
+// has shape [3, 5], expected [T, S] = [3, 4], [N, T, S] = [2, 3, 4] or [N, NH, T, S] = ...".
+void check_mask(const MaskSpec& mask, int64_t N, int64_t NH, int64_t T, int64_t S, std::string_view op);
+
+// ---- the strided core, shared with nn/ (multi-head attention reads heads in place) ----
+// Element (n, h, i, j) of a matrix operand sits at data[n*batch + h*head + i*row + j].
+struct StridedIn {
+  const float* data = nullptr;
+  int64_t batch = 0, head = 0, row = 0;
+};
+struct StridedOut {
+  float* data = nullptr;
+  int64_t batch = 0, head = 0, row = 0;
+};
+struct SdpaProblem {
+  int64_t N = 1, NH = 1, T = 0, S = 0, Dk = 0, Dv = 0;
+  float scale = 1.0f;
+  StridedIn q, k, v;  // [N, NH, T, Dk], [N, NH, S, Dk], [N, NH, S, Dv]
+  StridedOut out;     // [N, NH, T, Dv]
+  const MaskSpec* mask = nullptr;  // checked with check_mask beforehand
+};
+
+// Scaled dot-product attention, three implementations of one contract. scores / weights are
+// contiguous [N, NH, T, S] (sdpa_full: weights required, scores may be null); row_lse [N, NH, T]
+// may be null.
+void sdpa_tiled(const SdpaProblem& p, float* row_lse);
+void sdpa_full(const SdpaProblem& p, float* scores, float* weights, float* row_lse);
+void sdpa_naive(const SdpaProblem& p, float* scores, float* weights, float* row_lse);
+
+// Tile sizes of sdpa_tiled (tests shrink them to exercise ragged tiles).
+struct TileSizes {
+  int64_t query = 128;
+  int64_t key = 256;
+};
+void set_tile_sizes(TileSizes sizes);
+TileSizes tile_sizes();
+
+}  // namespace attnkit::ops

@@ -1,0 +1,98 @@
+#include "attnkit/ops/softmax.hpp"
+
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // Eigen AVX-512, GCC 12 false positive
+
+#include <cmath>
+#include <limits>
+
+#include "attnkit/tensor/eigen_bridge.hpp"
+#include "attnkit/tensor/error.hpp"
+
+namespace attnkit::ops {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+Shape without_last(const Shape& s) { return s.empty() ? Shape{} : Shape(s.begin(), s.end() - 1); }
+
+void check_rank(const Tensor& x, const char* op) {
+  AK_CHECK(x.rank() >= 1, "{}: input has shape {}, expected at least one axis", op, x.shape_str());
+}
+
+}  // namespace
+
+void softmax_rows(float* x, int64_t rows, int64_t cols, float* row_max, float* row_sum) {
+  for (int64_t r = 0; r < rows; ++r) {
+    Eigen::Map<Eigen::ArrayXf> row(x + r * cols, cols);
+    const float m = cols ? row.maxCoeff() : kNegInf;
+    float l = 0.0f;
+    if (m == kNegInf) {
+      row.setZero();  // every entry masked: zero weights, not 0/0
+    } else {
+      row = (row - m).exp();  // vectorised exp, every value in (0, 1]
+      l = row.sum();
+      row *= 1.0f / l;
+    }
+    if (row_max) row_max[r] = m;
+    if (row_sum) row_sum[r] = l;
+  }
+}
+
+Tensor softmax_forward(const Tensor& x, SoftmaxStats* stats) {
+  check_rank(x, "softmax");
+  Tensor y = x;
+  const int64_t cols = x.dim(-1), rows = cols ? x.numel() / cols : 0;
+  if (stats) {
+    stats->row_max = Tensor(without_last(x.shape()));
+    stats->row_sum = Tensor(without_last(x.shape()));
+  }
+  softmax_rows(y.data(), rows, cols, stats ? stats->row_max.data() : nullptr,
+               stats ? stats->row_sum.data() : nullptr);
+  return y;
+}
+
+Tensor log_softmax_forward(const Tensor& x) {
+  check_rank(x, "log_softmax");
+  Tensor y = x;
+  const int64_t cols = x.dim(-1), rows = cols ? x.numel() / cols : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    Eigen::Map<Eigen::ArrayXf> row(y.data() + r * cols, cols);
+    const float m = row.maxCoeff();
+    if (m == kNegInf) continue;  // all -inf stays -inf
+    const float lse = m + std::log((row - m).exp().sum());
+    row -= lse;
+  }
+  return y;
+}
+
+Tensor softmax_naive(const Tensor& x) {
+  check_rank(x, "softmax");
+  Tensor y(x.shape());
+  const int64_t cols = x.dim(-1), rows = cols ? x.numel() / cols : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x.data() + r * cols;
+    double m = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (int64_t j = 0; j < cols; ++j) m = std::max(m, double(in[j]));
+    if (std::isinf(m) && m < 0) continue;
+    for (int64_t j = 0; j < cols; ++j) sum += std::exp(double(in[j]) - m);
+    for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = static_cast<float>(std::exp(double(in[j]) - m) / sum);
+  }
+  return y;
+}
+
+Tensor log_softmax_naive(const Tensor& x) {
+  check_rank(x, "log_softmax");
+  Tensor y = x;
+  const int64_t cols = x.dim(-1), rows = cols ? x.numel() / cols : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x.data() + r * cols;
+    double m = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (int64_t j = 0; j < cols; ++j) m = std::max(m, double(in[j]));
+    if (std::isinf(m) && m < 0) continue;
+    for (int64_t j = 0; j < cols; ++j) sum += std::exp(double(in[j]) - m);
+    for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = static_cast<float>(double(in[j]) - m - std::log(sum));
+  }
+  return y;
+}
+
+}  // namespace attnkit::ops

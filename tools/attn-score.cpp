@@ -1,0 +1,131 @@
+// attn-score: attention scores, weights and context (score functions, masks), and multi-head
+// attention with PyTorch nn.MultiheadAttention weights. Manual: docs/attn-score.md.
+#include "attnkit/io/svg_heatmap.hpp"
+#include "attnkit/nn/attention.hpp"
+#include "attnkit/ops/attention.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/threads.hpp"
+#include "common/common.hpp"
+
+using namespace attnkit;
+using attnkit::tools::UsageError;
+
+int main(int argc, char** argv) {
+  CLI::App app{"", "attn-score"};
+  tools::describe(
+      app,
+      "Attention: scores between queries and keys, softmax weights over the keys, context = weights . values;\n"
+      "and multi-head attention with nn.MultiheadAttention weights (docs/attn-score.md).\n"
+      "Shapes: query [T, D] or [N, T, D], keys/values [S, D] or [N, S, D]. Mask tensors: 1 = attend, 0 = masked.",
+      "  tensor randn --shape 4,3 --seed 1 > h.json && tensor randn --shape 1,3 --seed 2 > s0.json\n"
+      "  attn-score --query s0.json --keys h.json --score dot --pretty\n"
+      "  attn-score --query s0.json --keys h.json --heatmap w.svg --key-labels h1,h2,h3,h4 --query-labels s0\n"
+      "  tensor randn --shape 5,8 --seed 3 | attn-score --self - --split-heads --heads 2 --mask causal\n"
+      "  attn-score --self x.json --heads 8 --weights mha.json --mask causal --need-weights\n"
+      "  lstm-run ... | attn-score --query s0.json --keys -#output\n");
+  tools::OutputOptions out;
+  tools::InputOptions in;
+  int threads = 0;
+  std::string query, keys, values, self, score = "scaled-dot", weights_ref, mask, key_lengths, heatmap;
+  int64_t heads = 0;
+  bool split_heads = false, need_weights = false, per_head = false;
+  std::vector<std::string> query_labels, key_labels;
+  app.add_option("--query", query, "Queries [T, Dq] or [N, T, Dq] (reference PATH[#NAME], - for stdin)");
+  app.add_option("--keys", keys, "Keys [S, Dk] or [N, S, Dk]");
+  app.add_option("--values", values, "Values [S, Dv] or [N, S, Dv] (default: the keys)");
+  app.add_option("--self", self, "Self-attention input X: query = keys = values = X (multi-head forms)");
+  auto* score_opt = app.add_option("--score", score, "Score function: dot, scaled-dot (/sqrt(Dk)), general (q W k), additive (v.tanh(q W_q + k W_k + b))")
+                        ->check(CLI::IsMember({"dot", "scaled-dot", "general", "additive"}))
+                        ->capture_default_str();
+  app.add_option("--weights", weights_ref,
+                 "Weights bundle: W [Dq, Dk] (general); W_q [Dq, A], W_k [Dk, A], v [A], b [A] (additive); "
+                 "nn.MultiheadAttention state_dict (in_proj_weight, out_proj.weight, ...) with --heads");
+  app.add_option("--mask", mask,
+                 "causal (key s visible to query t when s <= t), causal-lower-right (s <= t + S - T), or a reference "
+                 "to a 0/1 tensor [T, S] / [N, T, S] / [N, NH, T, S] with 1 = ATTEND, 0 = masked");
+  app.add_option("--key-lengths", key_lengths, "Valid keys per batch element, [N] integers (padded batches)");
+  app.add_option("--heads", heads, "Multi-head attention with NH heads (needs --weights, or --split-heads)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--split-heads", split_heads, "Multi-head without projections: split Q, K, V into NH equal parts");
+  app.add_flag("--need-weights", need_weights, "Multi-head: add \"weights\" averaged over heads [.., T, S]");
+  app.add_flag("--per-head", per_head, "Multi-head: add \"weights\" per head [.., NH, T, S]");
+  app.add_option("--heatmap", heatmap, "Also write the weights as an SVG heatmap to FILE.svg")->type_name("FILE.svg");
+  app.add_option("--query-labels", query_labels, "Heatmap row labels (comma-separated or several words)")->delimiter(',');
+  app.add_option("--key-labels", key_labels, "Heatmap column labels")->delimiter(',');
+  tools::add_threads_option(app, threads);
+  tools::add_output_options(app, out);
+  tools::add_input_options(app, in);
+
+  return tools::run(app, argc, argv, [&]() -> int {
+    const bool multi = heads > 0 || split_heads || !self.empty();
+    if (!self.empty() && (!query.empty() || !keys.empty() || !values.empty()))
+      throw UsageError("--self X replaces --query, --keys and --values; give one or the other");
+    if (self.empty() && (query.empty() || keys.empty()))
+      throw UsageError("give --query and --keys (or --self X for self-attention)");
+    if (!multi && (need_weights || per_head))
+      throw UsageError("--need-weights and --per-head belong to the multi-head forms (--heads NH); the score form always prints weights");
+    if (need_weights && per_head) throw UsageError("give --need-weights (averaged over heads) or --per-head, not both");
+    if (multi && score_opt->count() && score != "scaled-dot")
+      throw UsageError("the multi-head forms use the scaled-dot score; --score " + score + " needs the score form (no --heads)");
+    if (multi && split_heads && !weights_ref.empty()) throw UsageError("--split-heads uses no projections; drop --weights");
+    if (multi && !split_heads && weights_ref.empty())
+      throw UsageError("multi-head attention needs --weights REF (nn.MultiheadAttention weights), or --split-heads");
+    if (!multi && !weights_ref.empty() && score != "general" && score != "additive")
+      throw UsageError("--weights is for the general and additive scores, or the multi-head forms (--heads NH)");
+    if ((!query_labels.empty() || !key_labels.empty()) && heatmap.empty())
+      throw UsageError("--query-labels and --key-labels label the --heatmap; give --heatmap FILE.svg");
+    set_num_threads(threads);
+
+    io::Sources sources(in.read_options());
+    auto tensor = [&](const std::string& ref, const char* role) { return sources.tensor(ref, role, in.allow_nan); };
+    const std::vector<std::string> refs = {query, keys, values, self, weights_ref, mask, key_lengths};
+    const bool reads_stdin = std::any_of(refs.begin(), refs.end(), [](const std::string& r) { return r.rfind("-", 0) == 0; });
+
+    Tensor shown_weights;  // for the heatmap
+    std::string text = tools::per_record(sources, reads_stdin, out, [&]() -> io::Value {
+      const Tensor q = tensor(self.empty() ? query : self, self.empty() ? "query" : "self");
+      const Tensor k = self.empty() ? tensor(keys, "keys") : q;
+      const Tensor v = !self.empty() ? q : values.empty() ? k : tensor(values, "values");
+      ops::MaskSpec spec;
+      const int64_t N = q.rank() == 3 ? q.dim(0) : 1;
+      if (mask == "causal") spec.causal = ops::CausalKind::UpperLeft;
+      else if (mask == "causal-lower-right") spec.causal = ops::CausalKind::LowerRight;
+      else if (!mask.empty()) spec.mask = tensor(mask, "mask");
+      if (!key_lengths.empty()) spec.key_lengths = ops::key_lengths_from(tensor(key_lengths, "key lengths"), N, "attn-score");
+      io::Value result = io::Value::bundle();
+      if (multi) {
+        nn::MhaOptions o;
+        o.mask = std::move(spec);
+        o.weights = per_head ? nn::HeadWeights::PerHead
+                    : (need_weights || !heatmap.empty()) ? nn::HeadWeights::Averaged
+                                                         : nn::HeadWeights::None;
+        const int64_t nh = heads > 0 ? heads : 1;
+        nn::MhaResult r = split_heads ? nn::split_heads_attention_forward(q, k, v, nh, o)
+                                      : nn::multihead_attention_forward(
+                                            nn::MultiheadAttention::from_bundle(sources.value(weights_ref), nh), q, k, v, o);
+        result.set("output", std::move(r.output));
+        shown_weights = r.weights;
+        if (need_weights || per_head) result.set("weights", std::move(r.weights));
+      } else {
+        ops::AttentionOptions o;
+        o.score = ops::parse_score_kind(score);
+        if (!weights_ref.empty()) o.weights = ops::score_weights_from_bundle(sources.value(weights_ref), o.score, "attention");
+        o.mask = std::move(spec);
+        ops::AttentionResult r = ops::attention_forward(q, k, v, o);
+        shown_weights = r.weights;
+        result.set("scores", std::move(r.scores));
+        result.set("weights", std::move(r.weights));
+        result.set("context", std::move(r.context));
+      }
+      return result;
+    });
+    if (!heatmap.empty()) {
+      io::HeatmapOptions h;
+      h.row_labels = query_labels;
+      h.col_labels = key_labels;
+      io::write_heatmap_svg(heatmap, shown_weights, h);
+    }
+    tools::emit(out, text);
+    return 0;
+  });
+}
