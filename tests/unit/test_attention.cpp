@@ -1,0 +1,381 @@
+// Attention family: golden values from PyTorch (tests/fixtures/gen_attention.py), fast kernels
+// against the naive reference, and properties (permutation equivariance, causality, masked rows).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "attnkit/io/json_reader.hpp"
+#include "attnkit/io/svg_heatmap.hpp"
+#include "attnkit/nn/attention.hpp"
+#include "attnkit/ops/attention.hpp"
+#include "attnkit/ops/softmax.hpp"
+#include "attnkit/tensor/compare.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/random.hpp"
+
+using namespace attnkit;
+
+namespace {
+
+const io::Value& fixtures() {
+  static const io::Value v = io::parse_json(io::read_text(ATTNKIT_FIXTURES "/attention.json"), "attention.json");
+  return v;
+}
+const io::Value& fixture(const char* name) {
+  const io::Value* c = fixtures().find(name);
+  REQUIRE_MESSAGE(c != nullptr, "fixture case " << name);
+  return *c;
+}
+Tensor member(const io::Value& c, const char* name) {
+  const io::Value* v = c.find(name);
+  REQUIRE_MESSAGE((v && v->is_tensor()), "fixture member " << name);
+  return v->tensor();
+}
+bool has(const io::Value& c, const char* name) { return c.find(name) != nullptr; }
+
+void check_close(const Tensor& got, const Tensor& want, const char* what, double rtol = 1e-4, double atol = 2e-5) {
+  Comparison cmp = compare(got, want, Tolerance{rtol, atol});
+  CHECK_MESSAGE(cmp.close, std::string(what) << ": got " << got.shape_str() << " want " << want.shape_str() << ", max abs error "
+                                << cmp.max_abs_error << " at " << shape_str(cmp.max_abs_at) << ", mismatches "
+                                << cmp.mismatches);
+}
+
+bool all_finite(const Tensor& t) {
+  return std::all_of(t.values().begin(), t.values().end(), [](float x) { return std::isfinite(x); });
+}
+
+// The case name says the causal kind (the reader keeps no strings): *causal_lower_right*, *causal*.
+ops::MaskSpec mask_of(const std::string& name, const io::Value& c, int64_t N) {
+  ops::MaskSpec m;
+  if (name.find("causal_lower_right") != std::string::npos) m.causal = ops::CausalKind::LowerRight;
+  else if (name.find("causal") != std::string::npos) m.causal = ops::CausalKind::UpperLeft;
+  if (has(c, "key_lengths")) m.key_lengths = ops::key_lengths_from(member(c, "key_lengths"), N, "test");
+  if (has(c, "mask")) m.mask = member(c, "mask");
+  return m;
+}
+
+struct TileGuard {
+  ops::TileSizes saved = ops::tile_sizes();
+  explicit TileGuard(ops::TileSizes s) { ops::set_tile_sizes(s); }
+  ~TileGuard() { ops::set_tile_sizes(saved); }
+};
+
+}  // namespace
+
+TEST_CASE("softmax and log-softmax: golden values at +-1e4, finite, fully masked rows give zeros") {
+  const io::Value& c = fixture("softmax");
+  const Tensor x = member(c, "x");
+  check_close(ops::softmax_forward(x), member(c, "softmax"), "softmax", 1e-5, 1e-7);
+  check_close(ops::softmax_naive(x), member(c, "softmax"), "softmax_naive", 1e-5, 1e-7);
+  check_close(ops::log_softmax_forward(x), member(c, "log_softmax"), "log_softmax", 1e-5, 1e-3);
+  check_close(ops::log_softmax_naive(x), member(c, "log_softmax"), "log_softmax_naive", 1e-5, 1e-3);
+  CHECK(all_finite(ops::softmax_forward(x)));
+  CHECK(all_finite(ops::log_softmax_forward(x)));
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor masked({2, 3}, {-inf, -inf, -inf, 1.0f, -inf, 1.0f});
+  ops::SoftmaxStats st;
+  Tensor y = ops::softmax_forward(masked, &st);
+  CHECK(y.values() == std::vector<float>{0, 0, 0, 0.5f, 0, 0.5f});
+  CHECK(st.row_sum[0] == 0.0f);
+  CHECK(st.row_max[1] == 1.0f);
+  CHECK(ops::softmax_naive(masked).values() == y.values());
+}
+
+TEST_CASE("attention_forward: PyTorch golden scores, weights and context for every score and mask kind") {
+  for (const char* name : {"sdpa_plain", "dot_plain", "sdpa_causal_square", "sdpa_causal_wide", "sdpa_causal_lower_right",
+                           "sdpa_causal_lower_right_tall", "sdpa_key_lengths", "sdpa_explicit", "general", "additive",
+                           "additive_key_lengths"}) {
+    const std::string case_name = name;
+    CAPTURE(case_name);
+    const io::Value& c = fixture(name);
+    const Tensor q = member(c, "q"), k = member(c, "k"), v = member(c, "v");
+    ops::AttentionOptions o;
+    o.score = case_name.rfind("dot", 0) == 0        ? ops::ScoreKind::Dot
+              : case_name.rfind("general", 0) == 0  ? ops::ScoreKind::General
+              : case_name.rfind("additive", 0) == 0 ? ops::ScoreKind::Additive
+                                                    : ops::ScoreKind::ScaledDot;
+    if (has(c, "W")) o.weights.W = member(c, "W");
+    if (has(c, "W_q")) o.weights.W_q = member(c, "W_q"), o.weights.W_k = member(c, "W_k"),
+                       o.weights.v = member(c, "v_att"), o.weights.b = member(c, "b");
+    o.mask = mask_of(case_name, c, q.dim(0));
+    for (int impl = 0; impl < 3; ++impl) {
+      CAPTURE(impl);
+      o.keep = impl == 1 ? ops::KeepWeights::No : ops::KeepWeights::Yes;
+      ops::AttentionResult r = impl == 2 ? ops::attention_forward_naive(q, k, v, o) : ops::attention_forward(q, k, v, o);
+      check_close(r.context, member(c, "context"), "context");
+      CHECK(all_finite(r.context));
+      if (impl != 1) {
+        check_close(r.scores, member(c, "scores"), "scores");
+        check_close(r.weights, member(c, "weights"), "weights");
+      }
+    }
+    // unbatched [T, D] gives the first batch element's results
+    ops::AttentionOptions o1 = o;
+    if (!o1.mask.key_lengths.empty()) o1.mask.key_lengths.resize(1);
+    if (!o1.mask.mask.empty() && o1.mask.mask.rank() == 3) {
+      Tensor m0({o1.mask.mask.dim(1), o1.mask.mask.dim(2)});
+      std::copy(o1.mask.mask.data(), o1.mask.mask.data() + m0.numel(), m0.data());
+      o1.mask.mask = m0;
+    }
+    auto first = [](const Tensor& t) {
+      Tensor r(Shape(t.shape().begin() + 1, t.shape().end()));
+      std::copy(t.data(), t.data() + r.numel(), r.data());
+      return r;
+    };
+    ops::AttentionResult r1 = ops::attention_forward(first(q), first(k), first(v), o1);
+    check_close(r1.context, first(member(c, "context")), "unbatched context");
+  }
+}
+
+TEST_CASE("multi-head attention: PyTorch nn.MultiheadAttention golden outputs and weights") {
+  for (const char* name : {"mha_self", "mha_self_causal", "mha_self_padding", "mha_cross", "mha_cross_padding",
+                           "mha_cross_kvdim", "mha_per_head_mask", "mha_unbatched"}) {
+    const std::string case_name = name;
+    CAPTURE(case_name);
+    const io::Value& c = fixture(name);
+    const Tensor q = member(c, "query"), k = member(c, "key"), v = member(c, "value");
+    const int64_t NH = static_cast<int64_t>(member(c, "heads")[0]);
+    nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(*c.find("state"), NH);
+    nn::MhaOptions o;
+    o.mask = mask_of(case_name, c, q.rank() == 3 ? q.dim(0) : 1);
+    for (auto hw : {nn::HeadWeights::None, nn::HeadWeights::Averaged, nn::HeadWeights::PerHead}) {
+      o.weights = hw;
+      nn::MhaResult r = nn::multihead_attention_forward(m, q, k, v, o);
+      check_close(r.output, member(c, "output"), "output");
+      if (hw == nn::HeadWeights::None) CHECK(r.weights.empty());
+      if (hw == nn::HeadWeights::Averaged) check_close(r.weights, member(c, "weights_avg"), "averaged weights");
+      if (hw == nn::HeadWeights::PerHead) check_close(r.weights, member(c, "weights_per_head"), "per-head weights");
+      nn::MhaResult rn = nn::multihead_attention_forward_naive(m, q, k, v, o);
+      check_close(rn.output, member(c, "output"), "naive output");
+    }
+  }
+}
+
+TEST_CASE("tiled and full kernels match the naive reference on random sizes, ragged tiles and every mask") {
+  Rng rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    CAPTURE(trial);
+    const int64_t N = 1 + rng.next_u32() % 2, T = 1 + rng.next_u32() % 19, S = 1 + rng.next_u32() % 23;
+    const int64_t D = 1 + rng.next_u32() % 9, Dv = 1 + rng.next_u32() % 7;
+    const Tensor q = rand_normal({N, T, D}, rng, 0, 2), k = rand_normal({N, S, D}, rng, 0, 2), v = rand_normal({N, S, Dv}, rng);
+    ops::AttentionOptions o;
+    o.score = trial % 2 ? ops::ScoreKind::ScaledDot : ops::ScoreKind::Dot;
+    const int kind = trial % 5;
+    if (kind == 1) o.mask.causal = ops::CausalKind::UpperLeft;
+    if (kind == 2) o.mask.causal = ops::CausalKind::LowerRight;
+    if (kind == 3)
+      for (int64_t n = 0; n < N; ++n) o.mask.key_lengths.push_back(rng.next_u32() % (S + 1));
+    if (kind == 4) {
+      o.mask.mask = Tensor({N, T, S});
+      for (auto& x : o.mask.mask.values()) x = rng.uniform() < 0.6f ? 1.0f : 0.0f;
+      o.mask.causal = ops::CausalKind::UpperLeft;
+    }
+    CAPTURE(N);
+    CAPTURE(T);
+    CAPTURE(S);
+    CAPTURE(D);
+    CAPTURE(kind);
+    const ops::AttentionResult ref = ops::attention_forward_naive(q, k, v, o);
+    TileGuard tiles({1 + rng.next_u32() % 6, 1 + rng.next_u32() % 7});
+    o.keep = ops::KeepWeights::No;
+    const ops::AttentionResult tiled = ops::attention_forward(q, k, v, o);
+    check_close(tiled.context, ref.context, "tiled context");
+    check_close(tiled.row_logsumexp, ref.row_logsumexp, "tiled row log-sum-exp");
+    o.keep = ops::KeepWeights::Yes;
+    const ops::AttentionResult full = ops::attention_forward(q, k, v, o);
+    check_close(full.context, ref.context, "full context");
+    check_close(full.weights, ref.weights, "full weights");
+    check_close(full.scores, ref.scores, "full scores");
+    check_close(full.row_logsumexp, ref.row_logsumexp, "full row log-sum-exp");
+    CHECK(all_finite(tiled.context));
+  }
+}
+
+TEST_CASE("tiled multi-head kernel matches the naive reference with large ragged tiles") {
+  Rng rng(11);
+  const int64_t N = 2, T = 300, S = 277, E = 16, NH = 4;
+  io::Value w = io::Value::bundle();
+  w.set("in_proj_weight", rand_normal({3 * E, E}, rng, 0, 0.3f));
+  w.set("in_proj_bias", rand_normal({3 * E}, rng, 0, 0.1f));
+  w.set("out_proj.weight", rand_normal({E, E}, rng, 0, 0.3f));
+  w.set("out_proj.bias", rand_normal({E}, rng, 0, 0.1f));
+  nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, NH);
+  const Tensor q = rand_normal({N, T, E}, rng), k = rand_normal({N, S, E}, rng), v = rand_normal({N, S, E}, rng);
+  nn::MhaOptions o;
+  o.mask.causal = ops::CausalKind::LowerRight;
+  o.mask.key_lengths = {277, 150};
+  const nn::MhaResult ref = nn::multihead_attention_forward_naive(m, q, k, v, o);
+  for (ops::TileSizes ts : {ops::TileSizes{128, 256}, ops::TileSizes{33, 61}, ops::TileSizes{300, 1000}}) {
+    TileGuard g(ts);
+    check_close(nn::multihead_attention_forward(m, q, k, v, o).output, ref.output, "tiled MHA output");
+  }
+}
+
+TEST_CASE("self-attention without positional encoding is permutation equivariant") {
+  Rng rng(3);
+  const int64_t T = 7, E = 8;
+  io::Value w = io::Value::bundle();
+  w.set("in_proj_weight", rand_normal({3 * E, E}, rng, 0, 0.4f));
+  w.set("out_proj.weight", rand_normal({E, E}, rng, 0, 0.4f));
+  nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, 2);
+  const Tensor x = rand_normal({T, E}, rng);
+  std::vector<int64_t> perm(T);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::reverse(perm.begin(), perm.end());
+  std::swap(perm[1], perm[4]);
+  Tensor xp({T, E});
+  for (int64_t i = 0; i < T; ++i) std::copy(x.data() + perm[i] * E, x.data() + (perm[i] + 1) * E, xp.data() + i * E);
+  const Tensor y = nn::multihead_attention_forward(m, x, x, x, {}).output;
+  const Tensor yp = nn::multihead_attention_forward(m, xp, xp, xp, {}).output;
+  Tensor y_permuted({T, E});
+  for (int64_t i = 0; i < T; ++i) std::copy(y.data() + perm[i] * E, y.data() + (perm[i] + 1) * E, y_permuted.data() + i * E);
+  check_close(yp, y_permuted, "f(P X) = P f(X)", 1e-5, 1e-6);
+}
+
+TEST_CASE("a causal mask makes output row t independent of the inputs after t") {
+  Rng rng(5);
+  const int64_t T = 9, E = 8;
+  io::Value w = io::Value::bundle();
+  w.set("in_proj_weight", rand_normal({3 * E, E}, rng, 0, 0.4f));
+  w.set("out_proj.weight", rand_normal({E, E}, rng, 0, 0.4f));
+  nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, 4);
+  nn::MhaOptions o;
+  o.mask.causal = ops::CausalKind::UpperLeft;
+  const Tensor x = rand_normal({1, T, E}, rng);
+  const Tensor y = nn::multihead_attention_forward(m, x, x, x, o).output;
+  for (int64_t t = 0; t + 1 < T; ++t) {
+    Tensor x2 = x;
+    for (int64_t i = (t + 1) * E; i < T * E; ++i) x2[i] += 10.0f * rng.normal();
+    const Tensor y2 = nn::multihead_attention_forward(m, x2, x2, x2, o).output;
+    for (int64_t i = 0; i < (t + 1) * E; ++i) REQUIRE_MESSAGE(y2[i] == y[i], "row " << i / E << " changed, t = " << t);
+    bool later_changed = false;
+    for (int64_t i = (t + 1) * E; i < T * E; ++i) later_changed |= y2[i] != y[i];
+    CHECK(later_changed);
+  }
+}
+
+TEST_CASE("a query whose keys are all masked gets zero weights and a zero context, never NaN") {
+  Rng rng(9);
+  const Tensor q = rand_normal({2, 3, 4}, rng), k = rand_normal({2, 5, 4}, rng), v = rand_normal({2, 5, 3}, rng);
+  for (auto keep : {ops::KeepWeights::Yes, ops::KeepWeights::No}) {
+    ops::AttentionOptions o;
+    o.keep = keep;
+    o.mask.key_lengths = {0, 5};
+    o.mask.mask = Tensor::filled({3, 5}, 1.0f);
+    for (int64_t s = 0; s < 5; ++s) o.mask.mask[2 * 5 + s] = 0.0f;  // query 2 masked everywhere
+    for (int naive = 0; naive < 2; ++naive) {
+      ops::AttentionResult r = naive ? ops::attention_forward_naive(q, k, v, o) : ops::attention_forward(q, k, v, o);
+      CHECK(all_finite(r.context));
+      for (int64_t j = 0; j < 3 * 3; ++j) CHECK(r.context[j] == 0.0f);  // batch 0: no keys at all
+      for (int64_t j = 0; j < 3; ++j) CHECK(r.context[(3 + 2) * 3 + j] == 0.0f);  // batch 1, query 2
+      CHECK(r.context[3 * 3] != 0.0f);
+      if (!r.weights.empty()) {
+        for (int64_t s = 0; s < 5; ++s) CHECK(r.weights[(3 + 2) * 5 + s] == 0.0f);
+        CHECK(std::isinf(r.scores[0]));
+      }
+    }
+  }
+  // the additive score too
+  ops::AttentionOptions o;
+  o.score = ops::ScoreKind::Additive;
+  o.weights.W_q = rand_normal({4, 6}, rng), o.weights.W_k = rand_normal({4, 6}, rng), o.weights.v = rand_normal({6}, rng);
+  o.mask.key_lengths = {0, 2};
+  for (auto keep : {ops::KeepWeights::Yes, ops::KeepWeights::No}) {
+    o.keep = keep;
+    ops::AttentionResult r = ops::attention_forward(q, k, v, o);
+    check_close(r.context, ops::attention_forward_naive(q, k, v, o).context, "additive context");
+    for (int64_t j = 0; j < 9; ++j) CHECK(r.context[j] == 0.0f);
+  }
+}
+
+TEST_CASE("split-heads attention = scaled-dot attention on each column block, concatenated") {
+  Rng rng(13);
+  const int64_t N = 2, T = 4, S = 6, D = 6, Dv = 9, NH = 3;
+  const Tensor q = rand_normal({N, T, D}, rng), k = rand_normal({N, S, D}, rng), v = rand_normal({N, S, Dv}, rng);
+  nn::MhaOptions o;
+  o.weights = nn::HeadWeights::PerHead;
+  o.mask.causal = ops::CausalKind::LowerRight;
+  const nn::MhaResult r = nn::split_heads_attention_forward(q, k, v, NH, o);
+  REQUIRE(r.output.shape() == Shape{N, T, Dv});
+  REQUIRE(r.weights.shape() == Shape{N, NH, T, S});
+  auto block = [](const Tensor& x, int64_t h, int64_t w) {
+    Tensor b({x.dim(0), x.dim(1), w});
+    for (int64_t r = 0; r < x.dim(0) * x.dim(1); ++r)
+      std::copy(x.data() + r * x.dim(2) + h * w, x.data() + r * x.dim(2) + (h + 1) * w, b.data() + r * w);
+    return b;
+  };
+  for (int64_t h = 0; h < NH; ++h) {
+    ops::AttentionOptions ao;
+    ao.mask.causal = ops::CausalKind::LowerRight;
+    ops::AttentionResult a = ops::attention_forward_naive(block(q, h, D / NH), block(k, h, D / NH), block(v, h, Dv / NH), ao);
+    check_close(block(r.output, h, Dv / NH), a.context, "head context");
+  }
+  o.weights = nn::HeadWeights::None;
+  check_close(nn::split_heads_attention_forward(q, k, v, NH, o).output, r.output, "tiled split heads");
+}
+
+TEST_CASE("documents' weight form W_Q, W_K, W_V: single-head self-attention Q = X W_Q") {
+  Rng rng(17);
+  const int64_t T = 5, D = 4, Dk = 3, Dv = 2;
+  io::Value w = io::Value::bundle();
+  const Tensor WQ = rand_normal({D, Dk}, rng), WK = rand_normal({D, Dk}, rng), WV = rand_normal({D, Dv}, rng);
+  w.set("W_Q", WQ).set("W_K", WK).set("W_V", WV);
+  const Tensor x = rand_normal({T, D}, rng);
+  nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, 1);
+  const Tensor y = nn::multihead_attention_forward(m, x, x, x, {}).output;
+  auto mm = [](const Tensor& a, const Tensor& b) {
+    Tensor c({a.dim(0), b.dim(1)});
+    for (int64_t i = 0; i < a.dim(0); ++i)
+      for (int64_t j = 0; j < b.dim(1); ++j)
+        for (int64_t l = 0; l < a.dim(1); ++l) c[i * b.dim(1) + j] += a[i * a.dim(1) + l] * b[l * b.dim(1) + j];
+    return c;
+  };
+  ops::AttentionResult ref = ops::attention_forward_naive(mm(x, WQ), mm(x, WK), mm(x, WV), {});
+  check_close(y, ref.context, "X W_Q attention");
+}
+
+TEST_CASE("bad input: messages name the tensors, their shapes and what was expected") {
+  Rng rng(1);
+  const Tensor q = rand_normal({3, 8}, rng), k = rand_normal({4, 16}, rng), v = rand_normal({4, 2}, rng);
+  CHECK_THROWS_WITH_AS(ops::attention_forward(q, k, v, {}),
+                       doctest::Contains("keys [4, 16] and query [3, 8] disagree on the feature size"), Error);
+  ops::AttentionOptions o;
+  o.mask.mask = Tensor::filled({3, 5}, 1.0f);
+  CHECK_THROWS_WITH_AS(ops::attention_forward(q, rand_normal({4, 8}, rng), v, o),
+                       doctest::Contains("mask has shape [3, 5], expected [T, S] = [3, 4]"), Error);
+  o.mask.mask = Tensor::filled({3, 4}, 2.0f);
+  CHECK_THROWS_WITH_AS(ops::attention_forward(q, rand_normal({4, 8}, rng), v, o),
+                       doctest::Contains("expected 0 (masked) or 1 (attend)"), Error);
+  io::Value w = io::Value::bundle();
+  w.set("in_proj_weight", Tensor({24, 8})).set("out_proj.weight", Tensor({8, 8}));
+  CHECK_THROWS_WITH_AS(nn::MultiheadAttention::from_bundle(w, 3), doctest::Contains("NH = 3 heads do not divide the embedding size E = 8"), Error);
+  w.set("out_proj.weight", Tensor({8, 7}));
+  CHECK_THROWS_WITH_AS(nn::MultiheadAttention::from_bundle(w, 2),
+                       doctest::Contains("out_proj.weight has shape [8, 7], expected [E, E] = [8, 8]"), Error);
+  w.set("in_proj_weight", Tensor({24, 7}));
+  CHECK_THROWS_WITH_AS(nn::MultiheadAttention::from_bundle(w, 2), doctest::Contains("in_proj_weight has shape [24, 7], expected [3E, E]"), Error);
+  o = {};
+  o.score = ops::ScoreKind::General;
+  o.weights.W = Tensor({8, 7});
+  CHECK_THROWS_WITH_AS(ops::attention_forward(q, rand_normal({4, 8}, rng), v, o),
+                       doctest::Contains("W has shape [8, 7], expected [Dq, Dk] = [8, 8]"), Error);
+  CHECK_THROWS_WITH_AS(nn::split_heads_attention_forward(q, rand_normal({4, 8}, rng), v, 3, {}),
+                       doctest::Contains("NH = 3 heads do not divide"), Error);
+}
+
+TEST_CASE("SVG heatmap: labelled, escaped, one panel per matrix") {
+  Tensor w({2, 2, 3}, {0.1f, 0.2f, 0.7f, 1, 0, 0, 0.3f, 0.3f, 0.4f, 0, 0.5f, 0.5f});
+  io::HeatmapOptions o;
+  o.row_labels = {"s0", "s<1>"};
+  o.col_labels = {"h1", "h2", "h3"};
+  const std::string svg = io::heatmap_svg(w, o);
+  CHECK(svg.rfind("<?xml", 0) == 0);
+  CHECK(svg.find("</svg>") != std::string::npos);
+  CHECK(svg.find(">h3</text>") != std::string::npos);
+  CHECK(svg.find("s&lt;1&gt;") != std::string::npos);
+  CHECK(svg.find("n = 1") != std::string::npos);
+  o.col_labels = {"h1"};
+  CHECK_THROWS_AS(io::heatmap_svg(w, o), Error);
+}
