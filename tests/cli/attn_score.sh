@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# attn-score end to end: score forms, masks, multi-head, pipes from `tensor`, heatmap, and the
+# error contract (exit 1 bad input / 2 usage, message on stderr, nothing on stdout).
+set -euo pipefail
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+cd "$work"
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# expect_error STATUS "message part" -- command...
+expect_error() {
+  local want="$1" msg="$2"; shift 2
+  local status=0
+  "$@" >out.txt 2>err.txt || status=$?
+  [[ "$status" == "$want" ]] || fail "$* exited $status, expected $want ($(cat err.txt))"
+  [[ ! -s out.txt ]] || fail "$* wrote to stdout on failure: $(head -c 200 out.txt)"
+  grep -qF -- "$msg" err.txt || fail "$*: stderr lacks \"$msg\": $(cat err.txt)"
+}
+
+# --- the documents' example: s0 against h1..h4 (dot score), values default to keys
+echo '[[1, 0, 1]]' > s0.json
+echo '[[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]]' > h.json
+attn-score --query s0.json --keys h.json --score dot > r.json
+tensor get r.json#scores | grep -qx '\[\[1,0,1,2\]\]' || fail "dot scores: $(cat r.json)"
+# weights = softmax([1, 0, 1, 2]) checked independently with awk
+tensor get r.json#weights --format flat > w.json
+awk 'BEGIN { s = exp(1) + exp(0) + exp(1) + exp(2); printf "%.6f %.6f %.6f %.6f\n", exp(1)/s, 1/s, exp(1)/s, exp(2)/s }' > want.txt
+tr -d '{}[]"a-z:' < w.json | tr ',' '\n' | tail -4 | awk '{ printf "%.6f ", $1 } END { print "" }' | sed 's/ $//' > got.txt
+diff -q want.txt got.txt >/dev/null || fail "weights $(cat got.txt) != $(cat want.txt)"
+
+# --- a pipe from tensor, references to stdin read once (-#name twice)
+tensor randn --shape 2,5,4 --seed 3 > x.json
+tensor pack output=x.json > bundle.json
+cat bundle.json | attn-score --query x.json --keys -#output --values -#output --mask causal > a.json
+attn-score --query x.json --keys x.json --mask causal > b.json
+tensor diff a.json b.json --quiet || fail "stdin keys differ from file keys"
+tensor randn --shape 5,8 --seed 3 | attn-score --self - --split-heads --heads 2 --per-head > sh.json
+tensor get sh.json#weights | tensor show - | grep -q 'shape=\[2, 5, 5\]' || fail "per-head weights shape"
+attn-score --self x.json --split-heads --heads 2 > sh2.json
+tensor show sh2.json#output | grep -q 'shape=\[2, 5, 4\]' || fail "split-heads output shape"
+# no weights without --need-weights / --per-head (the long-sequence path)
+attn-score --self x.json --split-heads --heads 2 | grep -q '"weights"' && fail "weights printed without --need-weights"
+
+# causal-lower-right: the last query sees every key
+tensor randn --shape 2,4 --seed 1 > q2.json
+tensor randn --shape 5,4 --seed 2 > k5.json
+attn-score --query q2.json --keys k5.json --mask causal-lower-right > lr_all.json
+tensor get lr_all.json#weights --format flat > lr.json
+grep -q '"data":\[[^]]*,0,[^]]*\]' lr.json || fail "lower-right should mask the first query's last key: $(cat lr.json)"
+
+# explicit mask (1 = attend) and key lengths; a fully masked row gives zeros, not NaN
+echo '[[1, 1, 0, 0, 0], [0, 0, 0, 0, 0]]' > m.json
+attn-score --query q2.json --keys k5.json --mask m.json > mm.json
+tensor get mm.json#context | grep -q '\[0,0,0,0\]\]$' || fail "fully masked row: $(tensor get mm.json#context)"
+grep -q NaN mm.json && fail "NaN in output"
+tensor randn --shape 2,3,4 --seed 5 > q3.json
+echo '[5, 2]' > len.json
+attn-score --query q3.json --keys x.json --key-lengths len.json > kl.json
+tensor get kl.json#weights --format flat | grep -q '"shape":\[2,3,5\]' || fail "key lengths"
+
+# multi-head with nn.MultiheadAttention weights from the golden fixtures
+fx="$ATTNKIT_SOURCE/tests/fixtures/attention.json"
+attn-score --self "$fx#mha_self/query" --heads 2 --weights "$fx#mha_self/state" --need-weights > mha.json
+tensor diff mha.json#output "$fx#mha_self/output" --rtol 1e-4 --atol 1e-5 -q || fail "mha output vs PyTorch"
+tensor diff mha.json#weights "$fx#mha_self/weights_avg" --rtol 1e-4 --atol 1e-5 -q || fail "mha weights vs PyTorch"
+attn-score --query "$fx#mha_cross_kvdim/query" --keys "$fx#mha_cross_kvdim/key" --values "$fx#mha_cross_kvdim/value" \
+  --heads 2 --weights "$fx#mha_cross_kvdim/state" --per-head > cross.json
+tensor diff cross.json#output "$fx#mha_cross_kvdim/output" --rtol 1e-4 --atol 1e-5 -q || fail "cross kdim/vdim output"
+tensor diff cross.json#weights "$fx#mha_cross_kvdim/weights_per_head" --rtol 1e-4 --atol 1e-5 -q || fail "per-head weights"
+attn-score --self "$fx#mha_self_causal/query" --heads 2 --weights "$fx#mha_self_causal/state" --mask causal > c.json
+tensor diff c.json#output "$fx#mha_self_causal/output" --rtol 1e-4 --atol 1e-5 -q || fail "causal mha"
+
+# general and additive scores against the fixtures
+attn-score --query "$fx#general/q" --keys "$fx#general/k" --values "$fx#general/v" --score general --weights "$fx#general" > g.json
+tensor diff g.json#context "$fx#general/context" --rtol 1e-4 --atol 1e-5 -q || fail "general context"
+tensor pack W_q="$fx#additive/W_q" W_k="$fx#additive/W_k" v="$fx#additive/v_att" b="$fx#additive/b" > add_w.json
+attn-score --query "$fx#additive/q" --keys "$fx#additive/k" --values "$fx#additive/v" --score additive --weights add_w.json > ad.json
+tensor diff ad.json#weights "$fx#additive/weights" --rtol 1e-4 --atol 1e-5 -q || fail "additive weights"
+
+# heatmap: written, well formed, labelled
+attn-score --query s0.json --keys h.json --score dot --heatmap w.svg --query-labels s0 --key-labels h1,h2,h3,h4 > /dev/null
+[[ -s w.svg ]] || fail "heatmap not written"
+grep -q '</svg>' w.svg && grep -q '>h4</text>' w.svg && grep -q '>s0</text>' w.svg || fail "heatmap content"
+if command -v xmllint > /dev/null; then xmllint --noout w.svg || fail "heatmap is not well-formed XML"; fi
+attn-score --self x.json --split-heads --heads 2 --heatmap heads.svg > /dev/null
+grep -q 'n = 1' heads.svg || fail "multi-head heatmap panels"
+
+# -o writes atomically; --threads accepted
+attn-score --query s0.json --keys h.json -o out.json --threads 1
+[[ -s out.json ]] || fail "-o"
+
+# --- bad input: exit 1, message, empty stdout
+echo '[[1, 2]]' > q2d.json
+expect_error 1 "keys [4, 3] and query [1, 2] disagree on the feature size" attn-score --query q2d.json --keys h.json
+echo '[[1, 1, 1]]' > mbad.json
+expect_error 1 "mask has shape [1, 3], expected [T, S] = [1, 4]" attn-score --query s0.json --keys h.json --mask mbad.json
+expect_error 1 "NH = 3 heads do not divide" attn-score --self x.json --split-heads --heads 3
+expect_error 1 "NH = 3 heads do not divide the embedding size E = 8" attn-score --self "$fx#mha_self/query" --heads 3 --weights "$fx#mha_self/state"
+echo '{"in_proj_weight": [[1, 0], [0, 1]]}' > badw.json
+expect_error 1 "in_proj_weight has shape [2, 2], expected [3E, E]" attn-score --self x.json --heads 1 --weights badw.json
+echo '{"W_q": [[1]]}' > addw.json
+expect_error 1 "needs weights member W_k" attn-score --query s0.json --keys h.json --score additive --weights addw.json
+expect_error 1 "the general score needs a weight W" attn-score --query s0.json --keys h.json --score general
+echo '[1, 2, 3]' > len3.json
+expect_error 1 "key lengths have shape [3], expected [N] = [2]" attn-score --query q3.json --keys x.json --key-lengths len3.json
+expect_error 1 "no-such.json" attn-score --query no-such.json --keys h.json
+
+# --- usage errors: exit 2
+expect_error 2 "needs --weights" attn-score --self x.json --heads 2
+expect_error 2 "give --query and --keys" attn-score --query s0.json
+expect_error 2 "--self X replaces" attn-score --self x.json --query s0.json --keys h.json
+expect_error 2 "--score" attn-score --query s0.json --keys h.json --score cosine
+expect_error 2 "belong to the multi-head forms" attn-score --query s0.json --keys h.json --need-weights
+expect_error 2 "--weights is for" attn-score --query s0.json --keys h.json --weights addw.json
+
+attn-score --help | grep -q "1 = attend" || fail "--help states the mask polarity"
+attn-score --version | grep -q attnkit || fail "--version"
+
+if (( fails )); then echo "$fails failure(s)" >&2; exit 1; fi
+echo "attn-score: all checks passed"
