@@ -1,0 +1,123 @@
+// Recurrent layers: stacked, optionally bidirectional RNN / LSTM / GRU over padded batches, with
+// weights in PyTorch's state_dict layout or the documents' (CS231n) layout (docs/lstm-run.md).
+//
+// Legend: N batch, T time steps, D input size, H hidden size, L layers, dirs 1 or 2, G gates.
+//
+// Weights are converted once, at load, into the internal layout: W_ih^T [D_k, G*H] and W_hh^T
+// [H, G*H] with the columns in ops' blocked order, one bias row folding b_ih + b_hh (GRU keeps b_hn
+// apart). The canonical PyTorch-layout tensors are kept for saving and for the reference cells.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnkit/io/value.hpp"
+#include "attnkit/ops/recurrent.hpp"
+#include "attnkit/tensor/random.hpp"
+#include "attnkit/tensor/tensor.hpp"
+
+namespace attnkit::nn {
+
+using ops::CellKind;
+
+// torch:  weight_ih_l{k}[_reverse] [G*H, D_k], weight_hh_l{k} [G*H, H], bias_ih_l{k} [G*H],
+//         bias_hh_l{k} [G*H]; LSTM gates i, f, g, o; GRU r, z, n. Biases optional (bias=False).
+// cs231n: Wx [D, G*H], Wh [H, G*H], b [G*H] for layer 0; Wx_l{k}, Wh_l{k}, b_l{k} deeper;
+//         *_reverse for the backward direction; LSTM gates i, f, o, g. RNN and LSTM only.
+enum class WeightLayout { Torch, Cs231n };
+const char* layout_name(WeightLayout layout);
+
+struct RecurrentConfig {
+  CellKind cell = CellKind::Lstm;
+  int64_t input_size = 0;   // D
+  int64_t hidden_size = 0;  // H
+  int layers = 1;           // L
+  bool bidirectional = false;
+  int directions() const { return bidirectional ? 2 : 1; }
+};
+
+// One layer and direction in PyTorch's layout.
+struct DirectionWeights {
+  Tensor w_ih;  // [G*H, D_k]   D_0 = D, D_k = dirs*H for k > 0
+  Tensor w_hh;  // [G*H, H]
+  Tensor b_ih;  // [G*H]
+  Tensor b_hh;  // [G*H]
+};
+
+struct RunOptions {
+  int threads = 1;          // threads for the GEMMs and the time loop (0: one per core)
+  bool trace = false;       // keep the first layer's per-step values (RecurrentResult::trace)
+  bool keep_cache = false;  // keep every layer's RecurrentCache (for a backward pass)
+  // A time loop uses a second thread only with this many multiply-adds a step per thread (a
+  // barrier a step costs about a microsecond); tests set 1 to exercise the threaded loop.
+  int64_t min_macs_per_thread = int64_t(1) << 18;
+};
+
+struct RecurrentInputs {
+  const Tensor* x = nullptr;           // [N, T, D]
+  const Tensor* h0 = nullptr;          // [L*dirs, N, H] or nullptr (zeros)
+  const Tensor* c0 = nullptr;          // LSTM: [L*dirs, N, H] or nullptr (zeros)
+  const std::vector<int64_t>* lengths = nullptr;  // [N], 0 <= length <= T, or nullptr (all T)
+};
+
+struct RecurrentResult {
+  Tensor output;  // [N, T, dirs*H] the last layer's h at every step (zero past a sequence's length)
+  Tensor h_n;     // [L*dirs, N, H] the state at each sequence's last real step
+  Tensor c_n;     // [L*dirs, N, H] LSTM only
+  // Index layer*dirs + dir. With keep_cache every layer; with only trace, the first layer's.
+  std::vector<ops::RecurrentCache> caches;
+};
+
+class Recurrent {
+ public:
+  // From a bundle of named weight tensors. Throws attnkit::Error naming each missing or misshapen
+  // weight with its shape and the expected one.
+  static Recurrent from_bundle(const io::Value& bundle, CellKind cell, WeightLayout layout);
+  // PyTorch's initialisation: every weight and bias U(-1/sqrt(H), 1/sqrt(H)), drawn in state_dict order.
+  static Recurrent random(const RecurrentConfig& config, Rng& rng);
+  explicit Recurrent(RecurrentConfig config, std::vector<DirectionWeights> weights);
+
+  const RecurrentConfig& config() const { return config_; }
+  const std::vector<DirectionWeights>& weights() const { return weights_; }  // index layer*dirs + dir
+  // The weights as a bundle in either layout (cs231n folds b_hh into b).
+  io::Value to_bundle(WeightLayout layout) const;
+
+  // Runs the stack over x [N, T, D]. Throws attnkit::Error on shapes that disagree.
+  RecurrentResult forward(const RecurrentInputs& inputs, const RunOptions& options = {}) const;
+
+  struct Packed {  // internal layout (see the top of this file)
+    Tensor wx;    // [D_k, G*H] blocked columns
+    Tensor wh;    // [H, G*H] blocked columns
+    Tensor bias;  // [G*H] blocked: b_ih + b_hh (GRU's n part: b_in only)
+    Tensor b_hn;  // [H] GRU
+  };
+
+ private:
+  RecurrentConfig config_;
+  std::vector<DirectionWeights> weights_;
+  std::vector<Packed> packed_;
+};
+
+// The documents' trace of one direction of the first layer, batch-first: a [N, T, G*H] in the
+// layout's gate order; LSTM i, f, o, g, c, h; GRU r, z, n, h; RNN h — each [N, T, H]. Every value
+// of a padded step (t >= lengths[n]) is zero.
+io::Value trace_bundle(const ops::RecurrentCache& cache, CellKind cell, WeightLayout layout,
+                       const std::vector<int64_t>* lengths = nullptr);
+
+// What lstm-run computes: x [N, T, D] or [T, D] (then N is dropped from every shape in and out,
+// h0 and c0 are [L*dirs, H]) -> {output, h_n, c_n (LSTM), trace (+ trace_reverse) with --trace}.
+struct SequenceRequest {
+  Tensor x;
+  const Tensor* h0 = nullptr;
+  const Tensor* c0 = nullptr;
+  const Tensor* lengths = nullptr;
+  bool trace = false;
+  int threads = 1;
+  WeightLayout layout = WeightLayout::Torch;  // the gate order of the trace's `a`
+};
+io::Value run_sequence(const Recurrent& model, const SequenceRequest& request);
+
+// Integer lengths from a tensor of N values (each an integer in [0, T]); `what` names it in messages.
+std::vector<int64_t> lengths_from_tensor(const Tensor& t, int64_t batch, int64_t steps, const std::string& what);
+
+}  // namespace attnkit::nn

@@ -1,0 +1,236 @@
+// Recurrent cell kernels (legend and equations in recurrent.hpp).
+// GCC 12 reports false "may be used uninitialized" inside Eigen's AVX-512 packet code.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include "attnkit/ops/recurrent.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "attnkit/tensor/eigen_bridge.hpp"
+#include "attnkit/tensor/error.hpp"
+
+namespace attnkit::ops {
+
+int gate_count(CellKind cell) {
+  switch (cell) {
+    case CellKind::Lstm: return 4;
+    case CellKind::Gru: return 3;
+    default: return 1;
+  }
+}
+
+const char* cell_name(CellKind cell) {
+  switch (cell) {
+    case CellKind::RnnTanh: return "rnn";
+    case CellKind::RnnRelu: return "rnn-relu";
+    case CellKind::Lstm: return "lstm";
+    case CellKind::Gru: return "gru";
+  }
+  return "?";
+}
+
+int64_t blocked_column(int64_t unit, int gate, int64_t hidden, int gates) {
+  int64_t start = unit / kUnitBlock * kUnitBlock;
+  int64_t width = std::min(kUnitBlock, hidden - start);
+  return gates * start + gate * width + (unit - start);
+}
+
+namespace {
+
+// A full block is a fixed-size array (one packet, unrolled); the last, partial block a dynamic
+// array with a fixed maximum size: both live on the stack, so the time loop allocates nothing.
+using FullBlock = Eigen::Array<float, kUnitBlock, 1>;
+using TailBlock = Eigen::Array<float, Eigen::Dynamic, 1, Eigen::ColMajor, kUnitBlock, 1>;
+
+template <typename A>
+Eigen::Map<const A> in(const float* p, int64_t w) { return Eigen::Map<const A>(p, w); }
+template <typename A>
+Eigen::Map<A> out(float* p, int64_t w) { return Eigen::Map<A>(p, w); }
+
+bool padded(const CellStep& s, int64_t n) { return s.lengths && s.t >= s.lengths[n]; }
+
+void zero(float* p, int64_t w) {
+  if (p) std::memset(p, 0, sizeof(float) * static_cast<size_t>(w));
+}
+
+// A padded row: carry the state, zero the output and the records of this block.
+void carry_block(const CellStep& s, int64_t n, int64_t u0, int64_t w, int gates) {
+  const int64_t H = s.hidden;
+  std::memcpy(s.h + n * s.h_stride + u0, s.h_prev + n * s.h_prev_stride + u0, sizeof(float) * w);
+  if (s.c) std::memcpy(s.c + n * s.c_stride + u0, s.c_prev + n * s.c_prev_stride + u0, sizeof(float) * w);
+  if (s.out) zero(s.out + n * s.out_stride + u0, w);
+  for (int g = 0; g < gates; ++g) {
+    if (s.gates) zero(s.gates + n * s.gates_stride + g * H + u0, w);
+    if (s.pre) zero(s.pre + n * s.pre_stride + g * H + u0, w);
+  }
+  if (s.tanh_c) zero(s.tanh_c + n * s.tanh_c_stride + u0, w);
+  if (s.hn) zero(s.hn + n * s.hn_stride + u0, w);
+}
+
+// Calls block(n, u0, w) with the right array type for every (row, block) of the step.
+template <typename Full, typename Tail>
+void for_blocks(const CellStep& s, int gates, Full full, Tail tail) {
+  AK_CHECK(s.unit_begin % kUnitBlock == 0 && s.unit_begin <= s.unit_end && s.unit_end <= s.hidden,
+           "recurrent cell: units [{}, {}) are not block-aligned within hidden size {}", s.unit_begin, s.unit_end,
+           s.hidden);
+  for (int64_t n = 0; n < s.rows; ++n) {
+    for (int64_t u0 = s.unit_begin; u0 < s.unit_end; u0 += kUnitBlock) {
+      int64_t w = std::min(kUnitBlock, s.hidden - u0);
+      if (padded(s, n)) carry_block(s, n, u0, w, gates);
+      else if (w == kUnitBlock) full(n, u0, w);
+      else tail(n, u0, w);
+    }
+  }
+}
+
+template <typename A>
+void rnn_block(const CellStep& s, int64_t n, int64_t u0, int64_t w) {
+  // a = x W_ih^T + b + h_prev W_hh^T;  h = act(a)   [w]
+  A a = in<A>(s.xproj + n * s.xproj_stride + u0, w) + in<A>(s.hproj + n * s.hproj_stride + u0, w);
+  A h = s.cell == CellKind::RnnRelu ? A(a.max(0.0f)) : A(a.tanh());
+  out<A>(s.h + n * s.h_stride + u0, w) = h;
+  if (s.out) out<A>(s.out + n * s.out_stride + u0, w) = h;
+  if (s.gates) out<A>(s.gates + n * s.gates_stride + u0, w) = h;
+  if (s.pre) out<A>(s.pre + n * s.pre_stride + u0, w) = a;
+}
+
+template <typename A>
+void lstm_block(const CellStep& s, int64_t n, int64_t u0, int64_t w) {
+  const int64_t H = s.hidden;
+  const float* xp = s.xproj + n * s.xproj_stride + 4 * u0;  // blocked: i, f, g, o of these w units
+  const float* hp = s.hproj + n * s.hproj_stride + 4 * u0;
+  A ai = in<A>(xp, w) + in<A>(hp, w);
+  A af = in<A>(xp + w, w) + in<A>(hp + w, w);
+  A ag = in<A>(xp + 2 * w, w) + in<A>(hp + 2 * w, w);
+  A ao = in<A>(xp + 3 * w, w) + in<A>(hp + 3 * w, w);
+  A i = ai.logistic(), f = af.logistic(), g = ag.tanh(), o = ao.logistic();
+  A c = f * in<A>(s.c_prev + n * s.c_prev_stride + u0, w) + i * g;  // c = f ⊙ c_prev + i ⊙ g
+  A tc = c.tanh();
+  A h = o * tc;  // h = o ⊙ tanh(c)
+  out<A>(s.c + n * s.c_stride + u0, w) = c;
+  out<A>(s.h + n * s.h_stride + u0, w) = h;
+  if (s.out) out<A>(s.out + n * s.out_stride + u0, w) = h;
+  if (s.tanh_c) out<A>(s.tanh_c + n * s.tanh_c_stride + u0, w) = tc;
+  if (s.gates) {
+    float* gp = s.gates + n * s.gates_stride + u0;  // standard: i, f, g, o, each H wide
+    out<A>(gp, w) = i;
+    out<A>(gp + H, w) = f;
+    out<A>(gp + 2 * H, w) = g;
+    out<A>(gp + 3 * H, w) = o;
+  }
+  if (s.pre) {
+    float* pp = s.pre + n * s.pre_stride + u0;
+    out<A>(pp, w) = ai;
+    out<A>(pp + H, w) = af;
+    out<A>(pp + 2 * H, w) = ag;
+    out<A>(pp + 3 * H, w) = ao;
+  }
+}
+
+template <typename A>
+void gru_block(const CellStep& s, int64_t n, int64_t u0, int64_t w) {
+  const int64_t H = s.hidden;
+  const float* xp = s.xproj + n * s.xproj_stride + 3 * u0;  // blocked: r, z, n of these w units
+  const float* hp = s.hproj + n * s.hproj_stride + 3 * u0;
+  A ar = in<A>(xp, w) + in<A>(hp, w);
+  A az = in<A>(xp + w, w) + in<A>(hp + w, w);
+  A hn = in<A>(hp + 2 * w, w) + in<A>(s.b_hn + u0, w);  // W_hn h_prev + b_hn
+  A r = ar.logistic(), z = az.logistic();
+  A an = in<A>(xp + 2 * w, w) + r * hn;  // x_n + r ⊙ h_n
+  A nn = an.tanh();
+  // h = (1 - z) ⊙ n + z ⊙ h_prev, written as PyTorch does: n + z ⊙ (h_prev - n)
+  A h = nn + z * (in<A>(s.h_prev + n * s.h_prev_stride + u0, w) - nn);
+  out<A>(s.h + n * s.h_stride + u0, w) = h;
+  if (s.out) out<A>(s.out + n * s.out_stride + u0, w) = h;
+  if (s.hn) out<A>(s.hn + n * s.hn_stride + u0, w) = hn;
+  if (s.gates) {
+    float* gp = s.gates + n * s.gates_stride + u0;
+    out<A>(gp, w) = r;
+    out<A>(gp + H, w) = z;
+    out<A>(gp + 2 * H, w) = nn;
+  }
+  if (s.pre) {
+    float* pp = s.pre + n * s.pre_stride + u0;
+    out<A>(pp, w) = ar;
+    out<A>(pp + H, w) = az;
+    out<A>(pp + 2 * H, w) = an;
+  }
+}
+
+}  // namespace
+
+void rnn_cell_forward(const CellStep& s) {
+  for_blocks(s, 1, [&](int64_t n, int64_t u0, int64_t w) { rnn_block<FullBlock>(s, n, u0, w); },
+             [&](int64_t n, int64_t u0, int64_t w) { rnn_block<TailBlock>(s, n, u0, w); });
+}
+
+void lstm_cell_forward(const CellStep& s) {
+  for_blocks(s, 4, [&](int64_t n, int64_t u0, int64_t w) { lstm_block<FullBlock>(s, n, u0, w); },
+             [&](int64_t n, int64_t u0, int64_t w) { lstm_block<TailBlock>(s, n, u0, w); });
+}
+
+void gru_cell_forward(const CellStep& s) {
+  for_blocks(s, 3, [&](int64_t n, int64_t u0, int64_t w) { gru_block<FullBlock>(s, n, u0, w); },
+             [&](int64_t n, int64_t u0, int64_t w) { gru_block<TailBlock>(s, n, u0, w); });
+}
+
+void cell_forward(const CellStep& s) {
+  switch (s.cell) {
+    case CellKind::Lstm: return lstm_cell_forward(s);
+    case CellKind::Gru: return gru_cell_forward(s);
+    default: return rnn_cell_forward(s);
+  }
+}
+
+// ---- reference: plain loops in double, standard layout, PyTorch-layout weights ----
+
+CellReference cell_reference(CellKind cell, const Tensor& x, const Tensor& h_prev, const Tensor& c_prev,
+                             const Tensor& w_ih, const Tensor& w_hh, const Tensor& b_ih, const Tensor& b_hh) {
+  const int G = gate_count(cell);
+  const int64_t N = x.dim(0), D = x.dim(1), H = h_prev.dim(1);
+  AK_CHECK(w_ih.shape() == Shape({G * H, D}) && w_hh.shape() == Shape({G * H, H}) && b_ih.numel() == G * H &&
+               b_hh.numel() == G * H && h_prev.dim(0) == N,
+           "cell_reference: inconsistent shapes");
+  auto sigmoid = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  CellReference r{Tensor({N, H}), Tensor({N, H}), Tensor({N, G * H}), Tensor({N, G * H})};
+  for (int64_t n = 0; n < N; ++n) {
+    std::vector<double> xa(G * H), ha(G * H);  // W_ih x + b_ih, W_hh h + b_hh
+    for (int64_t j = 0; j < G * H; ++j) {
+      double sx = b_ih[j], sh = b_hh[j];
+      for (int64_t d = 0; d < D; ++d) sx += double(w_ih[j * D + d]) * x[n * D + d];
+      for (int64_t k = 0; k < H; ++k) sh += double(w_hh[j * H + k]) * h_prev[n * H + k];
+      xa[j] = sx;
+      ha[j] = sh;
+    }
+    for (int64_t u = 0; u < H; ++u) {
+      double h = 0;
+      if (cell == CellKind::Lstm) {
+        double a[4], g[4];
+        for (int q = 0; q < 4; ++q) a[q] = xa[q * H + u] + ha[q * H + u];
+        g[0] = sigmoid(a[0]), g[1] = sigmoid(a[1]), g[2] = std::tanh(a[2]), g[3] = sigmoid(a[3]);
+        double c = g[1] * c_prev[n * H + u] + g[0] * g[2];
+        h = g[3] * std::tanh(c);
+        r.c[n * H + u] = float(c);
+        for (int q = 0; q < 4; ++q) r.gates[n * G * H + q * H + u] = float(g[q]), r.pre[n * G * H + q * H + u] = float(a[q]);
+      } else if (cell == CellKind::Gru) {
+        double ar = xa[u] + ha[u], az = xa[H + u] + ha[H + u];
+        double rg = sigmoid(ar), z = sigmoid(az);
+        double an = xa[2 * H + u] + rg * ha[2 * H + u];
+        double nn = std::tanh(an);
+        h = (1 - z) * nn + z * h_prev[n * H + u];
+        double g[3] = {rg, z, nn}, a[3] = {ar, az, an};
+        for (int q = 0; q < 3; ++q) r.gates[n * G * H + q * H + u] = float(g[q]), r.pre[n * G * H + q * H + u] = float(a[q]);
+      } else {
+        double a = xa[u] + ha[u];
+        h = cell == CellKind::RnnRelu ? std::max(0.0, a) : std::tanh(a);
+        r.gates[n * H + u] = float(h);
+        r.pre[n * H + u] = float(a);
+      }
+      r.h[n * H + u] = float(h);
+    }
+  }
+  return r;
+}
+
+}  // namespace attnkit::ops

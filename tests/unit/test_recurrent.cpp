@@ -1,0 +1,298 @@
+// Recurrent layers: golden values from PyTorch (tests/fixtures/gen_recurrent.py), the documents'
+// LSTM in the cs231n layout against float64 numpy, fast cells against the reference cells, errors.
+// Legend: N batch, T steps, D input size, H hidden size.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attnkit/io/json_reader.hpp"
+#include "attnkit/nn/recurrent.hpp"
+#include "attnkit/ops/recurrent.hpp"
+#include "attnkit/tensor/compare.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/random.hpp"
+
+using namespace attnkit;
+using nn::Recurrent;
+using nn::WeightLayout;
+using ops::CellKind;
+
+namespace {
+
+io::Value fixture(const std::string& name) {
+  std::string path = std::string(ATTNKIT_FIXTURES) + "/recurrent/" + name + ".json";
+  return io::parse_json(io::read_text(path), path);
+}
+
+const Tensor& member(const io::Value& v, const std::string& name) {
+  const io::Value* m = v.find(name);
+  REQUIRE_MESSAGE(m, "missing member " << name);
+  REQUIRE(m->is_tensor());
+  return m->tensor();
+}
+
+const Tensor* optional_member(const io::Value& v, const std::string& name) {
+  const io::Value* m = v.find(name);
+  return m && m->is_tensor() ? &m->tensor() : nullptr;
+}
+
+CellKind cell_of(const std::string& s) {
+  if (s == "lstm") return CellKind::Lstm;
+  if (s == "gru") return CellKind::Gru;
+  if (s == "rnn") return CellKind::RnnTanh;
+  return CellKind::RnnRelu;
+}
+
+void check_close(const Tensor& got, const Tensor& want, const std::string& what, double tol = 1e-5) {
+  Comparison c = compare(got, want, Tolerance{tol, tol});
+  CHECK_MESSAGE(c.same_shape, what << ": shape " << got.shape_str() << " vs " << want.shape_str());
+  CHECK_MESSAGE(c.close, what << ": max abs error " << c.max_abs_error << " at " << shape_str(c.max_abs_at));
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("recurrent: PyTorch golden values (nn.RNN / nn.LSTM / nn.GRU)") {
+  const std::vector<std::string> cases = {
+      "torch_lstm_1layer",         "torch_lstm_2layer_bi_h0",  "torch_lstm_2layer_bi_lengths",
+      "torch_gru_1layer",          "torch_gru_2layer_bi_h0",   "torch_gru_2layer_bi_lengths",
+      "torch_rnn_1layer",          "torch_rnn_2layer_bi_h0",   "torch_rnn_2layer_bi_lengths",
+      "torch_rnn_relu_1layer",     "torch_rnn_relu_2layer_bi_h0", "torch_rnn_relu_2layer_bi_lengths",
+      "torch_lstm_h20_bi",         "torch_gru_h20_lengths",    "torch_lstm_2layer_lengths",
+      "torch_lstm_nobias",         "torch_lstm_unbatched_h0",  "torch_gru_unbatched"};
+  for (const auto& name : cases) {
+    CAPTURE(name);
+    io::Value f = fixture(name);
+    // torch_<cell>_...: the cell from the name
+    const CellKind cell = cell_of(name.rfind("torch_rnn_relu", 0) == 0 ? "rnn-relu"
+                                  : name.rfind("torch_rnn", 0) == 0   ? "rnn"
+                                  : name.rfind("torch_gru", 0) == 0   ? "gru"
+                                                                      : "lstm");
+    Recurrent model = Recurrent::from_bundle(*f.find("weights"), cell, WeightLayout::Torch);
+    const io::Value& expected = *f.find("expected");
+    // Through run_sequence (what lstm-run calls), then forward() with the threaded time loop forced on.
+    for (int threads : {1, 2}) {
+      CAPTURE(threads);
+      nn::SequenceRequest req;
+      req.x = member(f, "x");
+      req.h0 = optional_member(f, "h0");
+      req.c0 = optional_member(f, "c0");
+      req.lengths = optional_member(f, "lengths");
+      req.threads = threads;
+      io::Value out = nn::run_sequence(model, req);
+      check_close(member(out, "output"), member(expected, "output"), name + " output");
+      check_close(member(out, "h_n"), member(expected, "h_n"), name + " h_n");
+      if (cell == CellKind::Lstm) check_close(member(out, "c_n"), member(expected, "c_n"), name + " c_n");
+      else CHECK(out.find("c_n") == nullptr);
+    }
+    if (member(f, "x").rank() == 3) {
+      nn::RecurrentInputs in;
+      in.x = &member(f, "x");
+      in.h0 = optional_member(f, "h0");
+      in.c0 = optional_member(f, "c0");
+      std::vector<int64_t> lengths;
+      if (const Tensor* l = optional_member(f, "lengths")) {
+        lengths = nn::lengths_from_tensor(*l, in.x->dim(0), in.x->dim(1), "lengths");
+        in.lengths = &lengths;
+      }
+      nn::RunOptions opt;
+      opt.threads = 2;
+      opt.min_macs_per_thread = 1;  // split even these tiny layers across the threads
+      opt.keep_cache = true;
+      nn::RecurrentResult r = model.forward(in, opt);
+      check_close(r.output, member(expected, "output"), name + " output (threaded loop)");
+      check_close(r.h_n, member(expected, "h_n"), name + " h_n (threaded loop)");
+      CHECK(r.caches.size() == size_t(model.config().layers * model.config().directions()));
+    }
+  }
+}
+
+TEST_CASE("recurrent: fast cells match the reference cells step by step") {
+  Rng rng(11);
+  for (CellKind cell : {CellKind::Lstm, CellKind::Gru, CellKind::RnnTanh, CellKind::RnnRelu}) {
+    for (int64_t H : {4, 16, 20, 37}) {
+      CAPTURE(ops::cell_name(cell));
+      CAPTURE(H);
+      const int64_t N = 3, D = 5, T = 3;
+      nn::RecurrentConfig cfg;
+      cfg.cell = cell, cfg.input_size = D, cfg.hidden_size = H;
+      Recurrent model = Recurrent::random(cfg, rng);
+      Tensor x = rand_normal({N, T, D}, rng), h0 = rand_normal({1, N, H}, rng), c0 = rand_normal({1, N, H}, rng);
+      nn::RecurrentInputs in;
+      in.x = &x, in.h0 = &h0;
+      if (cell == CellKind::Lstm) in.c0 = &c0;
+      for (int threads : {1, 2}) {
+        nn::RunOptions opt;
+        opt.threads = threads, opt.min_macs_per_thread = 1, opt.trace = true;
+        nn::RecurrentResult r = model.forward(in, opt);
+        const auto& w = model.weights()[0];
+        Tensor h = h0.reshaped({N, H}), c = c0.reshaped({N, H});
+        const ops::RecurrentCache& cache = r.caches[0];
+        for (int64_t t = 0; t < T; ++t) {
+          Tensor xt({N, D});
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t d = 0; d < D; ++d) xt[n * D + d] = x[(n * T + t) * D + d];
+          ops::CellReference ref = ops::cell_reference(cell, xt, h, c, w.w_ih, w.w_hh, w.b_ih, w.b_hh);
+          const int64_t GH = ops::gate_count(cell) * H;
+          Tensor pre({N, GH}), hs({N, H});
+          std::copy(cache.pre.data() + t * N * GH, cache.pre.data() + (t + 1) * N * GH, pre.data());
+          std::copy(cache.h.data() + t * N * H, cache.h.data() + (t + 1) * N * H, hs.data());
+          check_close(pre, ref.pre, "pre-activation", 1e-5);
+          check_close(hs, ref.h, "h", 1e-5);
+          if (cell == CellKind::Lstm || cell == CellKind::Gru) {
+            Tensor gates({N, GH});
+            std::copy(cache.gates.data() + t * N * GH, cache.gates.data() + (t + 1) * N * GH, gates.data());
+            check_close(gates, ref.gates, "gates", 1e-5);
+          }
+          if (cell == CellKind::Lstm) {
+            Tensor cs({N, H});
+            std::copy(cache.c.data() + t * N * H, cache.c.data() + (t + 1) * N * H, cs.data());
+            check_close(cs, ref.c, "c", 1e-5);
+          }
+          h = ref.h, c = ref.c;
+        }
+        check_close(r.h_n.reshaped({N, H}), h, "h_n");
+      }
+    }
+  }
+}
+
+TEST_CASE("recurrent: the documents' LSTM step in the cs231n layout (float64 numpy)") {
+  io::Value f = fixture("cs231n_lstm_step");
+  Recurrent model = Recurrent::from_bundle(*f.find("weights"), CellKind::Lstm, WeightLayout::Cs231n);
+  const Tensor& x = member(f, "x");  // [N, D], one step
+  const int64_t N = x.dim(0), D = x.dim(1), H = model.config().hidden_size;
+  nn::SequenceRequest req;
+  req.x = x.reshaped({N, 1, D});
+  Tensor h0 = member(f, "prev_h").reshaped({1, N, H}), c0 = member(f, "prev_c").reshaped({1, N, H});
+  req.h0 = &h0, req.c0 = &c0;
+  req.trace = true;
+  req.layout = WeightLayout::Cs231n;
+  io::Value out = nn::run_sequence(model, req);
+  const io::Value& e = *f.find("expected");
+  check_close(member(out, "h_n").reshaped({N, H}), member(e, "next_h"), "next_h");
+  check_close(member(out, "c_n").reshaped({N, H}), member(e, "next_c"), "next_c");
+  const io::Value& trace = *out.find("trace");
+  check_close(member(trace, "a").reshaped({N, 4 * H}), member(e, "a"), "a (i, f, o, g)", 1e-5);
+  for (const char* g : {"i", "f", "o", "g"}) check_close(member(trace, g).reshaped({N, H}), member(e, g), g);
+  // The same weights written in the torch layout and read back give the same step.
+  Recurrent torch = Recurrent::from_bundle(model.to_bundle(WeightLayout::Torch), CellKind::Lstm, WeightLayout::Torch);
+  check_close(member(nn::run_sequence(torch, req), "h_n"), member(out, "h_n"), "torch round trip");
+}
+
+TEST_CASE("recurrent: a whole sequence in the cs231n layout (float64 numpy)") {
+  io::Value f = fixture("cs231n_lstm_sequence");
+  Recurrent model = Recurrent::from_bundle(*f.find("weights"), CellKind::Lstm, WeightLayout::Cs231n);
+  nn::SequenceRequest req;
+  req.x = member(f, "x");
+  req.h0 = &member(f, "h0");
+  io::Value out = nn::run_sequence(model, req);
+  const io::Value& e = *f.find("expected");
+  for (const char* m : {"output", "h_n", "c_n"}) check_close(member(out, m), member(e, m), m);
+  // cs231n -> cs231n round trip keeps every bit
+  io::Value again = model.to_bundle(WeightLayout::Cs231n);
+  check_close(member(again, "Wx"), member(*f.find("weights"), "Wx"), "Wx round trip", 0);
+  check_close(member(again, "b"), member(*f.find("weights"), "b"), "b round trip", 0);
+}
+
+TEST_CASE("recurrent: layers, directions and sizes follow from the names") {
+  Rng rng(3);
+  nn::RecurrentConfig cfg;
+  cfg.cell = CellKind::Gru, cfg.input_size = 3, cfg.hidden_size = 4, cfg.layers = 3, cfg.bidirectional = true;
+  Recurrent m = Recurrent::random(cfg, rng);
+  io::Value b = m.to_bundle(WeightLayout::Torch);
+  CHECK(b.names().size() == 3 * 2 * 4);
+  Recurrent back = Recurrent::from_bundle(b, CellKind::Gru, WeightLayout::Torch);
+  CHECK(back.config().layers == 3);
+  CHECK(back.config().bidirectional);
+  CHECK(back.config().input_size == 3);
+  CHECK(back.config().hidden_size == 4);
+  CHECK(back.weights()[5].w_ih.shape() == Shape{12, 8});
+}
+
+TEST_CASE("recurrent: bad weights and inputs say what is wrong") {
+  Rng rng(5);
+  nn::RecurrentConfig cfg;
+  cfg.cell = CellKind::Lstm, cfg.input_size = 3, cfg.hidden_size = 4, cfg.layers = 2;
+  Recurrent m = Recurrent::random(cfg, rng);
+  io::Value good = m.to_bundle(WeightLayout::Torch);
+
+  io::Value bad = good;
+  bad.set("weight_ih_l0", Tensor({8, 3}));
+  CHECK(error_of([&] { Recurrent::from_bundle(bad, CellKind::Lstm, WeightLayout::Torch); }) ==
+        "weight_ih_l0 has shape [8, 3], expected [16, 3] (4*H, D) for hidden size 4");
+  bad = good;
+  bad.set("weight_ih_l1", Tensor({16, 3}));
+  CHECK(error_of([&] { Recurrent::from_bundle(bad, CellKind::Lstm, WeightLayout::Torch); }) ==
+        "weight_ih_l1 has shape [16, 3], expected [16, 4] (4*H, H) for hidden size 4");
+  bad = io::Value::bundle();
+  for (const auto& [name, v] : good.members())
+    if (name != "weight_hh_l1") bad.set(name, v);
+  CHECK(error_of([&] { Recurrent::from_bundle(bad, CellKind::Lstm, WeightLayout::Torch); })
+            .rfind("missing weight weight_hh_l1 (expected shape [16, 4] (4*H, H))", 0) == 0);
+  CHECK(error_of([&] { Recurrent::from_bundle(good, CellKind::Gru, WeightLayout::Torch); }) ==
+        "weight_hh_l0 has shape [16, 4], expected [12, 4] (3*H, H) for hidden size 4: a gru has 3 gates "
+        "(its 16 rows fit --cell lstm)");
+  bad = good;
+  bad.set("weight_ih_l0x", Tensor({1}));
+  CHECK(error_of([&] { Recurrent::from_bundle(bad, CellKind::Lstm, WeightLayout::Torch); })
+            .rfind("weights: unexpected member \"weight_ih_l0x\"", 0) == 0);
+  CHECK(error_of([&] { Recurrent::from_bundle(good, CellKind::Lstm, WeightLayout::Cs231n); })
+            .rfind("weights: unexpected member \"weight_ih_l0\"", 0) == 0);
+  CHECK(error_of([&] { Recurrent::from_bundle(Tensor({2}), CellKind::Lstm, WeightLayout::Torch); })
+            .rfind("weights: expected a bundle", 0) == 0);
+
+  nn::SequenceRequest req;
+  req.x = Tensor({2, 5, 6});
+  CHECK(error_of([&] { nn::run_sequence(m, req); }) ==
+        "input has shape [2, 5, 6], expected [N, T, 3] (the weights' input size D is 3)");
+  req.x = Tensor({5, 6});
+  CHECK(error_of([&] { nn::run_sequence(m, req); }) ==
+        "input has shape [5, 6], expected [T, 3] (the weights' input size D is 3)");
+  req.x = Tensor({2, 5, 3});
+  Tensor h0({2, 2, 5});
+  req.h0 = &h0;
+  CHECK(error_of([&] { nn::run_sequence(m, req); }) ==
+        "h0 has shape [2, 2, 5], expected [2, 2, 4] (layers*dirs, N, H) for 2 layers x 1 direction and hidden size 4");
+  req.h0 = nullptr;
+  Tensor lengths(Shape{2}, {5, 6});
+  req.lengths = &lengths;
+  CHECK(error_of([&] { nn::run_sequence(m, req); }) == "lengths[1] is 6, expected 0 <= length <= T = 5");
+  lengths = Tensor(Shape{3}, {1, 2, 3});
+  CHECK(error_of([&] { nn::run_sequence(m, req); }) ==
+        "lengths has shape [3], expected [2] (one length per sequence)");
+  lengths = Tensor(Shape{2}, {1.5f, 2});
+  CHECK(error_of([&] { nn::run_sequence(m, req); }) == "lengths[0] is 1.5, expected a whole number");
+}
+
+TEST_CASE("recurrent: padded steps change nothing") {
+  // A sequence of length 2 padded to 5 gives the same state as the 2-step sequence alone.
+  Rng rng(9);
+  for (CellKind cell : {CellKind::Lstm, CellKind::Gru}) {
+    nn::RecurrentConfig cfg;
+    cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 5, cfg.bidirectional = true;
+    Recurrent m = Recurrent::random(cfg, rng);
+    Tensor x = rand_normal({1, 5, 3}, rng);
+    Tensor x2({1, 2, 3});
+    std::copy(x.data(), x.data() + 6, x2.data());
+    Tensor len(Shape{1}, {2});
+    nn::SequenceRequest a, b;
+    a.x = x, a.lengths = &len;
+    b.x = x2;
+    io::Value ra = nn::run_sequence(m, a), rb = nn::run_sequence(m, b);
+    check_close(member(ra, "h_n"), member(rb, "h_n"), "h_n", 1e-6);
+    const Tensor& out = member(ra, "output");  // [1, 5, 10]
+    for (int64_t i = 20; i < 50; ++i) CHECK(out[i] == 0.0f);
+  }
+}

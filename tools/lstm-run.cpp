@@ -1,0 +1,109 @@
+// lstm-run: run a stacked (bi)directional RNN / LSTM / GRU over JSON sequences (docs/lstm-run.md).
+#include <iostream>
+
+#include "attnkit/io/atomic_file.hpp"
+#include "attnkit/nn/recurrent.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "common/common.hpp"
+
+using namespace attnkit;
+using attnkit::tools::UsageError;
+
+int main(int argc, char** argv) {
+  CLI::App app{"", "lstm-run"};
+  tools::describe(
+      app,
+      "Run an RNN, LSTM or GRU (layers, bidirectional, h0/c0, padded lengths) over x [N, T, D] or [T, D]; "
+      "prints {output [N, T, dirs*H], h_n [layers*dirs, N, H], c_n} (docs/lstm-run.md).",
+      "  lstm-run --init --input-size 3 --hidden-size 4 --seed 1 --save-weights w.json\n"
+      "  tensor randn --shape 2,5,3 --seed 2 > x.json\n"
+      "  lstm-run x.json --weights w.json --pretty\n"
+      "  lstm-run x.json --weights w.json | attn-score --query q.json --keys -#output --values -#output\n"
+      "  lstm-run x.json --weights cs.json --layout cs231n --trace --h0 h0.json --c0 c0.json\n");
+  std::string input_ref, weights_ref, h0_ref, c0_ref, lengths_ref, save_path;
+  std::string cell_name = "lstm", layout_text = "torch", save_layout_text;
+  bool trace = false, init = false, bidirectional = false;
+  int64_t input_size = 0, hidden_size = 0;
+  int layers = 1, threads = 0;
+  uint64_t seed = 0;
+  app.add_option("INPUT", input_ref, "Input x [N, T, D] or [T, D], a reference PATH[#NAME] (- for standard input)");
+  auto* weights_opt = app.add_option("--weights", weights_ref, "Weights: a bundle reference (layout: --layout)")
+                          ->type_name("REF");
+  app.add_option("--cell", cell_name, "Cell")->check(CLI::IsMember({"lstm", "gru", "rnn", "rnn-relu"}))->capture_default_str();
+  app.add_option("--layout", layout_text, "Weight names and gate order: torch (state_dict) or cs231n (Wx, Wh, b)")
+      ->check(CLI::IsMember({"torch", "cs231n"}))
+      ->capture_default_str();
+  app.add_option("--h0", h0_ref, "Initial hidden state [layers*dirs, N, H] ([layers*dirs, H] for a [T, D] input)")->type_name("REF");
+  app.add_option("--c0", c0_ref, "Initial cell state (LSTM), shaped like --h0")->type_name("REF");
+  app.add_option("--lengths", lengths_ref, "Lengths of the sequences [N] (padded steps change nothing)")->type_name("REF");
+  app.add_flag("--trace", trace, "Add the first layer's per-step values (a, i, f, o, g, c, h / r, z, n, h)");
+  auto* init_opt = app.add_flag("--init", init, "Make random weights, U(-1/sqrt(H), 1/sqrt(H)) as PyTorch");
+  app.add_option("--input-size", input_size, "--init: input size D")->check(CLI::PositiveNumber);
+  app.add_option("--hidden-size", hidden_size, "--init: hidden size H")->check(CLI::PositiveNumber);
+  app.add_option("--layers", layers, "--init: number of layers")->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_flag("--bidirectional", bidirectional, "--init: two directions");
+  app.add_option("--seed", seed, "--init: seed (the same seed gives the same weights everywhere)")->capture_default_str();
+  app.add_option("--save-weights", save_path, "Write the weights (atomically) to FILE")->type_name("FILE");
+  app.add_option("--save-layout", save_layout_text, "Layout of --save-weights (default: --layout)")
+      ->check(CLI::IsMember({"torch", "cs231n"}));
+  weights_opt->excludes(init_opt);
+  tools::OutputOptions out;
+  tools::InputOptions in;
+  tools::add_output_options(app, out);
+  tools::add_input_options(app, in);
+  tools::add_threads_option(app, threads);
+
+  return tools::run(app, argc, argv, [&]() -> int {
+    const ops::CellKind cell = cell_name == "lstm"  ? ops::CellKind::Lstm
+                               : cell_name == "gru" ? ops::CellKind::Gru
+                               : cell_name == "rnn" ? ops::CellKind::RnnTanh
+                                                    : ops::CellKind::RnnRelu;
+    auto layout_of = [](const std::string& s) { return s == "cs231n" ? nn::WeightLayout::Cs231n : nn::WeightLayout::Torch; };
+    const nn::WeightLayout layout = layout_of(layout_text);
+    const nn::WeightLayout save_layout = save_layout_text.empty() ? layout : layout_of(save_layout_text);
+    if (cell == ops::CellKind::Gru && (layout == nn::WeightLayout::Cs231n || save_layout == nn::WeightLayout::Cs231n))
+      throw UsageError("the cs231n layout covers rnn, rnn-relu and lstm (the documents have no GRU); use --layout torch");
+    if (!init && weights_ref.empty()) throw UsageError("give --weights REF, or --init to make random weights");
+    if (init && (input_size == 0 || hidden_size == 0))
+      throw UsageError("--init needs --input-size D and --hidden-size H");
+    if (!init && (input_size || hidden_size || layers != 1 || bidirectional))
+      throw UsageError("--input-size, --hidden-size, --layers and --bidirectional go with --init (--weights sets them)");
+    if (input_ref.empty() && save_path.empty()) input_ref = "-";
+
+    io::Sources sources(in.read_options());
+    std::optional<nn::Recurrent> model;
+    if (init) {
+      nn::RecurrentConfig config;
+      config.cell = cell, config.input_size = input_size, config.hidden_size = hidden_size;
+      config.layers = layers, config.bidirectional = bidirectional;
+      Rng rng(seed);
+      model = nn::Recurrent::random(config, rng);
+    } else {
+      model = nn::Recurrent::from_bundle(sources.value(weights_ref), cell, layout);
+    }
+    if (!save_path.empty()) io::write_file_atomic(save_path, io::to_json(model->to_bundle(save_layout)) + "\n");
+    if (input_ref.empty()) return 0;  // --save-weights alone
+
+    const bool reads_stdin = input_ref.rfind("-", 0) == 0 || h0_ref.rfind("-", 0) == 0 ||
+                             c0_ref.rfind("-", 0) == 0 || lengths_ref.rfind("-", 0) == 0;
+    tools::emit(out, tools::per_record(sources, reads_stdin, out, [&] {
+      auto tensor = [&](const std::string& ref, const char* role) {
+        return sources.tensor(ref, role, in.allow_nan);
+      };
+      std::optional<Tensor> h0, c0, lengths;
+      if (!h0_ref.empty()) h0 = tensor(h0_ref, "h0");
+      if (!c0_ref.empty()) c0 = tensor(c0_ref, "c0");
+      if (!lengths_ref.empty()) lengths = tensor(lengths_ref, "lengths");
+      nn::SequenceRequest req;
+      req.x = tensor(input_ref, "input");
+      req.h0 = h0 ? &*h0 : nullptr;
+      req.c0 = c0 ? &*c0 : nullptr;
+      req.lengths = lengths ? &*lengths : nullptr;
+      req.trace = trace;
+      req.threads = threads;
+      req.layout = layout;
+      return nn::run_sequence(*model, req);
+    }));
+    return 0;
+  });
+}
