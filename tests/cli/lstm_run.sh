@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# lstm-run end to end: PyTorch golden fixtures through the CLI, [T, D] vs [N, T, D], --init /
+# --save-weights round trips, layouts, --trace, pipes, and the error contract (exit 1 bad input,
+# 2 usage; message on stderr naming the tensor, its shape and the expected one; nothing on stdout).
+set -euo pipefail
+fx="$ATTNKIT_SOURCE/tests/fixtures/recurrent"
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+cd "$work"
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# expect_error STATUS "message part" -- command...
+expect_error() {
+  local want="$1" msg="$2"; shift 2
+  local status=0
+  "$@" >out.txt 2>err.txt || status=$?
+  [[ "$status" == "$want" ]] || fail "$* exited $status, expected $want ($(cat err.txt))"
+  [[ ! -s out.txt ]] || fail "$* wrote to stdout on failure: $(head -c 200 out.txt)"
+  grep -qF -- "$msg" err.txt || fail "$*: stderr lacks \"$msg\": $(cat err.txt)"
+}
+
+# --- golden values from PyTorch, through the CLI (references into the fixture bundles)
+for f in "$fx"/torch_*.json; do
+  name="$(basename "$f" .json)"
+  case "$name" in
+    torch_rnn_relu_*) cell=rnn-relu ;;
+    torch_rnn_*) cell=rnn ;;
+    torch_gru_*) cell=gru ;;
+    *) cell=lstm ;;
+  esac
+  args=("$f#x" --weights "$f#weights" --cell "$cell" --threads 2)
+  grep -q '"h0":' "$f" && args+=(--h0 "$f#h0")
+  grep -q '"c0":' "$f" && args+=(--c0 "$f#c0")
+  grep -q '"lengths":' "$f" && args+=(--lengths "$f#lengths")
+  lstm-run "${args[@]}" > out.json || { fail "$name: lstm-run exited $?"; continue; }
+  tensor diff out.json "$f#expected" --rtol 1e-5 --atol 1e-5 --quiet || fail "$name: output differs from PyTorch"
+done
+
+# --- the documents' step in the cs231n layout (float64 numpy values)
+step="$fx/cs231n_lstm_step.json"
+tensor reshape "$step#x" --shape 3,1,4 > x1.json
+tensor reshape "$step#prev_h" --shape 1,3,5 > h0.json
+tensor reshape "$step#prev_c" --shape 1,3,5 > c0.json
+lstm-run x1.json --weights "$step#weights" --layout cs231n --h0 h0.json --c0 c0.json --trace > step.json
+tensor reshape step.json#h_n --shape 3,5 | tensor diff - "$step#expected/next_h" --rtol 1e-5 --atol 1e-6 --quiet || fail "cs231n next_h"
+tensor reshape step.json#c_n --shape 3,5 | tensor diff - "$step#expected/next_c" --rtol 1e-5 --atol 1e-6 --quiet || fail "cs231n next_c"
+tensor reshape step.json#trace/a --shape 3,20 | tensor diff - "$step#expected/a" --rtol 1e-5 --atol 1e-5 --quiet || fail "cs231n trace a"
+tensor reshape step.json#trace/o --shape 3,5 | tensor diff - "$step#expected/o" --rtol 1e-5 --atol 1e-6 --quiet || fail "cs231n trace o"
+seq="$fx/cs231n_lstm_sequence.json"
+lstm-run "$seq#x" --weights "$seq#weights" --layout cs231n --h0 "$seq#h0" | tensor diff - "$seq#expected" --rtol 1e-5 --atol 1e-6 --quiet || fail "cs231n sequence"
+
+# --- [T, D] drops N everywhere; same numbers as [1, T, D]
+lstm-run --init --input-size 3 --hidden-size 4 --layers 2 --bidirectional --seed 7 --save-weights w.json
+[[ -s w.json ]] || fail "--save-weights wrote nothing"
+tensor randn --shape 5,3 --seed 1 > xt.json
+tensor reshape xt.json --shape 1,5,3 > xnt.json
+lstm-run xt.json --weights w.json --trace > t.json
+lstm-run xnt.json --weights w.json --trace > nt.json
+tensor show t.json#output | grep -q 'shape=\[5, 8\]' || fail "[T, D] output shape: $(tensor show t.json#output | tail -1)"
+tensor show t.json#h_n | grep -q 'shape=\[4, 4\]' || fail "[T, D] h_n shape"
+tensor show t.json#trace_reverse/a | grep -q 'shape=\[5, 16\]' || fail "[T, D] trace_reverse/a shape"
+tensor reshape nt.json#output --shape 5,8 | tensor diff - t.json#output --rtol 0 --atol 0 --quiet || fail "[T, D] != [1, T, D]"
+tensor reshape nt.json#c_n --shape 4,4 | tensor diff - t.json#c_n --rtol 0 --atol 0 --quiet || fail "[T, D] c_n"
+
+# --- --init is deterministic; --save-weights round-trips in both layouts; conversion torch -> cs231n
+lstm-run --init --input-size 3 --hidden-size 4 --layers 2 --bidirectional --seed 7 xnt.json --save-weights w2.json > i.json
+cmp -s w.json w2.json || fail "--init --seed 7 twice gave different weights"
+tensor diff i.json#output nt.json#output --rtol 0 --atol 0 --quiet || fail "--init run differs from --weights run"
+lstm-run --weights w.json --save-weights cs.json --save-layout cs231n
+grep -q '"Wx_l1_reverse"' cs.json || fail "cs231n names: $(head -c 200 cs.json)"
+lstm-run xnt.json --weights cs.json --layout cs231n | tensor diff - nt.json#output --rtol 1e-6 --atol 1e-6 --quiet 2>/dev/null && fail "a bundle diff against one tensor should not pass"
+lstm-run xnt.json --weights cs.json --layout cs231n > cs_out.json
+tensor diff cs_out.json#output nt.json#output --rtol 1e-6 --atol 1e-6 --quiet || fail "cs231n layout run differs"
+for cell in gru rnn rnn-relu; do
+  lstm-run --init --cell $cell --input-size 2 --hidden-size 3 --seed 1 --save-weights w_$cell.json
+  tensor randn --shape 2,4,2 --seed 3 | lstm-run - --weights w_$cell.json --cell $cell > o_$cell.json
+  grep -q '"c_n"' o_$cell.json && fail "$cell has no c_n"
+  tensor show o_$cell.json#h_n | grep -q 'shape=\[1, 2, 3\]' || fail "$cell h_n shape"
+done
+
+# --- pipes: stdin read once, referenced twice; NDJSON records run one by one
+tensor pack x=xnt.json h0=t.json#h_n > in.json
+tensor reshape in.json#h0 --shape 4,1,4 > h0b.json
+tensor pack x=xnt.json h0=h0b.json | lstm-run --weights w.json --h0 -#h0 -- -#x > piped.json
+lstm-run xnt.json --weights w.json --h0 h0b.json | tensor diff - piped.json --rtol 0 --atol 0 --quiet || fail "stdin twice"
+{ tensor get xnt.json; tensor get xnt.json; } | lstm-run - --weights w.json > nd.json
+[[ "$(wc -l < nd.json)" == 2 ]] || fail "NDJSON: expected 2 lines, got $(wc -l < nd.json)"
+if command -v attn-score >/dev/null; then
+  tensor randn --shape 1,2,8 --seed 4 > q.json
+  lstm-run xnt.json --weights w.json | attn-score --query q.json --keys -#output --values -#output > att.json \
+    || fail "lstm-run | attn-score --keys -#output"
+fi
+
+# --- bad input: exit 1, the message names the tensor, its shape and the expected one
+lstm-run --init --input-size 3 --hidden-size 4 --seed 1 --save-weights w1.json
+tensor randn --shape 8,3 > bad_ih.json
+tensor pack weight_ih_l0=bad_ih.json weight_hh_l0=w1.json#weight_hh_l0 bias_ih_l0=w1.json#bias_ih_l0 bias_hh_l0=w1.json#bias_hh_l0 > bad_w.json
+expect_error 1 "lstm-run: weight_ih_l0 has shape [8, 3], expected [16, 3] (4*H, D) for hidden size 4" lstm-run xnt.json --weights bad_w.json
+tensor pack weight_ih_l0=w1.json#weight_ih_l0 bias_ih_l0=w1.json#bias_ih_l0 > miss.json
+expect_error 1 "missing weight weight_hh_l0" lstm-run xnt.json --weights miss.json
+tensor pack weight_ih_l0=w1.json#weight_ih_l0 weight_hh_l0=w1.json#weight_hh_l0 bias_ih_l0=w1.json#bias_ih_l0 > miss2.json
+expect_error 1 "missing weight bias_hh_l0 (expected shape [16] (4*H))" lstm-run xnt.json --weights miss2.json
+expect_error 1 "weight_hh_l0 has shape [16, 4], expected [12, 4] (3*H, H) for hidden size 4: a gru has 3 gates (its 16 rows fit --cell lstm)" lstm-run xnt.json --weights w1.json --cell gru
+tensor randn --shape 2,5,6 > x6.json
+expect_error 1 "input has shape [2, 5, 6], expected [N, T, 3] (the weights' input size D is 3)" lstm-run x6.json --weights w1.json
+tensor randn --shape 5 > x1d.json
+expect_error 1 "input has shape [5], expected [N, T, 3] or [T, 3]" lstm-run x1d.json --weights w1.json
+tensor randn --shape 1,2,5 > h05.json
+tensor randn --shape 2,5,3 > x3.json
+expect_error 1 "h0 has shape [1, 2, 5], expected [1, 2, 4] (layers*dirs, N, H)" lstm-run x3.json --weights w1.json --h0 h05.json
+tensor randn --shape 2,4 > h0t.json
+expect_error 1 "h0 has shape [2, 4], expected [1, 4] (layers*dirs, H)" lstm-run xt.json --weights w1.json --h0 h0t.json
+expect_error 1 "c0 has shape [1, 2, 5], expected [1, 2, 4]" lstm-run x3.json --weights w1.json --c0 h05.json
+tensor randn --shape 2,5,2 > x2.json
+expect_error 1 "c0 is given, but a gru has no cell state" lstm-run x2.json --weights w_gru.json --cell gru --c0 h05.json
+echo '[5, 6]' > len_big.json
+expect_error 1 "lengths[1] is 6, expected 0 <= length <= T = 5" lstm-run x3.json --weights w1.json --lengths len_big.json
+echo '[5, -1]' > len_neg.json
+expect_error 1 "lengths[1] is -1, expected 0 <= length <= T = 5" lstm-run x3.json --weights w1.json --lengths len_neg.json
+echo '[5, 2.5]' > len_frac.json
+expect_error 1 "lengths[1] is 2.5, expected a whole number" lstm-run x3.json --weights w1.json --lengths len_frac.json
+echo '[5, 2, 1]' > len_n.json
+expect_error 1 "lengths has shape [3], expected [2] (one length per sequence)" lstm-run x3.json --weights w1.json --lengths len_n.json
+expect_error 1 "weights: unexpected member \"Wx\"" lstm-run x3.json --weights cs.json
+expect_error 1 "weights: unexpected member \"weight_ih_l0\"" lstm-run x3.json --weights w1.json --layout cs231n
+expect_error 1 "weights: expected a bundle" lstm-run x3.json --weights x3.json
+expect_error 1 "no-such.json" lstm-run x3.json --weights no-such.json
+echo '[[[1, "NaN", 3]]]' > xnan.json
+expect_error 1 "NaN" lstm-run xnan.json --weights w1.json
+
+# --- usage errors: exit 2
+expect_error 2 "give --weights REF, or --init" lstm-run x3.json
+expect_error 2 "--init needs --input-size D and --hidden-size H" lstm-run x3.json --init --hidden-size 4
+expect_error 2 "the cs231n layout covers rnn, rnn-relu and lstm" lstm-run x3.json --weights w_gru.json --cell gru --layout cs231n
+expect_error 2 "--cell" lstm-run x3.json --weights w1.json --cell transformer
+expect_error 2 "excludes" lstm-run x3.json --weights w1.json --init --input-size 3 --hidden-size 4
+expect_error 2 "go with --init" lstm-run x3.json --weights w1.json --layers 2
+
+# --- help and version
+lstm-run --help | grep -q "lstm-run --init --input-size 3" || fail "--help lacks the example"
+lstm-run --version | grep -q attnkit || fail "--version"
+
+if (( fails )); then echo "$fails failure(s)" >&2; exit 1; fi
+echo "lstm-run: all checks passed"
