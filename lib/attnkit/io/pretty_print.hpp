@@ -1,4 +1,4 @@
-// Human-readable tensors, the way numpy prints float32 arrays (np.array2string defaults:
+// Human-readable tensors, exactly as numpy prints float32 arrays (repr's np.array2string defaults:
 // precision 8, floatmode 'maxprec', line width 75, summarised past 1000 elements with 3 edge items).
 //   tensor([[-0.4       , -0.25454545],
 //           [ 0.18181819,  1.2       ]], shape=[2, 2])
