@@ -88,8 +88,8 @@ int main(int argc, char** argv) {
   auto* diff_cmd = app.add_subcommand("diff", "Compare two tensors or bundles; exit 0 equal within tolerance, 1 differ, 2 trouble");
   diff_cmd->add_option("A", ref, "First reference")->required();
   diff_cmd->add_option("B", ref_b, "Second reference (the expected values)")->required();
-  diff_cmd->add_option("--rtol", rtol, "Relative tolerance: |a - b| <= atol + rtol * |b|")->check(CLI::NonNegativeNumber)->capture_default_str();
-  diff_cmd->add_option("--atol", atol, "Absolute tolerance")->check(CLI::NonNegativeNumber)->capture_default_str();
+  diff_cmd->add_option("--rtol", rtol, "Relative tolerance: |a - b| <= atol + rtol * |b|")->check(tools::non_negative())->capture_default_str();
+  diff_cmd->add_option("--atol", atol, "Absolute tolerance")->check(tools::non_negative())->capture_default_str();
   diff_cmd->add_flag("-q,--quiet", quiet, "Print nothing, only set the exit status");
   diff_cmd->footer("Example: tensor diff out.json expected.json --rtol 1e-4 --atol 1e-6");
 
@@ -97,8 +97,14 @@ int main(int argc, char** argv) {
     io::Sources sources(in.read_options());
     auto input = [&](const std::string& r) { return sources.tensor(r, "", in.allow_nan); };
     auto shape = [&](bool allow_infer) { return tools::parse_shape(shape_text, allow_infer); };
+    // what we make is held to the same limit as what we read (refused before it is allocated)
+    auto limit = [&](const char* what, double count) {
+      if (count > static_cast<double>(in.max_elements))
+        fail("{}: {} values is more than --max-elements {}", what, count, in.max_elements);
+    };
     if (*linspace_cmd) {
       Shape s = shape(false);
+      limit("linspace", static_cast<double>(shape_numel(s)));
       tools::emit(out, io::to_json(linspace(lo, hi, shape_numel(s)).reshaped(s), out.write_options()));
     } else if (*arange_cmd) {
       double start = 0, stop = 0, step = 1;
@@ -109,6 +115,7 @@ int main(int argc, char** argv) {
         if (arange_args.size() == 3) step = arange_args[2];
       }
       if (step == 0) throw UsageError("arange: STEP must not be zero");
+      limit("arange", std::ceil((stop - start) / step));
       Tensor t = arange(start, stop, step);
       if (!shape_text.empty()) t.reshape(shape(true));
       tools::emit(out, io::to_json(t, out.write_options()));
@@ -117,7 +124,7 @@ int main(int argc, char** argv) {
       if (*rand_cmd && !(low <= high)) throw UsageError("rand: --low must not exceed --high");
       Rng rng(seed);
       Shape s = shape(false);
-      if (shape_numel(s) > in.max_elements) fail("{} elements is more than --max-elements {}", shape_numel(s), in.max_elements);
+      limit(*randn_cmd ? "randn" : "rand", static_cast<double>(shape_numel(s)));
       Tensor t = *randn_cmd ? rand_normal(s, rng, static_cast<float>(mean), static_cast<float>(std_dev))
                             : rand_uniform(s, rng, static_cast<float>(low), static_cast<float>(high));
       tools::emit(out, io::to_json(t, out.write_options()));
@@ -155,7 +162,15 @@ int main(int argc, char** argv) {
       }
       tools::emit(out, io::to_json(bundle, out.write_options()));
     } else if (*diff_cmd) {
-      io::DiffReport report = io::diff(sources.value(ref), sources.value(ref_b), Tolerance{rtol, atol}, in.allow_nan);
+      // like diff(1), trouble (unreadable input, NaN without --allow-nan) is status 2, not 1
+      io::DiffReport report;
+      try {
+        const io::Value& a = sources.value(ref);  // A first: its errors come first
+        report = io::diff(a, sources.value(ref_b), Tolerance{rtol, atol}, in.allow_nan);
+      } catch (const Error& e) {
+        std::cerr << "tensor: " << e.what() << '\n';
+        return 2;
+      }
       if (!quiet) tools::emit(out, io::to_json(report.to_value(), out.write_options()));
       if (!report.equal && !quiet) std::cerr << "tensor diff: " << report.summary() << '\n';
       return report.equal ? 0 : 1;

@@ -1,5 +1,6 @@
 #include "common/common.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <new>
@@ -24,6 +25,25 @@ io::ReadOptions InputOptions::read_options() const {
   return r;
 }
 
+namespace {
+
+CLI::Validator number_check(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& text) -> std::string {
+        double x = 0;
+        if (!CLI::detail::lexical_cast(text, x) || std::isnan(x)) return text + " is not a number";
+        if (x < 0 || (!allow_zero && x == 0))
+          return text + (allow_zero ? " is negative, expected a number >= 0" : " is not positive, expected a number > 0");
+        return "";
+      },
+      allow_zero ? "NUMBER >= 0" : "NUMBER > 0");
+}
+
+}  // namespace
+
+CLI::Validator non_negative() { return number_check(true); }
+CLI::Validator positive() { return number_check(false); }
+
 void describe(CLI::App& app, const std::string& description, const std::string& examples) {
   app.description(description);
   app.set_version_flag("--version", std::string("attnkit ") + ATTNKIT_VERSION);
@@ -41,14 +61,14 @@ void add_output_options(CLI::App& app, OutputOptions& out) {
 
 void add_input_options(CLI::App& app, InputOptions& in) {
   app.add_option("--max-elements", in.max_elements, "Refuse input tensors with more elements than this")
-      ->check(CLI::PositiveNumber)
+      ->check(positive())
       ->capture_default_str();
   app.add_flag("--allow-nan", in.allow_nan, "Accept NaN in input tensors (refused by default, with its position)");
 }
 
 void add_threads_option(CLI::App& app, int& threads) {
   app.add_option("--threads", threads, "Threads for the heavy kernels (0: one per core)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
 }
 
@@ -82,10 +102,34 @@ std::string per_record(io::Sources& sources, bool reads_stdin, const OutputOptio
   return text;
 }
 
+namespace {
+
+// "-#NAME" (member NAME of standard input) looks like the short option "-#" to CLI11. run() hides
+// such arguments from the parser behind this mark, and every option gives them back unchanged.
+constexpr char kStdinMark = '\x1f';
+
+void restore_stdin_references(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    opt->transform(
+        [](const std::string& s) { return s.rfind(std::string{kStdinMark, '#'}, 0) == 0 ? "-" + s.substr(1) : s; },
+        "", "");
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) restore_stdin_references(*sub);
+}
+
+}  // namespace
+
 int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   const std::string name = app.get_name();
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<char*> arg_ptrs;
+  for (auto& a : args) {
+    if (a.size() > 1 && a[0] == '-' && a[1] == '#') a[0] = kStdinMark;
+    arg_ptrs.push_back(a.data());
+  }
+  restore_stdin_references(app);
   try {
-    app.parse(argc, argv);
+    app.parse(argc, arg_ptrs.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -93,7 +137,10 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) 
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << name << ": " << e.what() << "\n(run " << name << " --help for usage)\n";
+    std::string message = e.what();
+    for (char& c : message)
+      if (c == kStdinMark) c = '-';
+    std::cerr << name << ": " << message << "\n(run " << name << " --help for usage)\n";
     return 2;
   }
   try {
@@ -131,7 +178,8 @@ Shape parse_shape(const std::string& text, bool allow_infer) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (part.empty() || used != part.size()) throw UsageError(fmt::format("shape \"{}\": \"{}\" is not a size", text, part));
+    if (part.empty()) throw UsageError(fmt::format("shape \"{}\": a size is missing (write sizes like 3,4)", text));
+    if (used != part.size()) throw UsageError(fmt::format("shape \"{}\": \"{}\" is not a size", text, part));
     if (d < 0 && !(allow_infer && d == -1))
       throw UsageError(fmt::format("shape \"{}\": sizes must be non-negative{}", text, allow_infer ? " (or one -1)" : ""));
     shape.push_back(d);

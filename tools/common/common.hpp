@@ -30,6 +30,11 @@ struct InputOptions {
   io::ReadOptions read_options() const;
 };
 
+// Number checks with readable messages ("--rtol: -1 is negative, expected a number >= 0");
+// use them instead of CLI::NonNegativeNumber / CLI::PositiveNumber, which print DBL_MAX in full.
+CLI::Validator non_negative();
+CLI::Validator positive();
+
 // App with --version, a description and a footer of runnable examples.
 void describe(CLI::App& app, const std::string& description, const std::string& examples);
 void add_output_options(CLI::App& app, OutputOptions& out);  // -o, --format, --pretty

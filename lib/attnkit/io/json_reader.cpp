@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <iostream>
 #include <iterator>
 #include <limits>
@@ -94,17 +96,26 @@ class Parser {
   const ReadOptions& options_;
 
   // --- positions and errors ---
+  // Line and column (1-based, in bytes) of `at`. Positions are mostly asked for in increasing
+  // order (an object's many string members), so the scan resumes from the last one asked.
+  mutable const char* pos_at_ = nullptr;
+  mutable int64_t pos_line_ = 1, pos_col_ = 1;
   std::pair<int64_t, int64_t> line_col(const char* at) const {
-    int64_t line = 1, col = 1;
-    for (const char* q = begin_; q < at && q < end_; ++q) {
+    if (at > end_) at = end_;
+    if (pos_at_ == nullptr || at < pos_at_) {
+      pos_at_ = begin_;
+      pos_line_ = pos_col_ = 1;
+    }
+    for (const char* q = pos_at_; q < at; ++q) {
       if (*q == '\n') {
-        ++line;
-        col = 1;
+        ++pos_line_;
+        pos_col_ = 1;
       } else {
-        ++col;
+        ++pos_col_;
       }
     }
-    return {line, col};
+    pos_at_ = at;
+    return {pos_line_, pos_col_};
   }
   std::string where(const char* at) const {
     auto [line, col] = line_col(at);
@@ -121,7 +132,14 @@ class Parser {
     if (c >= 0x20 && c < 0x7f) return fmt::format("'{}'", *p_);
     return fmt::format("byte 0x{:02x}", c);
   }
-  [[noreturn]] void expected(const char* what) const { syntax_error(fmt::format("expected {}, found {}", what, describe_here())); }
+  [[noreturn]] void expected(const char* what) const {
+    for (const char* word : {"NaN", "Infinity", "-Infinity"}) {  // what Python's json.dumps writes
+      size_t n = std::strlen(word);
+      if (static_cast<size_t>(end_ - p_) >= n && std::memcmp(p_, word, n) == 0)
+        syntax_error(fmt::format("expected {}, found {} (JSON has no {}: write the string \"{}\")", what, word, word, word));
+    }
+    syntax_error(fmt::format("expected {}, found {}", what, describe_here()));
+  }
 
   void skip_ws() {
     while (p_ < end_ && is_ws(*p_)) ++p_;
@@ -158,6 +176,7 @@ class Parser {
   }
 
   float number() {
+    if (end_ - p_ > 1 && p_[0] == '-' && p_[1] == 'I') expected("a number");  // bare -Infinity
     const char* start = p_;
     const char* stop = scan_number();
     float f = 0.0f;
@@ -293,8 +312,35 @@ class Parser {
     return true;
   }
 
+  // JSON text without the whitespace between tokens (the text is valid JSON already).
+  static std::string compact(const char* from, const char* to) {
+    std::string out;
+    out.reserve(static_cast<size_t>(to - from));
+    bool in_string = false;
+    for (const char* q = from; q < to; ++q) {
+      char c = *q;
+      if (in_string) {
+        out += c;
+        if (c == '\\') out += *++q;
+        else if (c == '"') in_string = false;
+      } else if (!is_ws(c)) {
+        out += c;
+        in_string = c == '"';
+      }
+    }
+    return out;
+  }
+
   // --- values ---
+  // A value of any kind; a non-tensor keeps its JSON text.
   Value value(int depth) {
+    const char* at = p_;
+    Value v = any_value(depth);
+    if (v.kind() == Value::Kind::Other) return Value::other(v.why(), compact(at, p_));
+    return v;
+  }
+
+  Value any_value(int depth) {
     if (p_ == end_) expected("a JSON value");
     const char* at = p_;
     switch (*p_) {
@@ -381,7 +427,7 @@ class Parser {
           skip_value(depth + 1);
           note_problem(b, at, fmt::format("an array holding {}", kind));
         } else {
-          expected("a JSON value");
+          expected(b.leaf[level] == 1 ? "a number" : "a JSON value");
         }
         ++count;
         skip_ws();
@@ -558,16 +604,32 @@ std::string read_text(const std::string& path) {
     AK_CHECK(!std::cin.bad(), "<stdin>: read error");
     return text;
   }
-  std::ifstream in(path, std::ios::binary);
-  AK_CHECK(in.is_open(), "{}: cannot open ({})", path, std::strerror(errno));
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  AK_CHECK(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    close(fd);
+    fail("{}: is a folder, not a file", path);
+  }
+  // Regular files are read in one go; pipes and FIFOs (<(...), /dev/stdin) until their end.
   std::string text;
-  in.seekg(0, std::ios::end);
-  auto size = in.tellg();
-  AK_CHECK(size >= 0, "{}: cannot read (not a regular file?)", path);
-  text.resize(static_cast<size_t>(size));
-  in.seekg(0);
-  in.read(text.data(), size);
-  AK_CHECK(in.gcount() == size, "{}: read error", path);
+  size_t size = S_ISREG(st.st_mode) ? static_cast<size_t>(st.st_size) : 0;
+  text.resize(std::max<size_t>(size + 1, 1 << 16));
+  size_t used = 0;
+  for (;;) {
+    if (used == text.size()) text.resize(text.size() * 2);
+    ssize_t n = read(fd, text.data() + used, text.size() - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      fail("{}: read error ({})", path, std::strerror(err));
+    }
+    if (n == 0) break;
+    used += static_cast<size_t>(n);
+  }
+  close(fd);
+  text.resize(used);
   return text;
 }
 

@@ -107,8 +107,9 @@ void write_value(std::string& out, const Value& v, const WriteOptions& options, 
     out += v.why();
     return;
   }
-  if (!v.is_bundle()) {  // Other: only strings are written by attnkit; keep the text
-    append_string(out, v.why());
+  if (!v.is_bundle()) {  // Other: as it was read, or the string why() when made by attnkit
+    if (!v.json().empty()) out += v.json();
+    else append_string(out, v.why());
     return;
   }
   out += '{';

@@ -2,8 +2,9 @@
 //   Tensor  a nested numeric array, a bare number, a non-finite string ("NaN", "Infinity",
 //           "-Infinity") or the flat form {"shape": [...], "data": [...], "dtype"?}
 //   Bundle  an object of named values (members in document order; bundles nest)
-//   Other   anything else: kept with the reason it is not a tensor, so that a bundle may carry
-//           labels or metadata, and the error is raised only when someone asks for a tensor there.
+//   Other   anything else: kept with the reason it is not a tensor (and its JSON text), so that a
+//           bundle may carry labels or metadata, and the error is raised only when someone asks
+//           for a tensor there.
 #pragma once
 #include <string>
 #include <string_view>
@@ -29,6 +30,14 @@ class Value {
     return v;
   }
 
+  // A value as the reader found it: why it is not a tensor, and its JSON text (compact), which
+  // the writer writes back unchanged, so that metadata in a bundle survives `tensor get` or `pack`.
+  static Value other(std::string why, std::string json) {
+    Value v = other(std::move(why));
+    v.json_ = std::move(json);
+    return v;
+  }
+
   // Written as true/false (reports such as tensor diff's "equal"); never produced by the reader.
   static Value boolean(bool b) {
     Value v;
@@ -46,6 +55,8 @@ class Value {
   Tensor take_tensor() { return std::move(tensor_); }
   // Kind::Other: why this is not a tensor, with where it stands ("a string (line 1, column 9)").
   const std::string& why() const { return why_; }
+  // Kind::Other from the reader: its JSON text; "" for Value::other(why) (then written as why()).
+  const std::string& json() const { return json_; }
 
   // Bundle members.
   const std::vector<std::pair<std::string, Value>>& members() const { return members_; }
@@ -62,6 +73,7 @@ class Value {
   Tensor tensor_;
   std::vector<std::pair<std::string, Value>> members_;
   std::string why_;
+  std::string json_;
 };
 
 }  // namespace attnkit::io

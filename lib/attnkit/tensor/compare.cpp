@@ -22,11 +22,11 @@ Comparison compare(const Tensor& a, const Tensor& b, const Tolerance& tol) {
     } else {
       double err = std::fabs(x - y);
       ok = err <= tol.atol + tol.rtol * std::fabs(y);
-      if (err > c.max_abs_error || max_abs_i < 0) {
-        if (err > c.max_abs_error) max_abs_i = i;
-        c.max_abs_error = std::max(c.max_abs_error, err);
+      if (max_abs_i < 0 || err > c.max_abs_error) {  // first of the largest, like numpy.argmax
+        max_abs_i = i;
+        c.max_abs_error = err;
       }
-      if (y != 0.0 && err / std::fabs(y) > c.max_rel_error) {
+      if (y != 0.0 && (max_rel_i < 0 || err / std::fabs(y) > c.max_rel_error)) {
         c.max_rel_error = err / std::fabs(y);
         max_rel_i = i;
       }

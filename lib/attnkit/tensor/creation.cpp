@@ -30,7 +30,10 @@ Tensor arange(double start, double stop, double step) {
   int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
   AK_CHECK(count < 9.0e15, "arange: {} values is too many", count);
   Tensor t(Shape{n});
-  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<float>(start + static_cast<double>(i) * step);
+  // numpy fills x_0 = start, x_1 = start + step, then x_i = start + i * (x_1 - x_0)
+  double second = start + step, delta = second - start;
+  for (int64_t i = 0; i < n; ++i)
+    t[i] = static_cast<float>(i == 0 ? start : i == 1 ? second : start + static_cast<double>(i) * delta);
   return t;
 }
 
