@@ -12,6 +12,8 @@
 #include <omp.h>
 #include <thread>
 
+#include <Eigen/Core>
+
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
 
@@ -329,17 +331,72 @@ int team_size(int threads, int64_t N, int64_t H, int G, int64_t min_macs) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({threads, useful, blocks})));
 }
 
+// Eigen's thread count for the GEMMs, restored on exit. Inside a parallel region (the two
+// directions side by side) Eigen runs single-threaded anyway and the global is left alone.
+struct EigenThreads {
+  int saved;
+  bool active;
+  explicit EigenThreads(int n) : saved(Eigen::nbThreads()), active(!omp_in_parallel()) {
+    if (active) Eigen::setNbThreads(n);
+  }
+  ~EigenThreads() {
+    if (active) Eigen::setNbThreads(saved);
+  }
+};
+
+// h_prev W_hh^T for a run of columns, with W_hh's columns packed once for Eigen's GEMM micro-kernel
+// (gebp) instead of once per step: only h_prev (small) is packed each step, and the product is
+// added in place into the pre-activations, so the time loop allocates and copies nothing else.
+// In gebp's column-major view: C^T [nc, N] += A [nc, H] (W_hh^T rows c0..) x B [H, N] (h_prev^T).
+class PackedHidden {
+ public:
+  using Traits = Eigen::internal::gebp_traits<float, float>;
+  using LhsMapper = Eigen::internal::const_blas_data_mapper<float, Eigen::Index, Eigen::ColMajor>;
+  using ResMapper = Eigen::internal::blas_data_mapper<float, Eigen::Index, Eigen::ColMajor, Eigen::Unaligned, 1>;
+
+  // wh [H, GH] row-major; the columns [c0, c0 + nc); N rows of h per step.
+  PackedHidden(const float* wh, int64_t H, int64_t GH, int64_t c0, int64_t nc, int64_t N)
+      : H_(H), nc_(nc), N_(N), c0_(c0), a_(size_t(H * nc)), b_(size_t(H * std::max<int64_t>(N, 1))) {
+    Eigen::internal::gemm_pack_lhs<float, Eigen::Index, LhsMapper, Traits::mr, Traits::LhsProgress,
+                                   Traits::LhsPacket4Packing, Eigen::ColMajor>
+        pack;
+    for (int64_t k0 = 0; k0 < H; k0 += kDepth)
+      pack(a_.data() + k0 * nc, LhsMapper(wh + c0 + k0 * GH, GH), std::min(kDepth, H - k0), nc);
+  }
+  // res[n * ld + c0 + j] += sum_k h[n * H + k] * wh[k, c0 + j]
+  void multiply_add(const float* h, float* res, int64_t ld) {
+    Eigen::internal::gemm_pack_rhs<float, Eigen::Index, LhsMapper, Traits::nr, Eigen::ColMajor> pack;
+    Eigen::internal::gebp_kernel<float, float, Eigen::Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
+    for (int64_t k0 = 0; k0 < H_; k0 += kDepth) {
+      const int64_t kc = std::min(kDepth, H_ - k0);
+      pack(b_.data() + k0 * N_, LhsMapper(h + k0, H_), kc, N_);
+      gebp(ResMapper(res + c0_, ld), a_.data() + k0 * nc_, b_.data() + k0 * N_, nc_, kc, N_, 1.0f);
+    }
+  }
+
+ private:
+  static constexpr int64_t kDepth = 256;  // depth block: a 48 x 256 panel of W is 48 KB (L1)
+  int64_t H_, nc_, N_, c0_;
+  std::vector<float, Eigen::aligned_allocator<float>> a_, b_;  // packed W_hh^T, packed h_prev^T
+};
+
 void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
   const int G = gate_count(job.cell);
   const int64_t N = job.N, T = job.T, H = job.H, GH = G * H;
   const Recurrent::Packed& p = *job.packed;
+  const bool gru = job.cell == CellKind::Gru;
 
-  // Input projection for every step at once: one GEMM, hoisted out of the time loop.
+  // Input projection for every step at once: one GEMM, hoisted out of the time loop. For LSTM and
+  // RNN the hidden products are then added into it in place (GRU keeps them apart: r ⊙ (W_hn h)).
   MatrixRM xproj(N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
-  xproj.noalias() = as_matrix(job.x, N * T, job.Din) * as_matrix(p.wx.data(), job.Din, GH);
-  xproj.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(p.bias.data(), GH);
+  {
+    // A small GEMM stays on one thread: forking costs more than it saves (and far more when the
+    // cores are shared with other work).
+    EigenThreads eigen(N * T * job.Din * GH < (int64_t(1) << 25) ? 1 : threads);
+    xproj.noalias() = as_matrix(job.x, N * T, job.Din) * as_matrix(p.wx.data(), job.Din, GH);
+  }
 
-  MatrixRM hproj(N, GH);               // [N, G*H] W_hh h_prev, blocked columns
+  MatrixRM hproj(gru ? N : 0, GH);          // GRU: [N, G*H] W_hh h_prev, blocked columns
   MatrixRM hbuf(2 * N, H), cbuf(2 * N, H);  // double-buffered state [N, H] x 2
   MatrixRM init = MatrixRM::Zero(2 * N, H);  // h0; c0 (rows N..2N)
   if (job.h0) init.topRows(N) = as_matrix(job.h0, N, H);
@@ -350,7 +407,7 @@ void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
     if (job.cell != CellKind::RnnTanh && job.cell != CellKind::RnnRelu) cache->gates = Tensor({T, N, GH});
     if (job.keep_pre) cache->pre = Tensor({T, N, GH});
     if (job.cell == CellKind::Lstm) cache->c = Tensor({T, N, H}), cache->tanh_c = Tensor({T, N, H});
-    if (job.cell == CellKind::Gru) cache->hn = Tensor({T, N, H});
+    if (gru) cache->hn = Tensor({T, N, H});
     cache->h = Tensor({T, N, H});
   }
   // State after step i (i = -1: the initial state). With a cache, the states live in it.
@@ -364,17 +421,22 @@ void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
     return cache && job.cell == CellKind::Lstm ? cache->c.data() + time_of(i) * N * H : cbuf.data() + (i & 1) * N * H;
   };
 
-  // Step i for the units [u0, u1): hproj's columns for them, then the cell on them.
-  auto step = [&](int64_t i, int64_t u0, int64_t u1) {
+  // Step i for the units [u0, u1): h_prev times their columns of W_hh, then the cell on them.
+  auto step = [&](PackedHidden& wh, int64_t i, int64_t u0, int64_t u1) {
     const int64_t t = time_of(i);
-    const int64_t c0 = G * u0, nc = G * (u1 - u0);
-    hproj.middleCols(c0, nc).noalias() = as_matrix(h_at(i - 1), N, H) * as_matrix(p.wh.data(), H, GH).middleCols(c0, nc);
+    if (gru) {
+      hproj.middleCols(G * u0, G * (u1 - u0)).setZero();
+      wh.multiply_add(h_at(i - 1), hproj.data(), GH);
+    } else {
+      wh.multiply_add(h_at(i - 1), xproj.data() + t * GH, T * GH);  // rows n*T + t
+    }
     ops::CellStep s;
     s.cell = job.cell;
     s.rows = N, s.hidden = H, s.unit_begin = u0, s.unit_end = u1;
     s.lengths = job.lengths, s.t = t;
     s.xproj = xproj.data() + t * GH, s.xproj_stride = T * GH;
-    s.hproj = hproj.data(), s.hproj_stride = GH;
+    if (gru) s.hproj = hproj.data(), s.hproj_stride = GH;
+    s.bias = p.bias.data();
     s.b_hn = p.b_hn.data();
     s.h_prev = h_at(i - 1), s.h_prev_stride = H;
     s.h = h_at(i), s.h_stride = H;
@@ -394,18 +456,20 @@ void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
 
   const int team = team_size(threads, N, H, G, min_macs);
   if (team <= 1) {
-    for (int64_t i = 0; i < T; ++i) step(i, 0, H);
+    PackedHidden wh(p.wh.data(), H, GH, 0, GH, N);
+    for (int64_t i = 0; i < T; ++i) step(wh, i, 0, H);
   } else {
-    // One parallel region for the whole loop; each thread owns a run of unit blocks (its columns of
-    // W_hh stay in its cache) and the steps meet at one barrier each.
+    // One parallel region for the whole loop; each thread owns a run of unit blocks (its packed
+    // columns of W_hh stay in its own cache) and the steps meet at one barrier each.
     const int64_t blocks = (H + ops::kUnitBlock - 1) / ops::kUnitBlock;
 #pragma omp parallel num_threads(team)
     {
       const int64_t id = omp_get_thread_num(), nt = omp_get_num_threads();
       const int64_t b0 = blocks * id / nt, b1 = blocks * (id + 1) / nt;
       const int64_t u0 = b0 * ops::kUnitBlock, u1 = std::min(H, b1 * ops::kUnitBlock);
+      PackedHidden wh(p.wh.data(), H, GH, G * u0, G * (u1 - u0), N);
       for (int64_t i = 0; i < T; ++i) {
-        if (u0 < u1) step(i, u0, u1);
+        if (u0 < u1) step(wh, i, u0, u1);
 #pragma omp barrier
       }
     }
@@ -414,13 +478,6 @@ void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
   std::memcpy(job.h_n, hl, sizeof(float) * N * H);
   if (job.c_n) std::memcpy(job.c_n, c_at(T - 1), sizeof(float) * N * H);
 }
-
-// Eigen's thread count for the GEMMs, restored on exit.
-struct EigenThreads {
-  int saved;
-  explicit EigenThreads(int n) : saved(Eigen::nbThreads()) { Eigen::setNbThreads(n); }
-  ~EigenThreads() { Eigen::setNbThreads(saved); }
-};
 
 }  // namespace
 

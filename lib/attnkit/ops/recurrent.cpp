@@ -84,10 +84,20 @@ void for_blocks(const CellStep& s, int gates, Full full, Tail tail) {
   }
 }
 
+// Argument of gate g for the w units at u0 (blocked columns): xproj + hproj + bias.
+template <typename A>
+A gate_input(const CellStep& s, int gates, int64_t n, int64_t u0, int64_t w, int g) {
+  const int64_t col = gates * u0 + g * w;
+  A a = in<A>(s.xproj + n * s.xproj_stride + col, w);
+  if (s.hproj) a += in<A>(s.hproj + n * s.hproj_stride + col, w);
+  if (s.bias) a += in<A>(s.bias + col, w);
+  return a;
+}
+
 template <typename A>
 void rnn_block(const CellStep& s, int64_t n, int64_t u0, int64_t w) {
-  // a = x W_ih^T + b + h_prev W_hh^T;  h = act(a)   [w]
-  A a = in<A>(s.xproj + n * s.xproj_stride + u0, w) + in<A>(s.hproj + n * s.hproj_stride + u0, w);
+  // a = x W_ih^T + h_prev W_hh^T + b;  h = act(a)   [w]
+  A a = gate_input<A>(s, 1, n, u0, w, 0);
   A h = s.cell == CellKind::RnnRelu ? A(a.max(0.0f)) : A(a.tanh());
   out<A>(s.h + n * s.h_stride + u0, w) = h;
   if (s.out) out<A>(s.out + n * s.out_stride + u0, w) = h;
@@ -98,12 +108,9 @@ void rnn_block(const CellStep& s, int64_t n, int64_t u0, int64_t w) {
 template <typename A>
 void lstm_block(const CellStep& s, int64_t n, int64_t u0, int64_t w) {
   const int64_t H = s.hidden;
-  const float* xp = s.xproj + n * s.xproj_stride + 4 * u0;  // blocked: i, f, g, o of these w units
-  const float* hp = s.hproj + n * s.hproj_stride + 4 * u0;
-  A ai = in<A>(xp, w) + in<A>(hp, w);
-  A af = in<A>(xp + w, w) + in<A>(hp + w, w);
-  A ag = in<A>(xp + 2 * w, w) + in<A>(hp + 2 * w, w);
-  A ao = in<A>(xp + 3 * w, w) + in<A>(hp + 3 * w, w);
+  // blocked: i, f, g, o of these w units
+  A ai = gate_input<A>(s, 4, n, u0, w, 0), af = gate_input<A>(s, 4, n, u0, w, 1);
+  A ag = gate_input<A>(s, 4, n, u0, w, 2), ao = gate_input<A>(s, 4, n, u0, w, 3);
   A i = ai.logistic(), f = af.logistic(), g = ag.tanh(), o = ao.logistic();
   A c = f * in<A>(s.c_prev + n * s.c_prev_stride + u0, w) + i * g;  // c = f ⊙ c_prev + i ⊙ g
   A tc = c.tanh();
@@ -131,13 +138,14 @@ void lstm_block(const CellStep& s, int64_t n, int64_t u0, int64_t w) {
 template <typename A>
 void gru_block(const CellStep& s, int64_t n, int64_t u0, int64_t w) {
   const int64_t H = s.hidden;
-  const float* xp = s.xproj + n * s.xproj_stride + 3 * u0;  // blocked: r, z, n of these w units
+  // blocked: r, z, n of these w units; hproj is separate (r multiplies only W_hn h_prev + b_hn)
+  const float* xp = s.xproj + n * s.xproj_stride + 3 * u0;
   const float* hp = s.hproj + n * s.hproj_stride + 3 * u0;
-  A ar = in<A>(xp, w) + in<A>(hp, w);
-  A az = in<A>(xp + w, w) + in<A>(hp + w, w);
+  A ar = gate_input<A>(s, 3, n, u0, w, 0), az = gate_input<A>(s, 3, n, u0, w, 1);
   A hn = in<A>(hp + 2 * w, w) + in<A>(s.b_hn + u0, w);  // W_hn h_prev + b_hn
   A r = ar.logistic(), z = az.logistic();
   A an = in<A>(xp + 2 * w, w) + r * hn;  // x_n + r ⊙ h_n
+  if (s.bias) an += in<A>(s.bias + 3 * u0 + 2 * w, w);  // + b_in
   A nn = an.tanh();
   // h = (1 - z) ⊙ n + z ⊙ h_prev, written as PyTorch does: n + z ⊙ (h_prev - n)
   A h = nn + z * (in<A>(s.h_prev + n * s.h_prev_stride + u0, w) - nn);
@@ -171,6 +179,7 @@ void lstm_cell_forward(const CellStep& s) {
 }
 
 void gru_cell_forward(const CellStep& s) {
+  AK_CHECK(s.hproj, "gru cell: hproj is required (r multiplies W_hn h_prev + b_hn alone)");
   for_blocks(s, 3, [&](int64_t n, int64_t u0, int64_t w) { gru_block<FullBlock>(s, n, u0, w); },
              [&](int64_t n, int64_t u0, int64_t w) { gru_block<TailBlock>(s, n, u0, w); });
 }

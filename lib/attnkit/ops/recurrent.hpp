@@ -47,9 +47,10 @@ struct CellStep {
   const int64_t* lengths = nullptr;  // [N] or nullptr (every row active)
   int64_t t = 0;                     // the step, compared with lengths
 
-  // inputs, blocked layout [N, G*H]
-  const float* xproj = nullptr; int64_t xproj_stride = 0;  // W_ih x + every bias but GRU's b_hn
-  const float* hproj = nullptr; int64_t hproj_stride = 0;  // W_hh h_prev (no bias)
+  // inputs, blocked layout [N, G*H]: the gate arguments are xproj + hproj + bias
+  const float* xproj = nullptr; int64_t xproj_stride = 0;  // W_ih x (LSTM, RNN: may already hold + W_hh h_prev)
+  const float* hproj = nullptr; int64_t hproj_stride = 0;  // W_hh h_prev, or nullptr when xproj holds it (not GRU)
+  const float* bias = nullptr;                              // [G*H] blocked: b_ih + b_hh (GRU's n: b_in only)
   const float* b_hn = nullptr;                              // GRU: [H]
   // state in, standard layout [N, H]
   const float* h_prev = nullptr; int64_t h_prev_stride = 0;

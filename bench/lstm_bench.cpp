@@ -1,0 +1,98 @@
+// lstm_bench: times attnkit's LSTM forward (nn::Recurrent, inference: no cache) in-process, and
+// the bare Eigen sgemms of the same shapes (the GEMM bound and the machine's sgemm peak).
+// Prints one JSON object; bench/lstm_vs_torch.py runs it interleaved with PyTorch.
+//   lstm_bench --N 64 --T 100 --D 512 --H 512 --threads 2 --reps 5 [--cell lstm]
+// Legend: N batch, T steps, D input size, H hidden size, G gates.
+// GCC 12 reports false "may be used uninitialized" inside Eigen's AVX-512 packet code.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <Eigen/Core>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "attnkit/nn/recurrent.hpp"
+#include "attnkit/tensor/random.hpp"
+#include "attnkit/tensor/threads.hpp"
+
+using namespace attnkit;
+using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+static double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+template <typename F>
+static std::vector<double> times(int reps, F f) {
+  f();  // warm-up
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    double t0 = now();
+    f();
+    t.push_back(now() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t;
+}
+
+int main(int argc, char** argv) {
+  int64_t N = 64, T = 100, D = 512, H = 512;
+  int threads = 2, reps = 5;
+  std::string cell = "lstm";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--N") N = std::atoll(v.c_str());
+    else if (k == "--T") T = std::atoll(v.c_str());
+    else if (k == "--D") D = std::atoll(v.c_str());
+    else if (k == "--H") H = std::atoll(v.c_str());
+    else if (k == "--threads") threads = std::atoi(v.c_str());
+    else if (k == "--reps") reps = std::atoi(v.c_str());
+    else if (k == "--cell") cell = v;
+    else {
+      std::fprintf(stderr, "lstm_bench: unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  set_num_threads(threads);
+  nn::RecurrentConfig cfg;
+  cfg.cell = cell == "gru" ? ops::CellKind::Gru : cell == "rnn" ? ops::CellKind::RnnTanh : ops::CellKind::Lstm;
+  cfg.input_size = D, cfg.hidden_size = H;
+  const int64_t G = ops::gate_count(cfg.cell);
+  Rng rng(1);
+  nn::Recurrent model = nn::Recurrent::random(cfg, rng);
+  Tensor x = rand_normal({N, T, D}, rng);
+  nn::RecurrentInputs in;
+  in.x = &x;
+  nn::RunOptions opt;
+  opt.threads = threads;
+  volatile float sink = 0;
+  auto ours = times(reps, [&] { sink = sink + model.forward(in, opt).h_n[0]; });
+
+  // The GEMMs alone, as Eigen does them with the same threads: the input projection [N*T, D] x
+  // [D, G*H] once, and T hidden products [N, H] x [H, G*H].
+  MatrixRM X = MatrixRM::Random(N * T, D), Wx = MatrixRM::Random(D, G * H), Wh = MatrixRM::Random(H, G * H);
+  MatrixRM P(N * T, G * H), h = MatrixRM::Random(N, H), hp(N, G * H);
+  auto input_gemm = times(reps, [&] { P.noalias() = X * Wx; });
+  auto hidden_gemms = times(reps, [&] {
+    for (int64_t t = 0; t < T; ++t) hp.noalias() = h * Wh;
+  });
+  // sgemm peak: a large square product with the same threads.
+  const int64_t S = 1024;
+  MatrixRM A = MatrixRM::Random(S, S), B = MatrixRM::Random(S, S), C(S, S);
+  auto peak = times(reps, [&] { C.noalias() = A * B; });
+
+  const double flops = 2.0 * N * T * (D + H) * G * H;
+  std::printf(
+      "{\"N\":%lld,\"T\":%lld,\"D\":%lld,\"H\":%lld,\"threads\":%d,\"cell\":\"%s\","
+      "\"best_s\":%.6g,\"median_s\":%.6g,\"gflops\":%.4g,"
+      "\"input_gemm_s\":%.6g,\"hidden_gemms_s\":%.6g,\"gemm_bound_s\":%.6g,"
+      "\"sgemm_peak_gflops\":%.4g}\n",
+      (long long)N, (long long)T, (long long)D, (long long)H, threads, cell.c_str(), ours[0], ours[ours.size() / 2],
+      flops / ours[0] / 1e9, input_gemm[0], hidden_gemms[0], input_gemm[0] + hidden_gemms[0],
+      2.0 * S * S * S / peak[0] / 1e9);
+  return 0;
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""LSTM forward: attnkit vs PyTorch nn.LSTM, interleaved, same sizes and threads, float32.
+
+  /usr/bin/python3 bench/lstm_vs_torch.py [--build build] [--rounds 7] [--reps 5] [--threads 2]
+                                          [--cases 64,100,512,512 1,100,128,128]
+
+Each case is N,T,D,H (batch_first, one layer, inference). Each round runs attnkit's
+build/bench/lstm_bench (best of --reps forward calls after a warm-up, timed inside the process: no
+JSON parsing or process start-up counted) and then PyTorch (torch.no_grad(), best of the same number
+of calls after a warm-up), and records the ratio attnkit / PyTorch. Rounds alternate so that load
+from other processes hits both alike; the summary is the median over rounds, with the range.
+lstm_bench also times Eigen's bare GEMMs of the same shapes (input projection + T hidden products:
+the GEMM bound) and a 1024^3 sgemm (the machine's peak with these threads), printed as GFLOP/s.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def ours(binary, N, T, D, H, threads, reps):
+    out = subprocess.run([binary, "--N", str(N), "--T", str(T), "--D", str(D), "--H", str(H),
+                          "--threads", str(threads), "--reps", str(reps)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--build", default=os.path.join(here, "..", "build"))
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cases", nargs="+", default=["64,100,512,512", "1,100,128,128"])
+    a = ap.parse_args()
+    binary = os.path.join(a.build, "bench", "lstm_bench")
+    if not os.path.exists(binary):
+        sys.exit(f"{binary} not found: build first (scripts/build.sh)")
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        print("PyTorch not importable: attnkit times only", file=sys.stderr)
+    if torch is not None:
+        torch.set_num_threads(a.threads)
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; attnkit {a.threads} threads; "
+              f"nn.LSTM batch_first, 1 layer, float32, no_grad; {a.rounds} interleaved rounds, best of {a.reps} each")
+    for case in a.cases:
+        N, T, D, H = (int(v) for v in case.split(","))
+        flops = 2.0 * N * T * (D + H) * 4 * H
+        if torch is not None:
+            torch.manual_seed(0)
+            m = torch.nn.LSTM(D, H, batch_first=True)
+            x = torch.randn(N, T, D)
+        rows = []
+        for r in range(a.rounds):
+            mine = ours(binary, N, T, D, H, a.threads, a.reps)
+            theirs = None
+            if torch is not None:
+                with torch.no_grad():
+                    m(x)  # warm-up
+                    ts = []
+                    for _ in range(a.reps):
+                        t0 = time.perf_counter()
+                        m(x)
+                        ts.append(time.perf_counter() - t0)
+                theirs = min(ts)
+            rows.append((mine, theirs))
+            ratio = f"  ratio {mine['best_s'] / theirs:.3f}" if theirs else ""
+            print(f"N={N} T={T} D={D} H={H} round {r + 1}: attnkit {mine['best_s'] * 1e3:8.2f} ms "
+                  f"({mine['gflops']:.0f} GFLOP/s; GEMMs alone {mine['gemm_bound_s'] * 1e3:.2f} ms, "
+                  f"sgemm peak {mine['sgemm_peak_gflops']:.0f} GFLOP/s)   torch "
+                  f"{theirs * 1e3 if theirs else float('nan'):8.2f} ms{ratio}", flush=True)
+        med = statistics.median(x[0]["best_s"] for x in rows)
+        line = (f"N={N} T={T} D={D} H={H} median: attnkit {med * 1e3:.2f} ms ({flops / med / 1e9:.0f} GFLOP/s, "
+                f"GEMM bound {statistics.median(x[0]['gemm_bound_s'] for x in rows) * 1e3:.2f} ms, "
+                f"sgemm peak {statistics.median(x[0]['sgemm_peak_gflops'] for x in rows):.0f} GFLOP/s)")
+        if torch is not None:
+            ratios = [x[0]["best_s"] / x[1] for x in rows]
+            line += (f", torch {statistics.median(x[1] for x in rows) * 1e3:.2f} ms; ratio attnkit/torch "
+                     f"{statistics.median(ratios):.3f} (range {min(ratios):.3f} .. {max(ratios):.3f})")
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
