@@ -81,7 +81,7 @@ done
 # --- pipes: stdin read once, referenced twice; NDJSON records run one by one
 tensor pack x=xnt.json h0=t.json#h_n > in.json
 tensor reshape in.json#h0 --shape 4,1,4 > h0b.json
-tensor pack x=xnt.json h0=h0b.json | lstm-run --weights w.json --h0 -#h0 -- -#x > piped.json
+tensor pack x=xnt.json h0=h0b.json | lstm-run -#x --weights w.json --h0 -#h0 > piped.json
 lstm-run xnt.json --weights w.json --h0 h0b.json | tensor diff - piped.json --rtol 0 --atol 0 --quiet || fail "stdin twice"
 { tensor get xnt.json; tensor get xnt.json; } | lstm-run - --weights w.json > nd.json
 [[ "$(wc -l < nd.json)" == 2 ]] || fail "NDJSON: expected 2 lines, got $(wc -l < nd.json)"
