@@ -83,9 +83,13 @@ int main(int argc, char** argv) {
 
     Tensor shown_weights;  // for the heatmap
     std::string text = tools::per_record(sources, reads_stdin, out, [&]() -> io::Value {
-      const Tensor q = tensor(self.empty() ? query : self, self.empty() ? "query" : "self");
-      const Tensor k = self.empty() ? tensor(keys, "keys") : q;
-      const Tensor v = !self.empty() ? q : values.empty() ? k : tensor(values, "values");
+      // With --self the three are one tensor (multi-head attention then projects with one GEMM).
+      const Tensor q_in = tensor(self.empty() ? query : self, self.empty() ? "query" : "self");
+      const Tensor k_in = self.empty() ? tensor(keys, "keys") : Tensor();
+      const Tensor v_in = self.empty() && !values.empty() ? tensor(values, "values") : Tensor();
+      const Tensor& q = q_in;
+      const Tensor& k = self.empty() ? k_in : q_in;
+      const Tensor& v = !self.empty() ? q_in : values.empty() ? k_in : v_in;
       ops::MaskSpec spec;
       const int64_t N = q.rank() == 3 ? q.dim(0) : 1;
       if (mask == "causal") spec.causal = ops::CausalKind::UpperLeft;

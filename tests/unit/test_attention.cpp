@@ -147,6 +147,12 @@ TEST_CASE("multi-head attention: PyTorch nn.MultiheadAttention golden outputs an
       if (hw == nn::HeadWeights::None) CHECK(r.weights.empty());
       if (hw == nn::HeadWeights::Averaged) check_close(r.weights, member(c, "weights_avg"), "averaged weights");
       if (hw == nn::HeadWeights::PerHead) check_close(r.weights, member(c, "weights_per_head"), "per-head weights");
+      if (case_name.find("self") != std::string::npos || case_name == "mha_unbatched") {
+        // one tensor for all three: the fused QKV projection path
+        nn::MhaResult rs = nn::multihead_attention_forward(m, q, q, q, o);
+        check_close(rs.output, member(c, "output"), "fused self-attention output");
+        if (hw == nn::HeadWeights::PerHead) check_close(rs.weights, member(c, "weights_per_head"), "fused per-head weights");
+      }
       nn::MhaResult rn = nn::multihead_attention_forward_naive(m, q, k, v, o);
       check_close(rn.output, member(c, "output"), "naive output");
     }

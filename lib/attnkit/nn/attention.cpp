@@ -131,11 +131,31 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
   AK_CHECK(v.dim(-1) == m.v_weight.dim(1), "{}: value has shape {}, expected feature size {} (value projection {})",
            op, v.shape_str(), m.v_weight.dim(1), m.v_weight.shape_str());
   const int64_t NH = m.num_heads, E = m.embed_dim(), Ev = m.value_dim();
-  MatrixRM Q = project(q, d.N * d.T, m.q_weight, m.q_bias);  // [N*T, E]
-  MatrixRM K = project(k, d.N * d.S, m.k_weight, m.k_bias);  // [N*S, E]
-  MatrixRM V = project(v, d.N * d.S, m.v_weight, m.v_bias);  // [N*S, Ev]
   MhaResult r;
-  Tensor ctx = heads_forward(Q.data(), E, K.data(), E, V.data(), Ev, d, NH, E / NH, Ev / NH, o, naive, r.weights, op);
+  Tensor ctx;
+  const bool self_attention = q.data() == k.data() && k.data() == v.data() && m.q_weight.dim(1) == m.k_weight.dim(1) &&
+                              m.k_weight.dim(1) == m.v_weight.dim(1);
+  if (self_attention) {
+    // One GEMM for all three projections: [N*T, 2E + Ev], heads read in place (row stride 2E + Ev).
+    const int64_t P = 2 * E + Ev;
+    MatrixRM W(P, m.q_weight.dim(1));
+    W << as_matrix(m.q_weight), as_matrix(m.k_weight), as_matrix(m.v_weight);
+    MatrixRM QKV = as_matrix(q.data(), d.N * d.T, W.cols()) * W.transpose();  // [N*T, 2E + Ev]
+    if (!m.q_bias.empty() || !m.k_bias.empty() || !m.v_bias.empty()) {
+      Eigen::RowVectorXf b = Eigen::RowVectorXf::Zero(P);
+      if (!m.q_bias.empty()) b.segment(0, E) = Eigen::Map<const Eigen::RowVectorXf>(m.q_bias.data(), E);
+      if (!m.k_bias.empty()) b.segment(E, E) = Eigen::Map<const Eigen::RowVectorXf>(m.k_bias.data(), E);
+      if (!m.v_bias.empty()) b.segment(2 * E, Ev) = Eigen::Map<const Eigen::RowVectorXf>(m.v_bias.data(), Ev);
+      QKV.rowwise() += b;
+    }
+    ctx = heads_forward(QKV.data(), P, QKV.data() + E, P, QKV.data() + 2 * E, P, d, NH, E / NH, Ev / NH, o, naive,
+                        r.weights, op);
+  } else {
+    MatrixRM Q = project(q, d.N * d.T, m.q_weight, m.q_bias);  // [N*T, E]
+    MatrixRM K = project(k, d.N * d.S, m.k_weight, m.k_bias);  // [N*S, E]
+    MatrixRM V = project(v, d.N * d.S, m.v_weight, m.v_bias);  // [N*S, Ev]
+    ctx = heads_forward(Q.data(), E, K.data(), E, V.data(), Ev, d, NH, E / NH, Ev / NH, o, naive, r.weights, op);
+  }
   Shape out_shape = d.batched ? Shape{d.N, d.T, 0} : Shape{d.T, 0};
   if (m.out_weight.empty()) {
     out_shape.back() = Ev;

@@ -1,0 +1,75 @@
+// attention_bench: times attnkit's self-attention (nn::multihead_attention_forward, weights not
+// requested: the tiled kernel) on random data and reports the peak resident memory.
+// Driven by bench/attention_vs_torch.py, which interleaves it with PyTorch; usable alone:
+//   build/bench/attention_bench --T 4096 --E 512 --heads 8 --threads 2 --reps 3
+// Prints one JSON line: {"T":..,"E":..,"heads":..,"threads":..,"times_s":[..],"best_s":..,"peak_rss_mb":..}
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "attnkit/nn/attention.hpp"
+#include "attnkit/tensor/random.hpp"
+#include "attnkit/tensor/threads.hpp"
+
+using namespace attnkit;
+
+int main(int argc, char** argv) {
+  int64_t N = 1, T = 1024, E = 512, NH = 8, threads = 2, reps = 3, tq = 0, tk = 0;
+  bool causal = false, weights = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::atoll(argv[++i]) : 0LL; };
+    if (a == "--N") N = next();
+    else if (a == "--T") T = next();
+    else if (a == "--E") E = next();
+    else if (a == "--heads") NH = next();
+    else if (a == "--threads") threads = next();
+    else if (a == "--reps") reps = next();
+    else if (a == "--tile-q") tq = next();
+    else if (a == "--tile-k") tk = next();
+    else if (a == "--causal") causal = true;
+    else if (a == "--need-weights") weights = true;
+    else {
+      std::fprintf(stderr, "usage: attention_bench [--N 1] [--T 1024] [--E 512] [--heads 8] [--threads 2] [--reps 3] "
+                           "[--causal] [--need-weights] [--tile-q Q --tile-k K]\n");
+      return 2;
+    }
+  }
+  set_num_threads(static_cast<int>(threads));
+  if (tq > 0 && tk > 0) ops::set_tile_sizes({tq, tk});
+  Rng rng(1);
+  const float s = 1.0f / std::sqrt(static_cast<float>(E));
+  io::Value w = io::Value::bundle();
+  w.set("in_proj_weight", rand_uniform({3 * E, E}, rng, -s, s));
+  w.set("in_proj_bias", Tensor({3 * E}));
+  w.set("out_proj.weight", rand_uniform({E, E}, rng, -s, s));
+  w.set("out_proj.bias", Tensor({E}));
+  const nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, NH);
+  const Tensor x = rand_normal({N, T, E}, rng);
+  nn::MhaOptions o;
+  if (causal) o.mask.causal = ops::CausalKind::UpperLeft;
+  if (weights) o.weights = nn::HeadWeights::Averaged;
+  std::vector<double> times;
+  double checksum = 0;
+  for (int64_t r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    nn::MhaResult y = nn::multihead_attention_forward(m, x, x, x, o);
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    checksum = y.output[0] + y.output[y.output.numel() - 1];
+  }
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::string ts;
+  for (double t : times) ts += (ts.empty() ? "" : ",") + std::to_string(t);
+  std::printf("{\"N\":%lld,\"T\":%lld,\"E\":%lld,\"heads\":%lld,\"threads\":%lld,\"causal\":%s,\"times_s\":[%s],"
+              "\"best_s\":%.6f,\"peak_rss_mb\":%.1f,\"checksum\":%g}\n",
+              (long long)N, (long long)T, (long long)E, (long long)NH, (long long)threads, causal ? "true" : "false",
+              ts.c_str(), *std::min_element(times.begin(), times.end()), ru.ru_maxrss / 1024.0, checksum);
+  return 0;
+}
