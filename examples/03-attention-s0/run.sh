@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The first document's attention example: the decoder state s0 is scored against the encoder's
+# hidden states h1..h4 (e11..e14), the scores go through a softmax (a11..a14), and the context is
+# the weighted sum c1 = a11 h1 + a12 h2 + a13 h3 + a14 h4. The document's figures were lost, so the
+# states are small made-up 3-dim vectors (h.json, s0.json); the score is the plain dot product.
+# Then the same states attend to each other under a causal mask (masked self-attention).
+# Every number attn-score prints is checked against an independent awk computation.
+# With --check, compares what it prints against expected.txt (a ctest case).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+run() {
+  echo "\$ $*"
+  bash -c "$*"
+}
+# flat data of a tensor (reference), one number per line
+numbers() { tensor get "$1" --format flat | sed 's/.*"data":\[\(.*\)\].*/\1/' | tr ',' '\n'; }
+# prints the numbers rounded to 4 decimals on one line (float32's last digit may differ across CPUs)
+round4() { awk '{ printf "%s%.4f", (NR > 1 ? " " : ""), $1 } END { print "" }'; }
+walk() {
+  cd "$work"
+  cp "$here/h.json" "$here/s0.json" .
+  echo "# encoder states h1..h4 (rows) and the decoder state s0"
+  run "tensor show h.json"
+  run "tensor show s0.json"
+  echo
+  echo "# score, softmax, context in one call (values default to the keys: c1 = sum_j a1j hj)"
+  run "attn-score --query s0.json --keys h.json --score dot -o step1.json"
+  echo "e11..e14 = $(numbers step1.json#scores | round4)"
+  echo "a11..a14 = $(numbers step1.json#weights | round4)"
+  echo "c1       = $(numbers step1.json#context | round4)"
+  echo
+  echo "# independent check (awk): e1j = s0 . hj, a1j = exp(e1j) / sum_k exp(e1k), c1 = sum_j a1j hj"
+  awk 'NR == FNR { s[NR] = $1; next } { h[FNR] = $0 }
+       END {
+         for (j = 1; j <= 4; j++) { split(h[j], x, " "); e[j] = 0; for (i = 1; i <= 3; i++) e[j] += s[i] * x[i]; z += exp(e[j]) }
+         for (j = 1; j <= 4; j++) { a[j] = exp(e[j]) / z; split(h[j], x, " "); for (i = 1; i <= 3; i++) c[i] += a[j] * x[i] }
+         printf "e = %.4f %.4f %.4f %.4f\n", e[1], e[2], e[3], e[4]
+         printf "a = %.4f %.4f %.4f %.4f\n", a[1], a[2], a[3], a[4]
+         printf "c = %.4f %.4f %.4f\n", c[1], c[2], c[3]
+       }' <(numbers s0.json) <(numbers h.json | paste -d' ' - - -) > awk.txt
+  cat awk.txt
+  {
+    echo "e = $(numbers step1.json#scores | round4)"
+    echo "a = $(numbers step1.json#weights | round4)"
+    echo "c = $(numbers step1.json#context | round4)"
+  } > ours.txt
+  if diff -q awk.txt ours.txt > /dev/null; then echo "check: attn-score agrees with awk to 4 decimals"; else echo "check: MISMATCH"; diff awk.txt ours.txt; fi
+  echo
+  echo "# the weights as a heatmap a browser shows"
+  run "attn-score --query s0.json --keys h.json --score dot --heatmap s0.svg --query-labels s0 --key-labels h1,h2,h3,h4 > /dev/null"
+  echo "s0.svg: $(grep -c '<rect x=.*<title>' s0.svg) cells, key labels: $(grep -o '>h[1-4]<' s0.svg | tr -d '<>' | paste -sd' ')"
+  echo
+  echo "# masked self-attention over h1..h4: position t sees h1..ht only (scaled dot, causal mask)"
+  run "attn-score --query h.json --keys h.json --mask causal -o step2.json"
+  echo "weights (row t = query t):"
+  numbers step2.json#weights | round4 | awk '{ for (r = 0; r < 4; r++) { for (c = 1; c <= 4; c++) printf "%s%s", $(r * 4 + c), (c < 4 ? " " : "\n") } }'
+  echo "masked scores are -Infinity: $(numbers step2.json#scores | grep -c Infinity) of 16 (the 6 above the diagonal)"
+}
+if [[ "${1:-}" == "--check" ]]; then
+  diff -u "$here/expected.txt" <(walk 2>&1)
+else
+  walk
+fi
