@@ -91,6 +91,9 @@ Tensor heads_forward(const float* Q, int64_t ldq, const float* K, int64_t ldk, c
     ops::sdpa_tiled(p, nullptr);
     return ctx;
   }
+  AK_CHECK(d.N * NH * d.T * d.S <= ops::kMaxWeightElements,
+           "{}: the attention weights would be [N, NH, T, S] = {} ({:.1f} GiB); ask for no weights (the tiled kernel "
+           "never holds them)", op, shape_str({d.N, NH, d.T, d.S}), d.N * NH * d.T * d.S * 4.0 / (1 << 30));
   Tensor per_head({d.N, NH, d.T, d.S});
   if (naive) ops::sdpa_naive(p, nullptr, per_head.data(), nullptr);
   else ops::sdpa_full(p, nullptr, per_head.data(), nullptr);
@@ -114,8 +117,11 @@ Tensor heads_forward(const float* Q, int64_t ldq, const float* K, int64_t ldk, c
 }
 
 // x W^T + b for x [rows, in], W [out, in].
-MatrixRM project(const Tensor& x, int64_t rows, const Tensor& W, const Tensor& b) {
-  MatrixRM y = as_matrix(x.data(), rows, W.dim(1)) * as_matrix(W).transpose();
+// (noalias everywhere: Eigen would otherwise evaluate a product into a temporary and copy it,
+// doubling the peak memory of a long sequence.)
+MatrixRM project(const float* x, int64_t rows, const Tensor& W, const Tensor& b) {
+  MatrixRM y(rows, W.dim(0));
+  y.noalias() = as_matrix(x, rows, W.dim(1)) * as_matrix(W).transpose();
   if (!b.empty()) y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b.data(), b.numel());
   return y;
 }
@@ -140,7 +146,8 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
     const int64_t P = 2 * E + Ev;
     MatrixRM W(P, m.q_weight.dim(1));
     W << as_matrix(m.q_weight), as_matrix(m.k_weight), as_matrix(m.v_weight);
-    MatrixRM QKV = as_matrix(q.data(), d.N * d.T, W.cols()) * W.transpose();  // [N*T, 2E + Ev]
+    MatrixRM QKV(d.N * d.T, P);
+    QKV.noalias() = as_matrix(q.data(), d.N * d.T, W.cols()) * W.transpose();  // [N*T, 2E + Ev]
     if (!m.q_bias.empty() || !m.k_bias.empty() || !m.v_bias.empty()) {
       Eigen::RowVectorXf b = Eigen::RowVectorXf::Zero(P);
       if (!m.q_bias.empty()) b.segment(0, E) = Eigen::Map<const Eigen::RowVectorXf>(m.q_bias.data(), E);
@@ -151,9 +158,9 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
     ctx = heads_forward(QKV.data(), P, QKV.data() + E, P, QKV.data() + 2 * E, P, d, NH, E / NH, Ev / NH, o, naive,
                         r.weights, op);
   } else {
-    MatrixRM Q = project(q, d.N * d.T, m.q_weight, m.q_bias);  // [N*T, E]
-    MatrixRM K = project(k, d.N * d.S, m.k_weight, m.k_bias);  // [N*S, E]
-    MatrixRM V = project(v, d.N * d.S, m.v_weight, m.v_bias);  // [N*S, Ev]
+    MatrixRM Q = project(q.data(), d.N * d.T, m.q_weight, m.q_bias);  // [N*T, E]
+    MatrixRM K = project(k.data(), d.N * d.S, m.k_weight, m.k_bias);  // [N*S, E]
+    MatrixRM V = project(v.data(), d.N * d.S, m.v_weight, m.v_bias);  // [N*S, Ev]
     ctx = heads_forward(Q.data(), E, K.data(), E, V.data(), Ev, d, NH, E / NH, Ev / NH, o, naive, r.weights, op);
   }
   Shape out_shape = d.batched ? Shape{d.N, d.T, 0} : Shape{d.T, 0};
@@ -163,7 +170,9 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
   } else {
     out_shape.back() = m.out_weight.dim(0);
     r.output = Tensor(out_shape);
-    as_matrix(r.output) = project(ctx, d.N * d.T, m.out_weight, m.out_bias);  // [N*T, Eo]
+    auto y = as_matrix(r.output.data(), d.N * d.T, out_shape.back());  // [N*T, Eo]
+    y.noalias() = as_matrix(ctx.data(), d.N * d.T, m.out_weight.dim(1)) * as_matrix(m.out_weight).transpose();
+    if (!m.out_bias.empty()) y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(m.out_bias.data(), m.out_bias.numel());
   }
   return r;
 }

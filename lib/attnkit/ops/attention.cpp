@@ -410,6 +410,9 @@ AttentionResult attention_forward(const Tensor& query, const Tensor& keys, const
   r.row_logsumexp = Tensor({d.N, d.T});
   SdpaProblem p = make_problem(d, q, d.Dk, keys.data(), values.data(), r.context.data(), options.mask, scale);
   if (options.keep == KeepWeights::Yes) {
+    AK_CHECK(d.N * d.T * d.S <= kMaxWeightElements,
+             "attention: the scores and weights would be [N, T, S] = {} ({:.1f} GiB each); ask for the context only",
+             shape_str({d.N, d.T, d.S}), d.N * d.T * d.S * 4.0 / (1 << 30));
     r.scores = Tensor({d.N, d.T, d.S});
     r.weights = Tensor({d.N, d.T, d.S});
     sdpa_full(p, r.scores.data(), r.weights.data(), r.row_logsumexp.data());

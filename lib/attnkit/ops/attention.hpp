@@ -62,6 +62,9 @@ struct MaskSpec {
   bool any() const { return causal != CausalKind::None || !key_lengths.empty() || !mask.empty(); }
 };
 
+// Largest scores/weights tensor the kernels will materialise (2^30 floats = 4 GiB).
+constexpr int64_t kMaxWeightElements = int64_t{1} << 30;
+
 // What the caller wants back besides the context.
 enum class KeepWeights { No, Yes };
 
