@@ -3,6 +3,7 @@
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // Eigen AVX-512, GCC 12 false positive
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -117,12 +118,29 @@ Tensor heads_forward(const float* Q, int64_t ldq, const float* K, int64_t ldk, c
 }
 
 // x W^T + b for x [rows, in], W [out, in].
-// (noalias everywhere: Eigen would otherwise evaluate a product into a temporary and copy it,
-// doubling the peak memory of a long sequence.)
+// y [rows, out] = x [rows, in] W^T + b for W [out, in], written into y (row stride ldy).
+// Blocks of rows x output columns run as independent single-threaded GEMMs under OpenMP's dynamic
+// schedule: Eigen's own parallel GEMM makes its threads wait on each other's packed panels, which
+// on a shared machine (another process holding a core) cost more than the second thread gained.
+void linear_into(const float* x, int64_t rows, int64_t in, const float* W, int64_t out, const float* b, float* y,
+                 int64_t ldy) {
+  using StridedMap = Eigen::Map<MatrixRM, Eigen::Unaligned, Eigen::OuterStride<>>;
+  constexpr int64_t kRows = 512, kCols = 384;
+  const int64_t row_blocks = (rows + kRows - 1) / kRows, col_blocks = (out + kCols - 1) / kCols;
+  const int64_t tasks = row_blocks * col_blocks;
+#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t r0 = (task / col_blocks) * kRows, c0 = (task % col_blocks) * kCols;
+    const int64_t br = std::min(kRows, rows - r0), bc = std::min(kCols, out - c0);
+    StridedMap yb(y + r0 * ldy + c0, br, bc, Eigen::OuterStride<>(ldy));
+    yb.noalias() = as_matrix(x + r0 * in, br, in) * as_matrix(W + c0 * in, bc, in).transpose();
+    if (b) yb.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b + c0, bc);
+  }
+}
+
 MatrixRM project(const float* x, int64_t rows, const Tensor& W, const Tensor& b) {
   MatrixRM y(rows, W.dim(0));
-  y.noalias() = as_matrix(x, rows, W.dim(1)) * as_matrix(W).transpose();
-  if (!b.empty()) y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b.data(), b.numel());
+  linear_into(x, rows, W.dim(1), W.data(), W.dim(0), b.empty() ? nullptr : b.data(), y.data(), y.cols());
   return y;
 }
 
@@ -146,15 +164,12 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
     const int64_t P = 2 * E + Ev;
     MatrixRM W(P, m.q_weight.dim(1));
     W << as_matrix(m.q_weight), as_matrix(m.k_weight), as_matrix(m.v_weight);
-    MatrixRM QKV(d.N * d.T, P);
-    QKV.noalias() = as_matrix(q.data(), d.N * d.T, W.cols()) * W.transpose();  // [N*T, 2E + Ev]
-    if (!m.q_bias.empty() || !m.k_bias.empty() || !m.v_bias.empty()) {
-      Eigen::RowVectorXf b = Eigen::RowVectorXf::Zero(P);
-      if (!m.q_bias.empty()) b.segment(0, E) = Eigen::Map<const Eigen::RowVectorXf>(m.q_bias.data(), E);
-      if (!m.k_bias.empty()) b.segment(E, E) = Eigen::Map<const Eigen::RowVectorXf>(m.k_bias.data(), E);
-      if (!m.v_bias.empty()) b.segment(2 * E, Ev) = Eigen::Map<const Eigen::RowVectorXf>(m.v_bias.data(), Ev);
-      QKV.rowwise() += b;
-    }
+    Eigen::RowVectorXf b = Eigen::RowVectorXf::Zero(P);
+    if (!m.q_bias.empty()) b.segment(0, E) = Eigen::Map<const Eigen::RowVectorXf>(m.q_bias.data(), E);
+    if (!m.k_bias.empty()) b.segment(E, E) = Eigen::Map<const Eigen::RowVectorXf>(m.k_bias.data(), E);
+    if (!m.v_bias.empty()) b.segment(2 * E, Ev) = Eigen::Map<const Eigen::RowVectorXf>(m.v_bias.data(), Ev);
+    MatrixRM QKV(d.N * d.T, P);  // [N*T, 2E + Ev]
+    linear_into(q.data(), d.N * d.T, W.cols(), W.data(), P, b.data(), QKV.data(), P);
     ctx = heads_forward(QKV.data(), P, QKV.data() + E, P, QKV.data() + 2 * E, P, d, NH, E / NH, Ev / NH, o, naive,
                         r.weights, op);
   } else {
@@ -170,9 +185,8 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
   } else {
     out_shape.back() = m.out_weight.dim(0);
     r.output = Tensor(out_shape);
-    auto y = as_matrix(r.output.data(), d.N * d.T, out_shape.back());  // [N*T, Eo]
-    y.noalias() = as_matrix(ctx.data(), d.N * d.T, m.out_weight.dim(1)) * as_matrix(m.out_weight).transpose();
-    if (!m.out_bias.empty()) y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(m.out_bias.data(), m.out_bias.numel());
+    linear_into(ctx.data(), d.N * d.T, m.out_weight.dim(1), m.out_weight.data(), m.out_weight.dim(0),
+                m.out_bias.empty() ? nullptr : m.out_bias.data(), r.output.data(), m.out_weight.dim(0));  // [N*T, Eo]
   }
   return r;
 }
