@@ -21,8 +21,12 @@ int main(int argc, char** argv) {
       "  attn-score --query s0.json --keys h.json --score dot --pretty\n"
       "  attn-score --query s0.json --keys h.json --heatmap w.svg --key-labels h1,h2,h3,h4 --query-labels s0\n"
       "  tensor randn --shape 5,8 --seed 3 | attn-score --self - --split-heads --heads 2 --mask causal\n"
-      "  attn-score --self x.json --heads 8 --weights mha.json --mask causal --need-weights\n"
-      "  lstm-run ... | attn-score --query s0.json --keys -#output\n");
+      "  tensor randn --shape 24,8 --seed 4 > w_in.json && tensor randn --shape 8,8 --seed 5 > w_out.json\n"
+      "  tensor pack in_proj_weight=w_in.json out_proj.weight=w_out.json > mha.json\n"
+      "  tensor randn --shape 5,8 --seed 3 > x.json\n"
+      "  attn-score --self x.json --heads 2 --weights mha.json --mask causal --need-weights\n"
+      "  tensor randn --shape 4,3 --seed 1 | lstm-run - --init --input-size 3 --hidden-size 4 |\n"
+      "    attn-score --query -#h_n --keys -#output --score dot   # s0 = last state against h1..h4\n");
   tools::OutputOptions out;
   tools::InputOptions in;
   int threads = 0;
@@ -30,28 +34,29 @@ int main(int argc, char** argv) {
   int64_t heads = 0;
   bool split_heads = false, need_weights = false, per_head = false;
   std::vector<std::string> query_labels, key_labels;
-  app.add_option("--query", query, "Queries [T, Dq] or [N, T, Dq] (reference PATH[#NAME], - for stdin)");
-  app.add_option("--keys", keys, "Keys [S, Dk] or [N, S, Dk]");
-  app.add_option("--values", values, "Values [S, Dv] or [N, S, Dv] (default: the keys)");
-  app.add_option("--self", self, "Self-attention input X: query = keys = values = X (multi-head forms)");
+  app.add_option("--query", query, "Queries [T, Dq] or [N, T, Dq] (reference PATH[#NAME], - for stdin)")->type_name("REF");
+  app.add_option("--keys", keys, "Keys [S, Dk] or [N, S, Dk]")->type_name("REF");
+  app.add_option("--values", values, "Values [S, Dv] or [N, S, Dv] (default: the keys)")->type_name("REF");
+  app.add_option("--self", self, "Self-attention input X: query = keys = values = X (multi-head forms)")->type_name("REF");
   auto* score_opt = app.add_option("--score", score, "Score function: dot, scaled-dot (/sqrt(Dk)), general (q W k), additive (v.tanh(q W_q + k W_k + b))")
                         ->check(CLI::IsMember({"dot", "scaled-dot", "general", "additive"}))
                         ->capture_default_str();
   app.add_option("--weights", weights_ref,
                  "Weights bundle: W [Dq, Dk] (general); W_q [Dq, A], W_k [Dk, A], v [A], b [A] (additive); "
-                 "nn.MultiheadAttention state_dict (in_proj_weight, out_proj.weight, ...) with --heads");
+                 "nn.MultiheadAttention state_dict (in_proj_weight, out_proj.weight, ...) with --heads")
+      ->type_name("REF");
   app.add_option("--mask", mask,
                  "causal (key s visible to query t when s <= t), causal-lower-right (s <= t + S - T), or a reference "
-                 "to a 0/1 tensor [T, S] / [N, T, S] / [N, NH, T, S] with 1 = ATTEND, 0 = masked");
-  app.add_option("--key-lengths", key_lengths, "Valid keys per batch element, [N] integers (padded batches)");
+                 "to a 0/1 tensor [T, S] / [N, T, S] / [N, NH, T, S] with 1 = ATTEND, 0 = masked")->type_name("causal|causal-lower-right|REF");
+  app.add_option("--key-lengths", key_lengths, "Valid keys per batch element, [N] integers (padded batches)")->type_name("REF");
   app.add_option("--heads", heads, "Multi-head attention with NH heads (needs --weights, or --split-heads)")
       ->check(CLI::PositiveNumber);
   app.add_flag("--split-heads", split_heads, "Multi-head without projections: split Q, K, V into NH equal parts");
   app.add_flag("--need-weights", need_weights, "Multi-head: add \"weights\" averaged over heads [.., T, S]");
   app.add_flag("--per-head", per_head, "Multi-head: add \"weights\" per head [.., NH, T, S]");
   app.add_option("--heatmap", heatmap, "Also write the weights as an SVG heatmap to FILE.svg")->type_name("FILE.svg");
-  app.add_option("--query-labels", query_labels, "Heatmap row labels (comma-separated or several words)")->delimiter(',');
-  app.add_option("--key-labels", key_labels, "Heatmap column labels")->delimiter(',');
+  app.add_option("--query-labels", query_labels, "Heatmap row labels (comma-separated or several words)")->delimiter(',')->type_name("LABEL");
+  app.add_option("--key-labels", key_labels, "Heatmap column labels")->delimiter(',')->type_name("LABEL");
   tools::add_threads_option(app, threads);
   tools::add_output_options(app, out);
   tools::add_input_options(app, in);

@@ -3,7 +3,8 @@
 # hidden states h1..h4 (e11..e14), the scores go through a softmax (a11..a14), and the context is
 # the weighted sum c1 = a11 h1 + a12 h2 + a13 h3 + a14 h4. The document's figures were lost, so the
 # states are small made-up 3-dim vectors (h.json, s0.json); the score is the plain dot product.
-# Then the same states attend to each other under a causal mask (masked self-attention).
+# Then the same states attend to each other under a causal mask (masked self-attention), and
+# finally a real LSTM encoder (lstm-run) provides h1..h4 and s0 = its last hidden state.
 # Every number attn-score prints is checked against an independent awk computation.
 # With --check, compares what it prints against expected.txt (a ctest case).
 set -euo pipefail
@@ -56,6 +57,16 @@ walk() {
   echo "weights (row t = query t):"
   numbers step2.json#weights | round4 | awk '{ for (r = 0; r < 4; r++) { for (c = 1; c <= 4; c++) printf "%s%s", $(r * 4 + c), (c < 4 ? " " : "\n") } }'
   echo "masked scores are -Infinity: $(numbers step2.json#scores | grep -c Infinity) of 16 (the 6 above the diagonal)"
+  echo
+  echo "# with a real encoder: an LSTM reads 4 inputs; s0 is its last hidden state h_n (as in the document)"
+  run "tensor randn --shape 4,3 --seed 1 | lstm-run - --init --input-size 3 --hidden-size 4 --seed 1 > enc.json"
+  run "attn-score --query enc.json#h_n --keys enc.json#output --score dot -o step3.json"
+  numbers step3.json#weights | awk '{ s += $1 } END { printf "a11..a14 sum to 1: %s\n", (s > 0.999999 && s < 1.000001) ? "yes" : "no" }'
+  # c1 = sum_j a1j hj, recomputed from the printed weights and the LSTM outputs
+  paste -d' ' <(numbers enc.json#output | paste -d' ' - - - -) <(numbers step3.json#weights) |
+    awk '{ for (i = 1; i <= 4; i++) c[i] += $5 * $i } END { printf "%.4f %.4f %.4f %.4f\n", c[1], c[2], c[3], c[4] }' > c_awk.txt
+  numbers step3.json#context | round4 > c_ours.txt
+  if diff -q c_awk.txt c_ours.txt > /dev/null; then echo "c1 = sum_j a1j hj: agrees with awk"; else echo "c1: MISMATCH"; fi
 }
 if [[ "${1:-}" == "--check" ]]; then
   diff -u "$here/expected.txt" <(walk 2>&1)

@@ -41,6 +41,16 @@ tensor show sh2.json#output | grep -q 'shape=\[2, 5, 4\]' || fail "split-heads o
 # no weights without --need-weights / --per-head (the long-sequence path)
 attn-score --self x.json --split-heads --heads 2 | grep -q '"weights"' && fail "weights printed without --need-weights"
 
+# the documents' pipeline with a real encoder: s0 = the LSTM's last state h_n, keys = its outputs
+if command -v lstm-run > /dev/null; then
+  tensor randn --shape 4,3 --seed 1 | lstm-run - --init --input-size 3 --hidden-size 4 --seed 1 > enc.json
+  tensor randn --shape 4,3 --seed 1 | lstm-run - --init --input-size 3 --hidden-size 4 --seed 1 |
+    attn-score --query -#h_n --keys -#output --score dot > enc_att.json
+  attn-score --query enc.json#h_n --keys enc.json#output --score dot > enc_att2.json
+  tensor diff enc_att.json enc_att2.json -q || fail "lstm-run pipe differs from the files"
+  tensor show enc_att.json#context | grep -q 'shape=\[1, 4\]' || fail "lstm-run pipe context shape"
+fi
+
 # causal-lower-right: the last query sees every key
 tensor randn --shape 2,4 --seed 1 > q2.json
 tensor randn --shape 5,4 --seed 2 > k5.json
