@@ -18,8 +18,11 @@ int main(int argc, char** argv) {
       "  lstm-run --init --input-size 3 --hidden-size 4 --seed 1 --save-weights w.json\n"
       "  tensor randn --shape 2,5,3 --seed 2 > x.json\n"
       "  lstm-run x.json --weights w.json --pretty\n"
-      "  lstm-run x.json --weights w.json | attn-score --query q.json --keys -#output --values -#output\n"
-      "  lstm-run x.json --weights cs.json --layout cs231n --trace --h0 h0.json --c0 c0.json\n");
+      "  lstm-run x.json --weights w.json --trace | tensor show -#trace/i\n"
+      "  tensor randn --shape 2,1,4 --seed 3 > q.json\n"
+      "  lstm-run x.json --weights w.json | attn-score --query q.json --keys -#output\n"
+      "  lstm-run --weights w.json --save-weights cs.json --save-layout cs231n\n"
+      "  lstm-run x.json --weights cs.json --layout cs231n --h0 h0.json --c0 c0.json --lengths len.json\n");
   std::string input_ref, weights_ref, h0_ref, c0_ref, lengths_ref, save_path;
   std::string cell_name = "lstm", layout_text = "torch", save_layout_text;
   bool trace = false, init = false, bidirectional = false;
