@@ -6,11 +6,16 @@
 #include "attnkit/nn/recurrent.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <omp.h>
 #include <thread>
+#include <immintrin.h>
 
 #include <Eigen/Core>
 
@@ -331,6 +336,41 @@ int team_size(int threads, int64_t N, int64_t H, int G, int64_t min_macs) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({threads, useful, blocks})));
 }
 
+// The barrier between time steps: spin briefly (the threads' halves of a step are even, so on an
+// idle machine the other arrives within microseconds), then sleep. OpenMP's barrier spins much
+// longer, which doubled the time of a 2-thread loop on cores shared with other work (a spinning
+// thread burns the time slice its descheduled partner is waiting for).
+class StepBarrier {
+ public:
+  explicit StepBarrier(int n) : n_(n) {}
+  void wait() {
+    const unsigned gen = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      arrived_.store(0, std::memory_order_relaxed);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        generation_.store(gen + 1, std::memory_order_release);
+      }
+      cv_.notify_all();
+      return;
+    }
+    for (int i = 0; i < kSpins; ++i) {
+      if (generation_.load(std::memory_order_acquire) != gen) return;
+      _mm_pause();
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != gen; });
+  }
+
+ private:
+  static constexpr int kSpins = 1000;  // pause is ~40-140 cycles: some 20-50 microseconds
+  const int n_;
+  std::atomic<int> arrived_{0};
+  std::atomic<unsigned> generation_{0};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+};
+
 // Eigen's thread count for the GEMMs, restored on exit. Inside a parallel region (the two
 // directions side by side) Eigen runs single-threaded anyway and the global is left alone.
 struct EigenThreads {
@@ -462,15 +502,18 @@ void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
     // One parallel region for the whole loop; each thread owns a run of unit blocks (its packed
     // columns of W_hh stay in its own cache) and the steps meet at one barrier each.
     const int64_t blocks = (H + ops::kUnitBlock - 1) / ops::kUnitBlock;
+    std::unique_ptr<StepBarrier> barrier;
 #pragma omp parallel num_threads(team)
     {
-      const int64_t id = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t id = omp_get_thread_num(), nt = omp_get_num_threads();  // OpenMP may give fewer
+#pragma omp single
+      barrier = std::make_unique<StepBarrier>(static_cast<int>(nt));
       const int64_t b0 = blocks * id / nt, b1 = blocks * (id + 1) / nt;
       const int64_t u0 = b0 * ops::kUnitBlock, u1 = std::min(H, b1 * ops::kUnitBlock);
       PackedHidden wh(p.wh.data(), H, GH, G * u0, G * (u1 - u0), N);
       for (int64_t i = 0; i < T; ++i) {
         if (u0 < u1) step(wh, i, u0, u1);
-#pragma omp barrier
+        barrier->wait();
       }
     }
   }
