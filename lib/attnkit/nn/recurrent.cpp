@@ -610,7 +610,7 @@ io::Value trace_bundle(const ops::RecurrentCache& cache, CellKind cell, WeightLa
     return dst;
   };
   io::Value b = io::Value::bundle();
-  if (!cache.pre.empty()) {
+  if (cache.pre.rank() == 3) {  // kept (possibly with T = 0)
     // a in the layout's gate order (cs231n LSTM: i, f, o, g)
     Tensor a = batch_first(cache.pre, 0, G * H);
     if (layout == WeightLayout::Cs231n && cell == CellKind::Lstm) {
