@@ -150,6 +150,11 @@ Recurrent Recurrent::from_bundle(const io::Value& bundle, CellKind cell, WeightL
   auto suffix = [](int k, bool rev, bool bare0) {
     return (k == 0 && bare0 ? std::string() : fmt::format("_l{}", k)) + (rev ? "_reverse" : "");
   };
+  // Layer k reads D (k = 0) or the layer below, dirs*H: its size and its name in messages.
+  auto layer_input = [&](int k) -> std::pair<int64_t, std::string> {
+    if (k == 0) return {config.input_size, "D"};
+    return {config.directions() * config.hidden_size, config.bidirectional ? "2*H" : "H"};
+  };
   auto require = [&](const std::string& name, const Expect& e) -> const Tensor& {
     const Tensor* t = find_weight(bundle, name);
     AK_CHECK(t, "missing weight {} (expected shape {} {}); the weights hold: {}", name, shape_str(e.shape), e.legend,
@@ -187,8 +192,7 @@ Recurrent Recurrent::from_bundle(const io::Value& bundle, CellKind cell, WeightL
     for (int k = 0; k < config.layers; ++k) {
       for (int d = 0; d < dirs; ++d) {
         const std::string sfx = suffix(k, d == 1, false);
-        const int64_t Din = k == 0 ? config.input_size : dirs * H;
-        const std::string din = k == 0 ? "D" : (dirs == 2 ? "2*H" : "H");
+        const auto [Din, din] = layer_input(k);
         DirectionWeights w;
         w.w_ih = require("weight_ih" + sfx, {{G * H, Din}, fmt::format("({}, {})", gh, din)});
         w.w_hh = require("weight_hh" + sfx, {{G * H, H}, fmt::format("({}, H)", gh)});
@@ -229,8 +233,7 @@ Recurrent Recurrent::from_bundle(const io::Value& bundle, CellKind cell, WeightL
     for (int k = 0; k < config.layers; ++k) {
       for (int d = 0; d < dirs; ++d) {
         const std::string sfx = suffix(k, d == 1, true);
-        const int64_t Din = k == 0 ? config.input_size : dirs * H;
-        const std::string din = k == 0 ? "D" : (dirs == 2 ? "2*H" : "H");
+        const auto [Din, din] = layer_input(k);
         const Tensor& wx = require("Wx" + sfx, {{Din, G * H}, fmt::format("({}, {})", din, gh)});
         const Tensor& wh = require("Wh" + sfx, {{H, G * H}, fmt::format("(H, {})", gh)});
         Tensor b = has_bias ? require("b" + sfx, {{G * H}, fmt::format("({})", gh)}) : zeros_like_bias(G * H);

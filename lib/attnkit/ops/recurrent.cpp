@@ -4,6 +4,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include "attnkit/ops/recurrent.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -84,6 +85,13 @@ void for_blocks(const CellStep& s, int gates, Full full, Tail tail) {
   }
 }
 
+// Writes one block's per-gate values into a standard-layout record (gate q at column q*H).
+template <typename A, size_t K>
+void record(float* base, int64_t stride, int64_t H, int64_t n, int64_t u0, int64_t w, const std::array<const A*, K>& v) {
+  if (!base) return;
+  for (size_t q = 0; q < K; ++q) out<A>(base + n * stride + int64_t(q) * H + u0, w) = *v[q];
+}
+
 // Argument of gate g for the w units at u0 (blocked columns): xproj + hproj + bias.
 template <typename A>
 A gate_input(const CellStep& s, int gates, int64_t n, int64_t u0, int64_t w, int g) {
@@ -101,8 +109,8 @@ void rnn_block(const CellStep& s, int64_t n, int64_t u0, int64_t w) {
   A h = s.cell == CellKind::RnnRelu ? A(a.max(0.0f)) : A(a.tanh());
   out<A>(s.h + n * s.h_stride + u0, w) = h;
   if (s.out) out<A>(s.out + n * s.out_stride + u0, w) = h;
-  if (s.gates) out<A>(s.gates + n * s.gates_stride + u0, w) = h;
-  if (s.pre) out<A>(s.pre + n * s.pre_stride + u0, w) = a;
+  record<A, 1>(s.gates, s.gates_stride, s.hidden, n, u0, w, {&h});
+  record<A, 1>(s.pre, s.pre_stride, s.hidden, n, u0, w, {&a});
 }
 
 template <typename A>
@@ -119,20 +127,8 @@ void lstm_block(const CellStep& s, int64_t n, int64_t u0, int64_t w) {
   out<A>(s.h + n * s.h_stride + u0, w) = h;
   if (s.out) out<A>(s.out + n * s.out_stride + u0, w) = h;
   if (s.tanh_c) out<A>(s.tanh_c + n * s.tanh_c_stride + u0, w) = tc;
-  if (s.gates) {
-    float* gp = s.gates + n * s.gates_stride + u0;  // standard: i, f, g, o, each H wide
-    out<A>(gp, w) = i;
-    out<A>(gp + H, w) = f;
-    out<A>(gp + 2 * H, w) = g;
-    out<A>(gp + 3 * H, w) = o;
-  }
-  if (s.pre) {
-    float* pp = s.pre + n * s.pre_stride + u0;
-    out<A>(pp, w) = ai;
-    out<A>(pp + H, w) = af;
-    out<A>(pp + 2 * H, w) = ag;
-    out<A>(pp + 3 * H, w) = ao;
-  }
+  record<A, 4>(s.gates, s.gates_stride, H, n, u0, w, {&i, &f, &g, &o});  // standard: i, f, g, o
+  record<A, 4>(s.pre, s.pre_stride, H, n, u0, w, {&ai, &af, &ag, &ao});
 }
 
 template <typename A>
@@ -152,18 +148,8 @@ void gru_block(const CellStep& s, int64_t n, int64_t u0, int64_t w) {
   out<A>(s.h + n * s.h_stride + u0, w) = h;
   if (s.out) out<A>(s.out + n * s.out_stride + u0, w) = h;
   if (s.hn) out<A>(s.hn + n * s.hn_stride + u0, w) = hn;
-  if (s.gates) {
-    float* gp = s.gates + n * s.gates_stride + u0;
-    out<A>(gp, w) = r;
-    out<A>(gp + H, w) = z;
-    out<A>(gp + 2 * H, w) = nn;
-  }
-  if (s.pre) {
-    float* pp = s.pre + n * s.pre_stride + u0;
-    out<A>(pp, w) = ar;
-    out<A>(pp + H, w) = az;
-    out<A>(pp + 2 * H, w) = an;
-  }
+  record<A, 3>(s.gates, s.gates_stride, H, n, u0, w, {&r, &z, &nn});
+  record<A, 3>(s.pre, s.pre_stride, H, n, u0, w, {&ar, &az, &an});
 }
 
 }  // namespace
