@@ -190,6 +190,39 @@ TEST_CASE("writer: shortest text that reads back to the same float32") {
   CHECK(checked > 100000);
 }
 
+TEST_CASE("writer: the same text as std::to_chars (bench/float_text_exhaustive checks all 2^32)") {
+  auto same = [](uint32_t u) {
+    float x = from_bits(u);
+    if (!std::isfinite(x)) return true;
+    std::string ours;
+    append_float(ours, x);
+    char want[64];
+    char* end = std::to_chars(want, want + sizeof want, x).ptr;
+    if (ours == std::string(want, end)) return true;
+    FAIL_CHECK(std::hex << u << ": " << ours << " vs std::to_chars " << std::string(want, end));
+    return false;
+  };
+  int bad = 0;
+  for (uint32_t u = 0; u < (1u << 23) && bad < 5; u += 7) bad += !same(u) + !same(u | 0x80000000u);  // subnormals
+  for (uint32_t u = 0; u < 16 && bad < 5; ++u) bad += !same(u);                                       // the tiniest
+  for (uint32_t e = 1; e < 255; ++e)  // both ends of every binade, and around powers of ten
+    for (uint32_t m : {0u, 1u, 2u, 0x7ffffeu, 0x7fffffu}) bad += !same(e << 23 | m);
+  for (float p = 1e-38f; p < 1e38f; p *= 10) {
+    uint32_t u;
+    std::memcpy(&u, &p, 4);
+    for (uint32_t d = u - 3; d <= u + 3; ++d) bad += !same(d);
+  }
+  for (uint32_t i = 1; i <= (1u << 25); i += 3) {  // integers, where to_chars writes exact digits
+    float x = static_cast<float>(i) * 64.0f;
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if (!same(u) && ++bad > 5) break;
+  }
+  std::mt19937 gen(99);
+  for (int i = 0; i < 4000000 && bad < 5; ++i) bad += !same(static_cast<uint32_t>(gen()));
+  CHECK(bad == 0);
+}
+
 TEST_CASE("writer: nested, flat, pretty, bundles") {
   Tensor t(Shape{2, 3}, {1, 2, 3, 4, 5, 6.5f});
   CHECK(to_json(t) == "[[1,2,3],[4,5,6.5]]");

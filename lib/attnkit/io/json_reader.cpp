@@ -175,11 +175,41 @@ class Parser {
     return q;
   }
 
-  float number() {
+  // Whether [start, stop), as read by fast_float, is a JSON number that ends there: a digit after
+  // the sign, no leading zero, digits on both sides of '.', and no dangling exponent or '.'.
+  bool json_number(const char* start, const char* stop, std::errc ec) const {
+    if (ec != std::errc() && ec != std::errc::result_out_of_range) return false;
+    const char* q = start + (*start == '-');
+    if (q >= stop || *q < '0' || *q > '9') return false;
+    if (*q == '0') {
+      ++q;
+      if (q < stop && *q >= '0' && *q <= '9') return false;
+    } else {
+      while (q < stop && *q >= '0' && *q <= '9') ++q;
+    }
+    if (q < stop && *q == '.' && (q + 1 == stop || q[1] < '0' || q[1] > '9')) return false;
+    return stop == end_ || (*stop != 'e' && *stop != 'E' && *stop != '.');
+  }
+
+  // The number at p_. The hot path of the reader: fast_float reads it in one pass, then the few
+  // rules by which JSON is stricter than from_chars are checked on what it read (json_number).
+  // Anything unusual (an error, an infinity) takes number_slow, which validates character by
+  // character and says where it went wrong. `flatten` inlines fast_float here.
+  __attribute__((flatten)) float number() {
+    float f = 0.0f;
+    auto result = fast_float::from_chars(p_, end_, f);
+    if (json_number(p_, result.ptr, result.ec) && std::isfinite(f)) {
+      p_ = result.ptr;
+      return f;
+    }
+    return number_slow();
+  }
+
+  __attribute__((noinline)) float number_slow() {
     if (end_ - p_ > 1 && p_[0] == '-' && p_[1] == 'I') expected("a number");  // bare -Infinity
     const char* start = p_;
-    const char* stop = scan_number();
     float f = 0.0f;
+    const char* stop = scan_number();  // throws with the position of the first wrong character
     auto result = fast_float::from_chars(start, stop, f);
     if (result.ptr != stop) syntax_error_at(start, "malformed number");
     if (std::isinf(f) || result.ec == std::errc::result_out_of_range) {
@@ -407,6 +437,9 @@ class Parser {
           b.leaf[level] = 0;
           if (b.problem.empty()) tensor_array(b, level + 1, depth + 1, count + 1);
           else skip_value(depth + 1);
+        } else if ((c == '-' || (c >= '0' && c <= '9')) && b.leaf[level] != 0 && b.problem.empty()) {
+          b.leaf[level] = 1;
+          count += number_run(b) - 1;  // the common case: a row of numbers, read in one tight loop
         } else if (c == '-' || (c >= '0' && c <= '9') || c == '"') {
           float f = 0.0f;
           if (c == '"') {
@@ -454,6 +487,27 @@ class Parser {
     // A row that is empty where its siblings hold arrays (or the reverse) is ragged too.
     if (count == 0 && level + 1 < b.dims.size() && b.dims[level + 1] > 0 && b.problem.empty())
       note_problem(b, open, "ragged array: an empty row among non-empty rows");
+  }
+
+  // Numbers "x, y, z" from p_ (on a number) into b.data, while each is followed by ',' and another
+  // number; returns how many, with p_ just after the last (the caller reads what follows).
+  int64_t number_run(TensorBuilder& b) {
+    int64_t n = 0;
+    for (;;) {
+      const char* at = p_;
+      float f = number();
+      if (static_cast<int64_t>(b.data.size()) >= options_.max_elements)
+        syntax_error_at(at, fmt::format("tensor has more than {} elements (see --max-elements)", options_.max_elements));
+      b.data.push_back(f);
+      ++n;
+      const char* q = p_;
+      while (q < end_ && is_ws(*q)) ++q;
+      if (q == end_ || *q != ',') return n;
+      ++q;
+      while (q < end_ && is_ws(*q)) ++q;
+      if (q == end_ || (*q != '-' && (*q < '0' || *q > '9'))) return n;
+      p_ = q;
+    }
   }
 
   // Validates any value without keeping it.
