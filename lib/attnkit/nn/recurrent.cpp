@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <omp.h>
 #include <thread>
 #include <immintrin.h>
@@ -346,6 +345,7 @@ int team_size(int threads, int64_t N, int64_t H, int G, int64_t min_macs) {
 class StepBarrier {
  public:
   explicit StepBarrier(int n) : n_(n) {}
+  void resize(int n) { n_ = n; }  // before anyone waits
   void wait() {
     const unsigned gen = generation_.load(std::memory_order_acquire);
     if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
@@ -367,7 +367,7 @@ class StepBarrier {
 
  private:
   static constexpr int kSpins = 1000;  // pause is ~40-140 cycles: some 20-50 microseconds
-  const int n_;
+  int n_;
   std::atomic<int> arrived_{0};
   std::atomic<unsigned> generation_{0};
   std::mutex mutex_;
@@ -397,14 +397,16 @@ class PackedHidden {
   using LhsMapper = Eigen::internal::const_blas_data_mapper<float, Eigen::Index, Eigen::ColMajor>;
   using ResMapper = Eigen::internal::blas_data_mapper<float, Eigen::Index, Eigen::ColMajor, Eigen::Unaligned, 1>;
 
-  // wh [H, GH] row-major; the columns [c0, c0 + nc); N rows of h per step.
+  // wh [H, GH] row-major; the columns [c0, c0 + nc); N rows of h per step. Allocates only:
+  // pack() fills it, on the thread that will use it (its cache gets the packed panels).
   PackedHidden(const float* wh, int64_t H, int64_t GH, int64_t c0, int64_t nc, int64_t N)
-      : H_(H), nc_(nc), N_(N), c0_(c0), a_(size_t(H * nc)), b_(size_t(H * std::max<int64_t>(N, 1))) {
+      : wh_(wh), H_(H), GH_(GH), nc_(nc), N_(N), c0_(c0), a_(size_t(H * nc)), b_(size_t(H * std::max<int64_t>(N, 1))) {}
+  void pack() {
     Eigen::internal::gemm_pack_lhs<float, Eigen::Index, LhsMapper, Traits::mr, Traits::LhsProgress,
                                    Traits::LhsPacket4Packing, Eigen::ColMajor>
         pack;
-    for (int64_t k0 = 0; k0 < H; k0 += kDepth)
-      pack(a_.data() + k0 * nc, LhsMapper(wh + c0 + k0 * GH, GH), std::min(kDepth, H - k0), nc);
+    for (int64_t k0 = 0; k0 < H_; k0 += kDepth)
+      pack(a_.data() + k0 * nc_, LhsMapper(wh_ + c0_ + k0 * GH_, GH_), std::min(kDepth, H_ - k0), nc_);
   }
   // res[n * ld + c0 + j] += sum_k h[n * H + k] * wh[k, c0 + j]
   void multiply_add(const float* h, float* res, int64_t ld) {
@@ -419,7 +421,8 @@ class PackedHidden {
 
  private:
   static constexpr int64_t kDepth = 256;  // depth block: a 48 x 256 panel of W is 48 KB (L1)
-  int64_t H_, nc_, N_, c0_;
+  const float* wh_;
+  int64_t H_, GH_, nc_, N_, c0_;
   std::vector<float, Eigen::aligned_allocator<float>> a_, b_;  // packed W_hh^T, packed h_prev^T
 };
 
@@ -500,23 +503,31 @@ void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
   const int team = team_size(threads, N, H, G, min_macs);
   if (team <= 1) {
     PackedHidden wh(p.wh.data(), H, GH, 0, GH, N);
+    wh.pack();
     for (int64_t i = 0; i < T; ++i) step(wh, i, 0, H);
   } else {
-    // One parallel region for the whole loop; each thread owns a run of unit blocks (its packed
-    // columns of W_hh stay in its own cache) and the steps meet at one barrier each.
+    // One parallel region for the whole loop; part c (a run of unit blocks) belongs to thread c, its
+    // packed columns of W_hh stay in that thread's cache, and the steps meet at one barrier each.
+    // Everything is allocated before the region (nothing may throw inside it).
     const int64_t blocks = (H + ops::kUnitBlock - 1) / ops::kUnitBlock;
-    std::unique_ptr<StepBarrier> barrier;
+    std::vector<std::pair<int64_t, int64_t>> units;  // [u0, u1) of each part
+    std::vector<PackedHidden> parts;
+    for (int c = 0; c < team; ++c) {
+      const int64_t u0 = blocks * c / team * ops::kUnitBlock, u1 = std::min(H, blocks * (c + 1) / team * ops::kUnitBlock);
+      units.emplace_back(u0, u1);
+      parts.emplace_back(p.wh.data(), H, GH, G * u0, G * (u1 - u0), N);
+    }
+    StepBarrier barrier(team);
 #pragma omp parallel num_threads(team)
     {
-      const int64_t id = omp_get_thread_num(), nt = omp_get_num_threads();  // OpenMP may give fewer
+      const int id = omp_get_thread_num(), nt = omp_get_num_threads();  // OpenMP may give fewer
 #pragma omp single
-      barrier = std::make_unique<StepBarrier>(static_cast<int>(nt));
-      const int64_t b0 = blocks * id / nt, b1 = blocks * (id + 1) / nt;
-      const int64_t u0 = b0 * ops::kUnitBlock, u1 = std::min(H, b1 * ops::kUnitBlock);
-      PackedHidden wh(p.wh.data(), H, GH, G * u0, G * (u1 - u0), N);
+      barrier.resize(nt);
+      for (int c = id; c < team; c += nt) parts[c].pack();
       for (int64_t i = 0; i < T; ++i) {
-        if (u0 < u1) step(wh, i, u0, u1);
-        barrier->wait();
+        for (int c = id; c < team; c += nt)
+          if (units[c].first < units[c].second) step(parts[c], i, units[c].first, units[c].second);
+        barrier.wait();
       }
     }
   }
