@@ -5,18 +5,17 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include "attnkit/nn/recurrent.hpp"
 
-#include <algorithm>
-#include <atomic>
-#include <condition_variable>
-#include <mutex>
-#include <cmath>
-#include <cstring>
-#include <map>
-#include <omp.h>
-#include <thread>
 #include <immintrin.h>
+#include <omp.h>
 
 #include <Eigen/Core>
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -43,7 +42,7 @@ struct Expect {
   std::string legend;  // "(4*H, D)"
 };
 
-// The weight `name` in `bundle`, checked against `expect`; nullptr when absent.
+// The tensor `name` in `bundle`; nullptr when absent (or not a tensor).
 const Tensor* find_weight(const io::Value& bundle, const std::string& name) {
   const io::Value* v = bundle.find(name);
   return v && v->is_tensor() ? &v->tensor() : nullptr;
@@ -539,7 +538,7 @@ void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
 }  // namespace
 
 RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& options) const {
-  const int G = gate_count(config_.cell), dirs = config_.directions(), L = config_.layers;
+  const int dirs = config_.directions(), L = config_.layers;
   const int64_t H = config_.hidden_size, D = config_.input_size;
   AK_CHECK(in.x, "recurrent: no input");
   const Tensor& x = *in.x;
@@ -605,7 +604,6 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
     layer_in = std::move(layer_out);
   }
   r.output = std::move(layer_in);
-  (void)G;
   return r;
 }
 
