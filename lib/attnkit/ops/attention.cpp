@@ -184,7 +184,7 @@ void sdpa_tiled(const SdpaProblem& p, float* row_lse) {
           m[r] = mt;
         }
         Et.array().colwise() -= shift.head(br);
-        Et.array() = Et.array().exp();
+        Et.array() = Et.array().exp();  // a separate pass: Eigen does not vectorise exp over the broadcast
         l.head(br) = alpha.head(br) * l.head(br) + Et.rowwise().sum().array();
         Ot.array().colwise() *= alpha.head(br);
         Ot.noalias() += Et * in_map(p.v, n, h, s0, bc, p.Dv);  // [br, Dv]
@@ -375,7 +375,9 @@ AttentionResult additive_forward(const Tensor& q, const Tensor& k, const Tensor&
 #pragma omp for schedule(static)
     for (int64_t nt = 0; nt < d.N * d.T; ++nt) {
       const int64_t n = nt / d.T, t = nt % d.T;
-      M = (Kp.middleRows(n * d.S, d.S).rowwise() + Qp.row(nt)).array().tanh();  // [S, A]
+      M = Kp.middleRows(n * d.S, d.S);
+      M.rowwise() += Qp.row(nt);
+      M.array() = M.array().tanh();  // [S, A]; tanh in its own pass stays vectorised
       e.noalias() = M * vv;                                                    // [S]
       mask_scores(e.data(), 0, d.S, row_limit(p, n, t), mask_row(p, n, 0, t));
       if (keep) std::copy(e.data(), e.data() + d.S, r.scores.data() + nt * d.S);
