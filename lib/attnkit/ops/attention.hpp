@@ -127,7 +127,7 @@ void sdpa_naive(const SdpaProblem& p, float* scores, float* weights, float* row_
 
 // Tile sizes of sdpa_tiled (tests shrink them to exercise ragged tiles).
 struct TileSizes {
-  int64_t query = 128;
+  int64_t query = 256;
   int64_t key = 256;
 };
 void set_tile_sizes(TileSizes sizes);
