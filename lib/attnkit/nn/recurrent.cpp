@@ -373,19 +373,6 @@ class StepBarrier {
   std::condition_variable cv_;
 };
 
-// Eigen's thread count for the GEMMs, restored on exit. Inside a parallel region (the two
-// directions side by side) Eigen runs single-threaded anyway and the global is left alone.
-struct EigenThreads {
-  int saved;
-  bool active;
-  explicit EigenThreads(int n) : saved(Eigen::nbThreads()), active(!omp_in_parallel()) {
-    if (active) Eigen::setNbThreads(n);
-  }
-  ~EigenThreads() {
-    if (active) Eigen::setNbThreads(saved);
-  }
-};
-
 // h_prev W_hh^T for a run of columns, with W_hh's columns packed once for Eigen's GEMM micro-kernel
 // (gebp) instead of once per step: only h_prev (small) is packed each step, and the product is
 // added in place into the pre-activations, so the time loop allocates and copies nothing else.
@@ -435,10 +422,23 @@ void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
   // RNN the hidden products are then added into it in place (GRU keeps them apart: r ⊙ (W_hn h)).
   MatrixRM xproj(N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
   {
-    // A small GEMM stays on one thread: forking costs more than it saves (and far more when the
-    // cores are shared with other work).
-    EigenThreads eigen(N * T * job.Din * GH < (int64_t(1) << 25) ? 1 : threads);
-    xproj.noalias() = as_matrix(job.x, N * T, job.Din) * as_matrix(p.wx.data(), job.Din, GH);
+    // Threads take runs of rows, each a single-threaded Eigen GEMM (Eigen does not fork inside a
+    // parallel region): no global Eigen setting is touched. A small GEMM stays on one thread:
+    // forking costs more than it saves (and far more when the cores are shared with other work).
+    const auto X = as_matrix(job.x, N * T, job.Din);
+    const auto Wx = as_matrix(p.wx.data(), job.Din, GH);
+    const int64_t rows = N * T;
+    const int gemm_team = rows * job.Din * GH < (int64_t(1) << 25) ? 1 : static_cast<int>(std::min<int64_t>(threads, rows));
+    if (gemm_team <= 1) {
+      xproj.noalias() = X * Wx;
+    } else {
+#pragma omp parallel num_threads(gemm_team)
+      {
+        const int64_t id = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t r0 = rows * id / nt, r1 = rows * (id + 1) / nt;
+        xproj.middleRows(r0, r1 - r0).noalias() = X.middleRows(r0, r1 - r0) * Wx;
+      }
+    }
   }
 
   MatrixRM hproj(gru ? N : 0, GH);          // GRU: [N, G*H] W_hh h_prev, blocked columns
@@ -563,7 +563,6 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
   }
 
   int threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  EigenThreads eigen_threads(threads);
 
   RecurrentResult r;
   r.h_n = Tensor(state_shape);
