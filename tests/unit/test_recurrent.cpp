@@ -296,3 +296,29 @@ TEST_CASE("recurrent: padded steps change nothing") {
     for (int64_t i = 20; i < 50; ++i) CHECK(out[i] == 0.0f);
   }
 }
+
+TEST_CASE("recurrent: the trace of each direction is the first layer's output") {
+  Rng rng(21);
+  for (CellKind cell : {CellKind::Lstm, CellKind::Gru, CellKind::RnnTanh}) {
+    CAPTURE(ops::cell_name(cell));
+    nn::RecurrentConfig cfg;
+    cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 5, cfg.bidirectional = true;
+    Recurrent m = Recurrent::random(cfg, rng);
+    nn::SequenceRequest req;
+    req.x = rand_normal({2, 4, 3}, rng);
+    Tensor len(Shape{2}, {4, 2});
+    req.lengths = &len;
+    req.trace = true;
+    io::Value out = nn::run_sequence(m, req);
+    const Tensor& o = member(out, "output");  // [2, 4, 10]: forward | reverse
+    const Tensor& hf = member(*out.find("trace"), "h");
+    const Tensor& hr = member(*out.find("trace_reverse"), "h");
+    for (int64_t row = 0; row < 8; ++row)
+      for (int64_t u = 0; u < 5; ++u) {
+        CHECK(hf[row * 5 + u] == o[row * 10 + u]);
+        CHECK(hr[row * 5 + u] == o[row * 10 + 5 + u]);
+      }
+    const int G = ops::gate_count(cell);
+    CHECK(member(*out.find("trace"), "a").shape() == Shape{2, 4, G * 5});
+  }
+}

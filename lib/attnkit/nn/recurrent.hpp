@@ -82,7 +82,8 @@ class Recurrent {
   // The weights as a bundle in either layout (cs231n folds b_hh into b).
   io::Value to_bundle(WeightLayout layout) const;
 
-  // Runs the stack over x [N, T, D]. Throws attnkit::Error on shapes that disagree.
+  // Runs the stack over x [N, T, D]. Throws attnkit::Error on shapes that disagree. Touches no
+  // global state: several threads may run one model at once.
   RecurrentResult forward(const RecurrentInputs& inputs, const RunOptions& options = {}) const;
 
   struct Packed {  // internal layout (see the top of this file)
