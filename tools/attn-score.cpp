@@ -1,5 +1,7 @@
 // attn-score: attention scores, weights and context (score functions, masks), and multi-head
 // attention with PyTorch nn.MultiheadAttention weights. Manual: docs/attn-score.md.
+#include <algorithm>
+
 #include "attnkit/io/svg_heatmap.hpp"
 #include "attnkit/nn/attention.hpp"
 #include "attnkit/ops/attention.hpp"

@@ -9,7 +9,6 @@
 #include <limits>
 
 #include <fmt/ranges.h>
-#include <omp.h>
 
 #include "attnkit/ops/softmax.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
