@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# Every command in docs/attn-score.md's ```sh blocks runs and exits 0 (tests/cli/lib/doc_commands.sh).
+# The error messages the manual quotes are checked by tests/cli/attn_score.sh.
+exec bash "$(dirname "$0")/lib/doc_commands.sh" attn-score.md
