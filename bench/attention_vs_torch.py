@@ -12,18 +12,15 @@ summary is the median over rounds. --long T also runs attnkit alone at T (e.g. 3
 its time and peak resident memory (getrusage ru_maxrss, i.e. what /usr/bin/time -v shows).
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import time
+
+from bench_common import bench_binary, import_torch, run_json
 
 
 def ours(binary, T, E, NH, threads, reps):
-    out = subprocess.run([binary, "--T", str(T), "--E", str(E), "--heads", str(NH), "--threads", str(threads),
-                          "--reps", str(reps)], check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    return run_json(binary, T=T, E=E, heads=NH, threads=threads, reps=reps)
 
 
 def main():
@@ -38,16 +35,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--long", type=int, default=0, help="also run attnkit alone at this T (memory figure)")
     a = ap.parse_args()
-    binary = os.path.join(a.build, "bench", "attention_bench")
-    if not os.path.exists(binary):
-        sys.exit(f"{binary} not found: build first (scripts/build.sh)")
-    try:
-        import torch
-    except ImportError:
-        torch = None
-        print("PyTorch not importable: attnkit times only", file=sys.stderr)
+    binary = bench_binary(a.build, "attention_bench")
+    torch = import_torch(a.threads)
     if torch is not None:
-        torch.set_num_threads(a.threads)
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; attnkit {a.threads} threads; "
               f"E={a.E} NH={a.heads} N=1 float32 need_weights=False; {a.rounds} interleaved rounds, best of {a.reps} each")
     for T in a.T:

@@ -13,19 +13,15 @@ lstm_bench also times Eigen's bare GEMMs of the same shapes (input projection + 
 the GEMM bound) and a 1024^3 sgemm (the machine's peak with these threads), printed as GFLOP/s.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import time
+
+from bench_common import bench_binary, import_torch, run_json
 
 
 def ours(binary, N, T, D, H, threads, reps):
-    out = subprocess.run([binary, "--N", str(N), "--T", str(T), "--D", str(D), "--H", str(H),
-                          "--threads", str(threads), "--reps", str(reps)],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    return run_json(binary, N=N, T=T, D=D, H=H, threads=threads, reps=reps)
 
 
 def main():
@@ -37,16 +33,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cases", nargs="+", default=["64,100,512,512", "1,100,128,128"])
     a = ap.parse_args()
-    binary = os.path.join(a.build, "bench", "lstm_bench")
-    if not os.path.exists(binary):
-        sys.exit(f"{binary} not found: build first (scripts/build.sh)")
-    try:
-        import torch
-    except ImportError:
-        torch = None
-        print("PyTorch not importable: attnkit times only", file=sys.stderr)
+    binary = bench_binary(a.build, "lstm_bench")
+    torch = import_torch(a.threads)
     if torch is not None:
-        torch.set_num_threads(a.threads)
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; attnkit {a.threads} threads; "
               f"nn.LSTM batch_first, 1 layer, float32, no_grad; {a.rounds} interleaved rounds, best of {a.reps} each")
     for case in a.cases:

@@ -4,18 +4,7 @@
 set -euo pipefail
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 cd "$work"
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-
-# expect_error STATUS "message part" -- command...
-expect_error() {
-  local want="$1" msg="$2"; shift 2
-  local status=0
-  "$@" >out.txt 2>err.txt || status=$?
-  [[ "$status" == "$want" ]] || fail "$* exited $status, expected $want ($(cat err.txt))"
-  [[ ! -s out.txt ]] || fail "$* wrote to stdout on failure: $(head -c 200 out.txt)"
-  grep -qF -- "$msg" err.txt || fail "$*: stderr lacks \"$msg\": $(cat err.txt)"
-}
+source "$ATTNKIT_SOURCE/tests/cli/lib/common.sh"  # fail, expect_error, finish
 
 # --- the documents' example: s0 against h1..h4 (dot score), values default to keys
 echo '[[1, 0, 1]]' > s0.json
@@ -126,5 +115,4 @@ expect_error 2 "--weights is for" attn-score --query s0.json --keys h.json --wei
 attn-score --help | grep -q "1 = attend" || fail "--help states the mask polarity"
 attn-score --version | grep -q attnkit || fail "--version"
 
-if (( fails )); then echo "$fails failure(s)" >&2; exit 1; fi
-echo "attn-score: all checks passed"
+finish attn-score

@@ -6,18 +6,7 @@ set -euo pipefail
 fx="$ATTNKIT_SOURCE/tests/fixtures/recurrent"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 cd "$work"
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-
-# expect_error STATUS "message part" -- command...
-expect_error() {
-  local want="$1" msg="$2"; shift 2
-  local status=0
-  "$@" >out.txt 2>err.txt || status=$?
-  [[ "$status" == "$want" ]] || fail "$* exited $status, expected $want ($(cat err.txt))"
-  [[ ! -s out.txt ]] || fail "$* wrote to stdout on failure: $(head -c 200 out.txt)"
-  grep -qF -- "$msg" err.txt || fail "$*: stderr lacks \"$msg\": $(cat err.txt)"
-}
+source "$ATTNKIT_SOURCE/tests/cli/lib/common.sh"  # fail, expect_error, finish
 
 # --- golden values from PyTorch, through the CLI (references into the fixture bundles)
 for f in "$fx"/torch_*.json; do
@@ -140,5 +129,4 @@ expect_error 2 "go with --init" lstm-run x3.json --weights w1.json --layers 2
 lstm-run --help | grep -q "lstm-run --init --input-size 3" || fail "--help lacks the example"
 lstm-run --version | grep -q attnkit || fail "--version"
 
-if (( fails )); then echo "$fails failure(s)" >&2; exit 1; fi
-echo "lstm-run: all checks passed"
+finish lstm-run

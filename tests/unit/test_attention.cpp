@@ -56,6 +56,14 @@ ops::MaskSpec mask_of(const std::string& name, const io::Value& c, int64_t N) {
   return m;
 }
 
+// nn.MultiheadAttention-style weights (no biases) drawn from N(0, 0.4^2).
+nn::MultiheadAttention random_mha(Rng& rng, int64_t E, int64_t NH) {
+  io::Value w = io::Value::bundle();
+  w.set("in_proj_weight", rand_normal({3 * E, E}, rng, 0, 0.4f));
+  w.set("out_proj.weight", rand_normal({E, E}, rng, 0, 0.4f));
+  return nn::MultiheadAttention::from_bundle(w, NH);
+}
+
 struct TileGuard {
   ops::TileSizes saved = ops::tile_sizes();
   explicit TileGuard(ops::TileSizes s) { ops::set_tile_sizes(s); }
@@ -222,10 +230,7 @@ TEST_CASE("tiled multi-head kernel matches the naive reference with large ragged
 TEST_CASE("self-attention without positional encoding is permutation equivariant") {
   Rng rng(3);
   const int64_t T = 7, E = 8;
-  io::Value w = io::Value::bundle();
-  w.set("in_proj_weight", rand_normal({3 * E, E}, rng, 0, 0.4f));
-  w.set("out_proj.weight", rand_normal({E, E}, rng, 0, 0.4f));
-  nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, 2);
+  const nn::MultiheadAttention m = random_mha(rng, E, 2);
   const Tensor x = rand_normal({T, E}, rng);
   std::vector<int64_t> perm(T);
   std::iota(perm.begin(), perm.end(), 0);
@@ -243,10 +248,7 @@ TEST_CASE("self-attention without positional encoding is permutation equivariant
 TEST_CASE("a causal mask makes output row t independent of the inputs after t") {
   Rng rng(5);
   const int64_t T = 9, E = 8;
-  io::Value w = io::Value::bundle();
-  w.set("in_proj_weight", rand_normal({3 * E, E}, rng, 0, 0.4f));
-  w.set("out_proj.weight", rand_normal({E, E}, rng, 0, 0.4f));
-  nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, 4);
+  const nn::MultiheadAttention m = random_mha(rng, E, 4);
   nn::MhaOptions o;
   o.mask.causal = ops::CausalKind::UpperLeft;
   const Tensor x = rand_normal({1, T, E}, rng);

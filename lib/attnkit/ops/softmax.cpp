@@ -65,9 +65,13 @@ Tensor log_softmax_forward(const Tensor& x) {
   return y;
 }
 
-Tensor softmax_naive(const Tensor& x) {
-  check_rank(x, "softmax");
-  Tensor y(x.shape());
+namespace {
+// The naive references: per row, in double, y = f(x_j, m, sum_k exp(x_k - m)); rows of -inf are
+// left as `masked` values (0 for softmax, -inf for log-softmax).
+template <typename F>
+Tensor naive_rows(const Tensor& x, const char* op, float masked, F f) {
+  check_rank(x, op);
+  Tensor y = Tensor::filled(x.shape(), masked);
   const int64_t cols = x.dim(-1), rows = cols ? x.numel() / cols : 0;
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = x.data() + r * cols;
@@ -75,24 +79,19 @@ Tensor softmax_naive(const Tensor& x) {
     for (int64_t j = 0; j < cols; ++j) m = std::max(m, double(in[j]));
     if (std::isinf(m) && m < 0) continue;
     for (int64_t j = 0; j < cols; ++j) sum += std::exp(double(in[j]) - m);
-    for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = static_cast<float>(std::exp(double(in[j]) - m) / sum);
+    for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = static_cast<float>(f(double(in[j]), m, sum));
   }
   return y;
 }
+}  // namespace
+
+Tensor softmax_naive(const Tensor& x) {
+  return naive_rows(x, "softmax", 0.0f, [](double xj, double m, double sum) { return std::exp(xj - m) / sum; });
+}
 
 Tensor log_softmax_naive(const Tensor& x) {
-  check_rank(x, "log_softmax");
-  Tensor y = x;
-  const int64_t cols = x.dim(-1), rows = cols ? x.numel() / cols : 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x.data() + r * cols;
-    double m = -std::numeric_limits<double>::infinity(), sum = 0;
-    for (int64_t j = 0; j < cols; ++j) m = std::max(m, double(in[j]));
-    if (std::isinf(m) && m < 0) continue;
-    for (int64_t j = 0; j < cols; ++j) sum += std::exp(double(in[j]) - m);
-    for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = static_cast<float>(double(in[j]) - m - std::log(sum));
-  }
-  return y;
+  return naive_rows(x, "log_softmax", kNegInf,
+                    [](double xj, double m, double sum) { return xj - m - std::log(sum); });
 }
 
 }  // namespace attnkit::ops

@@ -1,0 +1,33 @@
+"""What the bench/*_vs_torch.py drivers share: the attnkit benchmark binary, run and parsed, and
+PyTorch when it is importable (the drivers then print attnkit's times only)."""
+import json
+import os
+import subprocess
+import sys
+
+
+def bench_binary(build, name):
+    """build/bench/NAME, or exit with a hint."""
+    binary = os.path.join(build, "bench", name)
+    if not os.path.exists(binary):
+        sys.exit(f"{binary} not found: build first (scripts/build.sh)")
+    return binary
+
+
+def run_json(binary, **options):
+    """Runs BINARY --key value ... and parses the one JSON line it prints."""
+    args = [binary]
+    for key, value in options.items():
+        args += [f"--{key}", str(value)]
+    return json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
+
+
+def import_torch(threads):
+    """torch with torch.set_num_threads(threads), or None when it is not importable."""
+    try:
+        import torch
+    except ImportError:
+        print("PyTorch not importable: attnkit times only", file=sys.stderr)
+        return None
+    torch.set_num_threads(threads)
+    return torch

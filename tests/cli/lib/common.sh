@@ -1,0 +1,21 @@
+# Shared by the tests/cli scripts (source it after cd-ing into a work folder):
+#   fail MESSAGE                      count a failure and say why (the script goes on)
+#   expect_error STATUS "part" CMD... CMD must exit STATUS, print nothing on stdout, and say "part"
+#                                     on stderr (the tools' error contract)
+#   finish NAME                       exit 1 if anything failed, else say NAME passed
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+expect_error() {
+  local want="$1" msg="$2"; shift 2
+  local status=0
+  "$@" >out.txt 2>err.txt || status=$?
+  [[ "$status" == "$want" ]] || fail "$* exited $status, expected $want ($(cat err.txt))"
+  [[ ! -s out.txt ]] || fail "$* wrote to stdout on failure: $(head -c 200 out.txt)"
+  grep -qF -- "$msg" err.txt || fail "$*: stderr lacks \"$msg\": $(cat err.txt)"
+}
+
+finish() {
+  if (( fails )); then echo "$fails failure(s)" >&2; exit 1; fi
+  echo "$1: all checks passed"
+}
