@@ -22,8 +22,11 @@
 #include "attnkit/io/json_writer.hpp"
 #include "attnkit/io/reference.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "test_util.hpp"
 
 using namespace attnkit;
+using attnkit::test::error_of;
+using attnkit::test::fixture_text;
 using namespace attnkit::io;
 
 namespace {
@@ -37,17 +40,6 @@ float from_bits(uint32_t u) {
   float x;
   std::memcpy(&x, &u, 4);
   return x;
-}
-
-// The message of the attnkit::Error that `f` throws ("" if none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::string parse_error(const std::string& text, const std::string& source = "x.json", ReadOptions o = {}) {

@@ -18,34 +18,18 @@
 #include "attnkit/tensor/compare.hpp"
 #include "attnkit/tensor/creation.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "test_util.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/tensor.hpp"
 
 using namespace attnkit;
+using attnkit::test::error_of;
+using attnkit::test::fixture_text;
 
 namespace {
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::string fixture(const std::string& name) {
-  std::string path = std::string(ATTNKIT_FIXTURES) + "/" + name;
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "missing fixture " << path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 Tensor fixture_tensor(const std::string& name) {
-  io::Value v = io::parse_json(fixture(name), name);
+  io::Value v = io::parse_json(fixture_text(name), name);
   REQUIRE(v.is_tensor());
   return v.tensor();
 }
@@ -100,7 +84,7 @@ TEST_CASE("Tensor: shape, numel, dim, reshape, unravel_index") {
 
 TEST_CASE("linspace and arange: the same float32 bits as numpy (tests/fixtures/numpy)") {
   // ranges.tsv: name, then the `tensor` command line that builds it
-  std::istringstream lines(fixture("numpy/ranges.tsv"));
+  std::istringstream lines(fixture_text("numpy/ranges.tsv"));
   std::string line;
   int cases = 0;
   while (std::getline(lines, line)) {
@@ -216,7 +200,7 @@ TEST_CASE("compare: |a - b| <= atol + rtol * |b|, the largest errors and where")
 }
 
 TEST_CASE("Rng: fixed draws for seeds 0 and 1 (tests/fixtures/rng.json, from an independent implementation)") {
-  auto want = nlohmann::json::parse(fixture("rng.json"));
+  auto want = nlohmann::json::parse(fixture_text("rng.json"));
   for (uint64_t seed : {0, 1}) {
     const auto& w = want[std::to_string(seed)];
     Rng u32(seed), uni(seed), nor(seed);
@@ -276,8 +260,8 @@ TEST_CASE("tensor show prints numpy's own text (tests/fixtures/numpy/show)") {
                          "one_column", "summarised_wide"};
   for (const char* name : names) {
     std::string base = std::string("numpy/show/") + name;
-    io::Value v = io::parse_json(fixture(base + ".json"), base);
-    CHECK_MESSAGE(io::pretty_print(v) == fixture(base + ".txt"), name);
+    io::Value v = io::parse_json(fixture_text(base + ".json"), base);
+    CHECK_MESSAGE(io::pretty_print(v) == fixture_text(base + ".txt"), name);
   }
   CHECK(io::pretty_print(Tensor(Shape{2, 0})) == "tensor([], shape=[2, 0])\n");
   // bundles: one line per member, nested names joined by '/', rows aligned under the prefix
