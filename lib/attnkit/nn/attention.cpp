@@ -3,10 +3,16 @@
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // Eigen AVX-512, GCC 12 false positive
 
-#include <algorithm>
-#include <cmath>
-#include <string>
+#include <omp.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attnkit/tensor/barrier.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
 
@@ -73,13 +79,78 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, std::string
   return d;
 }
 
-// Attention over NH heads read in place from [N*T, ld] buffers. Returns the concatenated
-// contexts [N*T, NH*HSv] and fills `weights` as asked.
-Tensor heads_forward(const float* Q, int64_t ldq, const float* K, int64_t ldk, const float* V, int64_t ldv,
-                     const Dims& d, int64_t NH, int64_t HSk, int64_t HSv, const MhaOptions& o, bool naive,
-                     Tensor& weights, std::string_view op) {
-  ops::check_mask(o.mask, d.N, NH, d.T, d.S, op);
-  Tensor ctx({d.N * d.T, NH * HSv});
+// y [rows, out] (row stride ldy) = x [rows, in] W^T + b for W [out, in], as tasks: blocks of rows
+// x output columns, each an independent single-threaded GEMM (Eigen's own parallel GEMM makes its
+// threads wait on each other's packed panels).
+struct Linear {
+  const float* x;
+  int64_t rows, in;
+  const float* W;
+  int64_t out;
+  const float* b;  // may be null
+  float* y;
+  int64_t ldy;
+  static constexpr int64_t kRows = 512, kCols = 384;
+  int64_t col_blocks() const { return (out + kCols - 1) / kCols; }
+  int64_t tasks() const { return (rows + kRows - 1) / kRows * col_blocks(); }
+  void run(int64_t task) const {
+    using StridedMap = Eigen::Map<MatrixRM, Eigen::Unaligned, Eigen::OuterStride<>>;
+    const int64_t r0 = (task / col_blocks()) * kRows, c0 = (task % col_blocks()) * kCols;
+    const int64_t br = std::min(kRows, rows - r0), bc = std::min(kCols, out - c0);
+    StridedMap yb(y + r0 * ldy + c0, br, bc, Eigen::OuterStride<>(ldy));
+    yb.noalias() = as_matrix(x + r0 * in, br, in) * as_matrix(W + c0 * in, bc, in).transpose();
+    if (b) yb.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b + c0, bc);
+  }
+};
+
+// A stage: `tasks` independent tasks; run(thread, task).
+struct Stage {
+  int64_t tasks = 0;
+  std::function<void(int, int64_t)> run;
+};
+
+Stage linear_stage(std::vector<Linear> jobs) {
+  Stage st;
+  for (const Linear& j : jobs) st.tasks += j.tasks();
+  st.run = [jobs = std::move(jobs)](int, int64_t task) {
+    for (const Linear& j : jobs) {
+      if (task < j.tasks()) return j.run(task);
+      task -= j.tasks();
+    }
+  };
+  return st;
+}
+
+// Runs the stages in order in ONE OpenMP team: within a stage threads take tasks from a shared
+// counter; between stages they meet at a StepBarrier (spins ~30 us, then sleeps). One team per
+// forward rather than one per kernel: libgomp's barriers and idle pool threads spin for
+// milliseconds, and on cores shared with other work that spinning made a 2-thread forward slower
+// than a 1-thread one (T = 1024: 96 ms against 59 ms; with OMP_WAIT_POLICY=passive 59 ms).
+void run_stages(const std::vector<Stage>& stages, int team) {
+  if (team <= 1) {
+    for (const Stage& st : stages)
+      for (int64_t t = 0; t < st.tasks; ++t) st.run(0, t);
+    return;
+  }
+  std::vector<std::atomic<int64_t>> next(stages.size());
+  for (auto& c : next) c.store(0);
+  StepBarrier barrier(team);
+#pragma omp parallel num_threads(team)
+  {
+#pragma omp single
+    barrier.resize(omp_get_num_threads());  // OpenMP may give fewer threads
+    const int id = omp_get_thread_num();
+    for (size_t i = 0; i < stages.size(); ++i) {
+      if (i) barrier.wait();
+      for (int64_t t; (t = next[i].fetch_add(1, std::memory_order_relaxed)) < stages[i].tasks;) stages[i].run(id, t);
+    }
+  }
+}
+
+// The attention problem over NH heads read in place from [N*T, ld] buffers, writing the
+// concatenated contexts into ctx [N*T, NH*HSv].
+ops::SdpaProblem heads_problem(const float* Q, int64_t ldq, const float* K, int64_t ldk, const float* V, int64_t ldv,
+                               const Dims& d, int64_t NH, int64_t HSk, int64_t HSv, const MhaOptions& o, Tensor& ctx) {
   ops::SdpaProblem p;
   p.N = d.N, p.NH = NH, p.T = d.T, p.S = d.S, p.Dk = HSk, p.Dv = HSv;
   p.scale = 1.0f / std::sqrt(static_cast<float>(HSk));
@@ -88,16 +159,19 @@ Tensor heads_forward(const float* Q, int64_t ldq, const float* K, int64_t ldk, c
   p.v = {V, d.S * ldv, HSv, ldv};
   p.out = {ctx.data(), d.T * NH * HSv, HSv, NH * HSv};
   p.mask = &o.mask;
-  if (o.weights == HeadWeights::None && !naive) {
-    ops::sdpa_tiled(p, nullptr);
-    return ctx;
-  }
+  return p;
+}
+
+// Weights [N, NH, T, S] through sdpa_full (or sdpa_naive), kept per head or averaged as asked.
+Tensor head_weights(const ops::SdpaProblem& p, const Dims& d, const MhaOptions& o, bool naive, std::string_view op) {
+  const int64_t NH = p.NH;
   AK_CHECK(d.N * NH * d.T * d.S <= ops::kMaxWeightElements,
            "{}: the attention weights would be [N, NH, T, S] = {} ({:.1f} GiB); ask for no weights (the tiled kernel "
            "never holds them)", op, shape_str({d.N, NH, d.T, d.S}), d.N * NH * d.T * d.S * 4.0 / (1 << 30));
   Tensor per_head({d.N, NH, d.T, d.S});
   if (naive) ops::sdpa_naive(p, nullptr, per_head.data(), nullptr);
   else ops::sdpa_full(p, nullptr, per_head.data(), nullptr);
+  Tensor weights;
   if (o.weights == HeadWeights::PerHead) {
     weights = std::move(per_head);
   } else if (o.weights == HeadWeights::Averaged) {
@@ -114,34 +188,38 @@ Tensor heads_forward(const float* Q, int64_t ldq, const float* K, int64_t ldk, c
     s.erase(s.begin());
     weights.reshape(s);
   }
-  return ctx;
+  return weights;
 }
 
-// x W^T + b for x [rows, in], W [out, in].
-// y [rows, out] = x [rows, in] W^T + b for W [out, in], written into y (row stride ldy).
-// Blocks of rows x output columns run as independent single-threaded GEMMs under OpenMP's dynamic
-// schedule: Eigen's own parallel GEMM makes its threads wait on each other's packed panels, which
-// on a shared machine (another process holding a core) cost more than the second thread gained.
-void linear_into(const float* x, int64_t rows, int64_t in, const float* W, int64_t out, const float* b, float* y,
-                 int64_t ldy) {
-  using StridedMap = Eigen::Map<MatrixRM, Eigen::Unaligned, Eigen::OuterStride<>>;
-  constexpr int64_t kRows = 512, kCols = 384;
-  const int64_t row_blocks = (rows + kRows - 1) / kRows, col_blocks = (out + kCols - 1) / kCols;
-  const int64_t tasks = row_blocks * col_blocks;
-#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
-  for (int64_t task = 0; task < tasks; ++task) {
-    const int64_t r0 = (task / col_blocks) * kRows, c0 = (task % col_blocks) * kCols;
-    const int64_t br = std::min(kRows, rows - r0), bc = std::min(kCols, out - c0);
-    StridedMap yb(y + r0 * ldy + c0, br, bc, Eigen::OuterStride<>(ldy));
-    yb.noalias() = as_matrix(x + r0 * in, br, in) * as_matrix(W + c0 * in, bc, in).transpose();
-    if (b) yb.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b + c0, bc);
+// Attention on Q, K, V buffers, then (if given) the output projection: one team for the lot when
+// no weights are asked for (the tiled kernel), else the weights kernels between the projections.
+MhaResult attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d, const MhaOptions& o, bool naive,
+                 Tensor& ctx, const Tensor& out_weight, const Tensor& out_bias, int64_t Ev, std::string_view op) {
+  ops::check_mask(o.mask, d.N, p.NH, d.T, d.S, op);
+  MhaResult r;
+  Shape out_shape = d.batched ? Shape{d.N, d.T, 0} : Shape{d.T, 0};
+  out_shape.back() = out_weight.empty() ? Ev : out_weight.dim(0);
+  Stage out_stage;
+  if (!out_weight.empty()) {
+    r.output = Tensor(out_shape);
+    out_stage = linear_stage({Linear{ctx.data(), d.N * d.T, out_weight.dim(1), out_weight.data(), out_weight.dim(0),
+                                     out_bias.empty() ? nullptr : out_bias.data(), r.output.data(), out_weight.dim(0)}});
   }
-}
-
-MatrixRM project(const float* x, int64_t rows, const Tensor& W, const Tensor& b) {
-  MatrixRM y(rows, W.dim(0));
-  linear_into(x, rows, W.dim(1), W.data(), W.dim(0), b.empty() ? nullptr : b.data(), y.data(), y.cols());
-  return y;
+  const int team = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), ops::TiledWorker::tasks(p))));
+  if (o.weights == HeadWeights::None && !naive) {
+    std::vector<ops::TiledWorker> workers;  // allocated before the team: nothing throws inside it
+    for (int i = 0; i < team; ++i) workers.emplace_back(p);
+    stages.push_back({ops::TiledWorker::tasks(p), [&](int id, int64_t t) { workers[static_cast<size_t>(id)].run(t, nullptr); }});
+    stages.push_back(std::move(out_stage));
+    run_stages(stages, team);
+  } else {
+    run_stages(stages, team);
+    r.weights = head_weights(p, d, o, naive, op);
+    run_stages({out_stage}, team);
+  }
+  if (out_weight.empty()) r.output = ctx.reshaped(out_shape);
+  return r;
 }
 
 MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, const Tensor& v, const MhaOptions& o,
@@ -155,8 +233,8 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
   AK_CHECK(v.dim(-1) == m.v_weight.dim(1), "{}: value has shape {}, expected feature size {} (value projection {})",
            op, v.shape_str(), m.v_weight.dim(1), m.v_weight.shape_str());
   const int64_t NH = m.num_heads, E = m.embed_dim(), Ev = m.value_dim();
-  MhaResult r;
-  Tensor ctx;
+  auto bias = [](const Tensor& b) { return b.empty() ? nullptr : b.data(); };
+  Tensor ctx({d.N * d.T, NH * (Ev / NH)});  // [N*T, Ev] heads concatenated
   const bool self_attention = q.data() == k.data() && k.data() == v.data() && m.q_weight.dim(1) == m.k_weight.dim(1) &&
                               m.k_weight.dim(1) == m.v_weight.dim(1);
   if (self_attention) {
@@ -169,26 +247,18 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
     if (!m.k_bias.empty()) b.segment(E, E) = Eigen::Map<const Eigen::RowVectorXf>(m.k_bias.data(), E);
     if (!m.v_bias.empty()) b.segment(2 * E, Ev) = Eigen::Map<const Eigen::RowVectorXf>(m.v_bias.data(), Ev);
     MatrixRM QKV(d.N * d.T, P);  // [N*T, 2E + Ev]
-    linear_into(q.data(), d.N * d.T, W.cols(), W.data(), P, b.data(), QKV.data(), P);
-    ctx = heads_forward(QKV.data(), P, QKV.data() + E, P, QKV.data() + 2 * E, P, d, NH, E / NH, Ev / NH, o, naive,
-                        r.weights, op);
-  } else {
-    MatrixRM Q = project(q.data(), d.N * d.T, m.q_weight, m.q_bias);  // [N*T, E]
-    MatrixRM K = project(k.data(), d.N * d.S, m.k_weight, m.k_bias);  // [N*S, E]
-    MatrixRM V = project(v.data(), d.N * d.S, m.v_weight, m.v_bias);  // [N*S, Ev]
-    ctx = heads_forward(Q.data(), E, K.data(), E, V.data(), Ev, d, NH, E / NH, Ev / NH, o, naive, r.weights, op);
+    const ops::SdpaProblem p = heads_problem(QKV.data(), P, QKV.data() + E, P, QKV.data() + 2 * E, P, d, NH, E / NH,
+                                             Ev / NH, o, ctx);
+    return attend(p, {linear_stage({Linear{q.data(), d.N * d.T, W.cols(), W.data(), P, b.data(), QKV.data(), P}})}, d,
+                  o, naive, ctx, m.out_weight, m.out_bias, Ev, op);
   }
-  Shape out_shape = d.batched ? Shape{d.N, d.T, 0} : Shape{d.T, 0};
-  if (m.out_weight.empty()) {
-    out_shape.back() = Ev;
-    r.output = ctx.reshaped(out_shape);
-  } else {
-    out_shape.back() = m.out_weight.dim(0);
-    r.output = Tensor(out_shape);
-    linear_into(ctx.data(), d.N * d.T, m.out_weight.dim(1), m.out_weight.data(), m.out_weight.dim(0),
-                m.out_bias.empty() ? nullptr : m.out_bias.data(), r.output.data(), m.out_weight.dim(0));  // [N*T, Eo]
-  }
-  return r;
+  MatrixRM Q(d.N * d.T, E), K(d.N * d.S, E), V(d.N * d.S, Ev);  // [N*T, E], [N*S, E], [N*S, Ev]
+  const ops::SdpaProblem p = heads_problem(Q.data(), E, K.data(), E, V.data(), Ev, d, NH, E / NH, Ev / NH, o, ctx);
+  return attend(p,
+                {linear_stage({Linear{q.data(), d.N * d.T, m.q_weight.dim(1), m.q_weight.data(), E, bias(m.q_bias), Q.data(), E},
+                               Linear{k.data(), d.N * d.S, m.k_weight.dim(1), m.k_weight.data(), E, bias(m.k_bias), K.data(), E},
+                               Linear{v.data(), d.N * d.S, m.v_weight.dim(1), m.v_weight.data(), Ev, bias(m.v_bias), V.data(), Ev}})},
+                d, o, naive, ctx, m.out_weight, m.out_bias, Ev, op);
 }
 
 }  // namespace
@@ -282,11 +352,10 @@ MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, 
            Dq, query.shape_str());
   AK_CHECK(Dv % num_heads == 0, "{}: NH = {} heads do not divide the feature size {} of value {}", op, num_heads, Dv,
            value.shape_str());
-  MhaResult r;
-  Tensor ctx = heads_forward(query.data(), Dq, key.data(), Dk, value.data(), Dv, d, num_heads, Dq / num_heads,
-                             Dv / num_heads, options, false, r.weights, op);
-  r.output = ctx.reshaped(d.batched ? Shape{d.N, d.T, Dv} : Shape{d.T, Dv});
-  return r;
+  Tensor ctx({d.N * d.T, Dv});  // [N*T, Dv] heads concatenated
+  const ops::SdpaProblem p = heads_problem(query.data(), Dq, key.data(), Dk, value.data(), Dv, d, num_heads,
+                                           Dq / num_heads, Dv / num_heads, options, ctx);
+  return attend(p, {}, d, options, false, ctx, Tensor(), Tensor(), Dv, op);
 }
 
 }  // namespace attnkit::nn

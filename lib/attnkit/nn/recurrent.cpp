@@ -20,6 +20,7 @@
 #include <mutex>
 #include <thread>
 
+#include "attnkit/tensor/barrier.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
 
@@ -340,41 +341,8 @@ int team_size(int threads, int64_t N, int64_t H, int G, int64_t min_macs) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({threads, useful, blocks})));
 }
 
-// The barrier between time steps: spin briefly (the threads' halves of a step are even, so on an
-// idle machine the other arrives within microseconds), then sleep. OpenMP's barrier spins much
-// longer, which doubled the time of a 2-thread loop on cores shared with other work (a spinning
-// thread burns the time slice its descheduled partner is waiting for).
-class StepBarrier {
- public:
-  explicit StepBarrier(int n) : n_(n) {}
-  void resize(int n) { n_ = n; }  // before anyone waits
-  void wait() {
-    const unsigned gen = generation_.load(std::memory_order_acquire);
-    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
-      arrived_.store(0, std::memory_order_relaxed);
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        generation_.store(gen + 1, std::memory_order_release);
-      }
-      cv_.notify_all();
-      return;
-    }
-    for (int i = 0; i < kSpins; ++i) {
-      if (generation_.load(std::memory_order_acquire) != gen) return;
-      _mm_pause();
-    }
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != gen; });
-  }
-
- private:
-  static constexpr int kSpins = 1000;  // pause is ~40-140 cycles: some 20-50 microseconds
-  int n_;
-  std::atomic<int> arrived_{0};
-  std::atomic<unsigned> generation_{0};
-  std::mutex mutex_;
-  std::condition_variable cv_;
-};
+// The barrier between time steps: StepBarrier (tensor/barrier.hpp) spins briefly (the threads'
+// halves of a step are even, so on an idle machine the other arrives within microseconds), then sleeps.
 
 // A large scratch buffer on transparent huge pages where the kernel offers them on request
 // (madvise mode): the [N*T, G*H] pre-activations of a big layer are tens of MB, and faulting them

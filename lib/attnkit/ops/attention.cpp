@@ -5,10 +5,12 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 
 #include <fmt/ranges.h>
+#include <omp.h>
 
 #include "attnkit/ops/softmax.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
@@ -145,56 +147,79 @@ void check_mask(const MaskSpec& mask, int64_t N, int64_t NH, int64_t T, int64_t 
 }
 
 // ---- flash-attention style: query tile x key tiles, online softmax ----
-void sdpa_tiled(const SdpaProblem& p, float* row_lse) {
-  const int64_t Br = std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1));
-  const int64_t Bc = std::min<int64_t>(g_tiles.key, std::max<int64_t>(p.S, 1));
-  const int64_t tiles_per_head = (p.T + Br - 1) / Br;
-  const int64_t tasks = p.N * p.NH * tiles_per_head;
-#pragma omp parallel if (tasks > 1)
-  {
-    MatrixRM Qs(Br, p.Dk), E(Br, Bc), O(Br, p.Dv);  // per thread, allocated once
-    Eigen::ArrayXf m(Br), l(Br), alpha(Br), shift(Br);
-    std::vector<int64_t> limit(static_cast<size_t>(Br));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
-      const int64_t t0 = (task % tiles_per_head) * Br, br = std::min(Br, p.T - t0);
-      auto Qt = Qs.topRows(br);
-      Qt.noalias() = in_map(p.q, n, h, t0, br, p.Dk) * p.scale;  // [br, Dk], the scale folded in once
-      int64_t max_limit = 0;
-      for (int64_t r = 0; r < br; ++r) max_limit = std::max(max_limit, limit[r] = row_limit(p, n, t0 + r));
-      m.head(br).setConstant(kNegInf);
-      l.head(br).setZero();
-      auto Ot = O.topRows(br);
-      Ot.setZero();
-      // Keys past every row's limit are skipped whole (half the work under a causal mask).
-      for (int64_t s0 = 0; s0 < max_limit; s0 += Bc) {
-        const int64_t bc = std::min(Bc, p.S - s0);
-        auto Et = E.topLeftCorner(br, bc);
-        Et.noalias() = Qt * in_map(p.k, n, h, s0, bc, p.Dk).transpose();  // [br, bc]
-        if (p.mask && p.mask->any())
-          for (int64_t r = 0; r < br; ++r)
-            mask_scores(&Et(r, 0), s0, bc, limit[r], mask_row(p, n, h, t0 + r));
-        // m' = max(m, max_s e);  alpha = exp(m - m');  P = exp(e - m');  l = alpha l + sum P;  O = alpha O + P V
-        for (int64_t r = 0; r < br; ++r) {
-          const float mt = std::max(m[r], Et.row(r).maxCoeff());
-          alpha[r] = mt == kNegInf ? 1.0f : std::exp(m[r] - mt);
-          shift[r] = mt == kNegInf ? 0.0f : mt;  // a row masked so far: exp(-inf - 0) = 0
-          m[r] = mt;
-        }
-        Et.array().colwise() -= shift.head(br);
-        Et.array() = Et.array().exp();  // a separate pass: Eigen does not vectorise exp over the broadcast
-        l.head(br) = alpha.head(br) * l.head(br) + Et.rowwise().sum().array();
-        Ot.array().colwise() *= alpha.head(br);
-        Ot.noalias() += Et * in_map(p.v, n, h, s0, bc, p.Dv);  // [br, Dv]
-      }
-      auto out = out_map(p.out, n, h, t0, br, p.Dv);
+struct TiledWorker::Impl {
+  const SdpaProblem& p;
+  int64_t Br, Bc, tiles_per_head;
+  MatrixRM Qs, E, O;  // [Br, Dk] scaled queries, [Br, Bc] scores -> probabilities, [Br, Dv] output
+  Eigen::ArrayXf m, l, alpha, shift;  // [Br] running max, running sum, rescale, exp shift
+  std::vector<int64_t> limit;         // [Br] keys [0, limit) pass causal / key length
+
+  explicit Impl(const SdpaProblem& problem)
+      : p(problem),
+        Br(std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1))),
+        Bc(std::min<int64_t>(g_tiles.key, std::max<int64_t>(p.S, 1))),
+        tiles_per_head((p.T + Br - 1) / Br),
+        Qs(Br, p.Dk), E(Br, Bc), O(Br, p.Dv), m(Br), l(Br), alpha(Br), shift(Br), limit(static_cast<size_t>(Br)) {}
+
+  void run(int64_t task, float* row_lse) {
+    const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
+    const int64_t t0 = (task % tiles_per_head) * Br, br = std::min(Br, p.T - t0);
+    auto Qt = Qs.topRows(br);
+    Qt.noalias() = in_map(p.q, n, h, t0, br, p.Dk) * p.scale;  // [br, Dk], the scale folded in once
+    int64_t max_limit = 0;
+    for (int64_t r = 0; r < br; ++r) max_limit = std::max(max_limit, limit[r] = row_limit(p, n, t0 + r));
+    m.head(br).setConstant(kNegInf);
+    l.head(br).setZero();
+    auto Ot = O.topRows(br);
+    Ot.setZero();
+    // Keys past every row's limit are skipped whole (half the work under a causal mask).
+    for (int64_t s0 = 0; s0 < max_limit; s0 += Bc) {
+      const int64_t bc = std::min(Bc, p.S - s0);
+      auto Et = E.topLeftCorner(br, bc);
+      Et.noalias() = Qt * in_map(p.k, n, h, s0, bc, p.Dk).transpose();  // [br, bc]
+      if (p.mask && p.mask->any())
+        for (int64_t r = 0; r < br; ++r) mask_scores(&Et(r, 0), s0, bc, limit[r], mask_row(p, n, h, t0 + r));
+      // m' = max(m, max_s e);  alpha = exp(m - m');  P = exp(e - m');  l = alpha l + sum P;  O = alpha O + P V
       for (int64_t r = 0; r < br; ++r) {
-        if (l[r] > 0.0f) out.row(r) = Ot.row(r) * (1.0f / l[r]);
-        else out.row(r).setZero();  // every key masked: zero context
-        if (row_lse) row_lse[nh * p.T + t0 + r] = l[r] > 0.0f ? m[r] + std::log(l[r]) : kNegInf;
+        const float mt = std::max(m[r], Et.row(r).maxCoeff());
+        alpha[r] = mt == kNegInf ? 1.0f : std::exp(m[r] - mt);
+        shift[r] = mt == kNegInf ? 0.0f : mt;  // a row masked so far: exp(-inf - 0) = 0
+        m[r] = mt;
       }
+      Et.array().colwise() -= shift.head(br);
+      Et.array() = Et.array().exp();  // a separate pass: Eigen does not vectorise exp over the broadcast
+      l.head(br) = alpha.head(br) * l.head(br) + Et.rowwise().sum().array();
+      Ot.array().colwise() *= alpha.head(br);
+      Ot.noalias() += Et * in_map(p.v, n, h, s0, bc, p.Dv);  // [br, Dv]
     }
+    auto out = out_map(p.out, n, h, t0, br, p.Dv);
+    for (int64_t r = 0; r < br; ++r) {
+      if (l[r] > 0.0f) out.row(r) = Ot.row(r) * (1.0f / l[r]);
+      else out.row(r).setZero();  // every key masked: zero context
+      if (row_lse) row_lse[nh * p.T + t0 + r] = l[r] > 0.0f ? m[r] + std::log(l[r]) : kNegInf;
+    }
+  }
+};
+
+TiledWorker::TiledWorker(const SdpaProblem& p) : impl_(std::make_unique<Impl>(p)) {}
+TiledWorker::TiledWorker(TiledWorker&&) noexcept = default;
+TiledWorker::~TiledWorker() = default;
+int64_t TiledWorker::tasks(const SdpaProblem& p) {
+  const int64_t Br = std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1));
+  return p.N * p.NH * ((p.T + Br - 1) / Br);
+}
+void TiledWorker::run(int64_t task, float* row_lse) { impl_->run(task, row_lse); }
+
+void sdpa_tiled(const SdpaProblem& p, float* row_lse) {
+  const int64_t tasks = TiledWorker::tasks(p);
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), tasks)));
+  std::vector<TiledWorker> workers;  // allocated before the team starts: nothing throws inside it
+  for (int i = 0; i < team; ++i) workers.emplace_back(p);
+  std::atomic<int64_t> next{0};
+#pragma omp parallel num_threads(team) if (team > 1)
+  {
+    TiledWorker& w = workers[static_cast<size_t>(omp_get_thread_num())];
+    for (int64_t task; (task = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) w.run(task, row_lse);
   }
 }
 

@@ -27,6 +27,7 @@
 //   sdpa_naive         plain loops in double precision (tests compare the others to it)
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -124,6 +125,24 @@ struct SdpaProblem {
 void sdpa_tiled(const SdpaProblem& p, float* row_lse);
 void sdpa_full(const SdpaProblem& p, float* scores, float* weights, float* row_lse);
 void sdpa_naive(const SdpaProblem& p, float* scores, float* weights, float* row_lse);
+
+// sdpa_tiled as independent tasks (batch element x head x query tile), for callers that run it
+// inside their own thread team (nn/attention.cpp: projections and attention in one team, no
+// OpenMP barrier between them): make one TiledWorker per thread before the team starts (it holds
+// the thread's tiles; `p` must outlive it), then let each thread run() the tasks it takes.
+// run() allocates nothing.
+class TiledWorker {
+ public:
+  explicit TiledWorker(const SdpaProblem& p);
+  TiledWorker(TiledWorker&&) noexcept;
+  ~TiledWorker();
+  static int64_t tasks(const SdpaProblem& p);
+  void run(int64_t task, float* row_lse);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Tile sizes of sdpa_tiled (tests shrink them to exercise ragged tiles).
 struct TileSizes {
