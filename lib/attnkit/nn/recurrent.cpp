@@ -15,7 +15,10 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
+#include <map>
+#include <optional>
 #include <cstring>
+#include <exception>
 #include <new>
 #include <mutex>
 #include <thread>
@@ -117,7 +120,7 @@ Tensor zeros_like_bias(int64_t n) { return Tensor({n}); }
 }  // namespace
 
 Recurrent::Recurrent(RecurrentConfig config, std::vector<DirectionWeights> weights)
-    : config_(config), weights_(std::move(weights)) {
+    : config_(config), weights_(std::move(weights)), pack_cache_(std::make_shared<PackCache>()) {
   const int G = gate_count(config_.cell), dirs = config_.directions();
   const int64_t H = config_.hidden_size;
   AK_CHECK(H > 0 && config_.input_size > 0 && config_.layers > 0, "recurrent: sizes must be positive (D {}, H {}, L {})",
@@ -374,42 +377,84 @@ class LargeBuffer {
 // (gebp) instead of once per step: only h_prev (small) is packed each step, and the product is
 // added in place into the pre-activations, so the time loop allocates and copies nothing else.
 // In gebp's column-major view: C^T [nc, N] += A [nc, H] (W_hh^T rows c0..) x B [H, N] (h_prev^T).
-class PackedHidden {
+// Immutable once built: kept by the model (PackCache) and shared by concurrent forward calls.
+class PackedColumns {
  public:
   using Traits = Eigen::internal::gebp_traits<float, float>;
-  using LhsMapper = Eigen::internal::const_blas_data_mapper<float, Eigen::Index, Eigen::ColMajor>;
+  using Mapper = Eigen::internal::const_blas_data_mapper<float, Eigen::Index, Eigen::ColMajor>;
   using ResMapper = Eigen::internal::blas_data_mapper<float, Eigen::Index, Eigen::ColMajor, Eigen::Unaligned, 1>;
 
-  // wh [H, GH] row-major; the columns [c0, c0 + nc); N rows of h per step. Allocates only:
-  // pack() fills it, on the thread that will use it (its cache gets the packed panels).
-  PackedHidden(const float* wh, int64_t H, int64_t GH, int64_t c0, int64_t nc, int64_t N)
-      : wh_(wh), H_(H), GH_(GH), nc_(nc), N_(N), c0_(c0), a_(size_t(H * nc)), b_(size_t(H * std::max<int64_t>(N, 1))) {}
-  void pack() {
-    Eigen::internal::gemm_pack_lhs<float, Eigen::Index, LhsMapper, Traits::mr, Traits::LhsProgress,
+  // wh [H, GH] row-major; the columns [c0, c0 + nc).
+  PackedColumns(const float* wh, int64_t H, int64_t GH, int64_t c0, int64_t nc)
+      : H_(H), nc_(nc), c0_(c0), a_(size_t(std::max<int64_t>(1, H * nc))) {
+    Eigen::internal::gemm_pack_lhs<float, Eigen::Index, Mapper, Traits::mr, Traits::LhsProgress,
                                    Traits::LhsPacket4Packing, Eigen::ColMajor>
         pack;
-    for (int64_t k0 = 0; k0 < H_; k0 += kDepth)
-      pack(a_.data() + k0 * nc_, LhsMapper(wh_ + c0_ + k0 * GH_, GH_), std::min(kDepth, H_ - k0), nc_);
+    for (int64_t k0 = 0; k0 < H && nc > 0; k0 += kDepth)
+      pack(a_.data() + k0 * nc, Mapper(wh + c0 + k0 * GH, GH), std::min(kDepth, H - k0), nc);
   }
-  // res[n * ld + c0 + j] += sum_k h[n * H + k] * wh[k, c0 + j]
-  void multiply_add(const float* h, float* res, int64_t ld) {
-    Eigen::internal::gemm_pack_rhs<float, Eigen::Index, LhsMapper, Traits::nr, Eigen::ColMajor> pack;
+  // res[n * ld + c0 + j] += sum_k h[n * H + k] * wh[k, c0 + j] for n < N; `scratch` holds H*N floats
+  // (64-byte aligned) for the packed h.
+  void multiply_add(const float* h, int64_t N, float* scratch, float* res, int64_t ld) const {
+    Eigen::internal::gemm_pack_rhs<float, Eigen::Index, Mapper, Traits::nr, Eigen::ColMajor> pack;
     Eigen::internal::gebp_kernel<float, float, Eigen::Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
     for (int64_t k0 = 0; k0 < H_; k0 += kDepth) {
       const int64_t kc = std::min(kDepth, H_ - k0);
-      pack(b_.data() + k0 * N_, LhsMapper(h + k0, H_), kc, N_);
-      gebp(ResMapper(res + c0_, ld), a_.data() + k0 * nc_, b_.data() + k0 * N_, nc_, kc, N_, 1.0f);
+      pack(scratch + k0 * N, Mapper(h + k0, H_), kc, N);
+      gebp(ResMapper(res + c0_, ld), a_.data() + k0 * nc_, scratch + k0 * N, nc_, kc, N, 1.0f);
     }
   }
 
  private:
   static constexpr int64_t kDepth = 256;  // depth block: a 48 x 256 panel of W is 48 KB (L1)
-  const float* wh_;
-  int64_t H_, GH_, nc_, N_, c0_;
-  std::vector<float, Eigen::aligned_allocator<float>> a_, b_;  // packed W_hh^T, packed h_prev^T
+  int64_t H_, nc_, c0_;
+  std::vector<float, Eigen::aligned_allocator<float>> a_;  // packed W_hh^T
 };
 
-void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
+// A team's split of the hidden units: part c = units [u0, u1) and their packed columns.
+struct TeamParts {
+  std::vector<std::pair<int64_t, int64_t>> units;
+  std::vector<PackedColumns> columns;
+};
+
+TeamParts make_parts(const Recurrent::Packed& p, int64_t H, int G, int team) {
+  const int64_t blocks = (H + ops::kUnitBlock - 1) / ops::kUnitBlock;
+  TeamParts parts;
+  for (int c = 0; c < team; ++c) {
+    const int64_t u0 = blocks * c / team * ops::kUnitBlock, u1 = std::min(H, blocks * (c + 1) / team * ops::kUnitBlock);
+    parts.units.emplace_back(u0, u1);
+    parts.columns.emplace_back(p.wh.data(), H, G * H, G * u0, G * (u1 - u0));
+  }
+  return parts;
+}
+
+}  // namespace
+
+// The packed W_hh of every layer and direction, per team size, built on first use and kept.
+struct PackCache {
+  const TeamParts& parts(int index, int team, const Recurrent::Packed& p, int64_t H, CellKind cell) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = built.find({index, team});
+    if (it == built.end()) it = built.emplace(std::make_pair(index, team), make_parts(p, H, gate_count(cell), team)).first;
+    return it->second;
+  }
+  std::mutex mutex;
+  std::map<std::pair<int, int>, TeamParts> built;  // (layer*dirs + dir, team) -> parts
+};
+
+namespace {
+
+// Scratch reused across calls by this thread when small (the latency case would otherwise map and
+// fault fresh pages every call); large buffers come and go (LargeBuffer).
+float* small_scratch(size_t floats, int slot) {
+  thread_local std::vector<float, Eigen::aligned_allocator<float>> buffers[2];
+  auto& b = buffers[slot];
+  if (b.size() < floats) b.resize(floats);
+  return b.data();
+}
+constexpr size_t kSmallScratch = size_t(1) << 20;  // floats (4 MB)
+
+void run_direction(const DirectionJob& job, const TeamParts& parts) {
   const int G = gate_count(job.cell);
   const int64_t N = job.N, T = job.T, H = job.H, GH = G * H;
   const Recurrent::Packed& p = *job.packed;
@@ -417,8 +462,14 @@ void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
 
   // Input projection for every step at once: one GEMM, hoisted out of the time loop. For LSTM and
   // RNN the hidden products are then added into it in place (GRU keeps them apart: r ⊙ (W_hn h)).
-  LargeBuffer xproj_buf(N * T * GH);
-  MapRM xproj(xproj_buf.data(), N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
+  const int team = static_cast<int>(parts.units.size());
+  const size_t xproj_size = size_t(N * T * GH);
+  std::optional<LargeBuffer> xproj_large;
+  if (xproj_size > kSmallScratch) xproj_large.emplace(N * T * GH);
+  MapRM xproj(xproj_large ? xproj_large->data() : small_scratch(xproj_size, 0), N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
+  // packed h_prev for each part: H*N floats each, 64-byte aligned (16 floats)
+  const int64_t hpack = (H * N + 15) / 16 * 16;
+  float* hpacked = small_scratch(size_t(hpack * team), 1);
   {
     // Threads take runs of rows, each a single-threaded Eigen GEMM (Eigen does not fork inside a
     // parallel region): no global Eigen setting is touched. A small GEMM stays on one thread:
@@ -426,7 +477,7 @@ void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
     const auto X = as_matrix(job.x, N * T, job.Din);
     const auto Wx = as_matrix(p.wx.data(), job.Din, GH);
     const int64_t rows = N * T;
-    const int gemm_team = rows * job.Din * GH < (int64_t(1) << 25) ? 1 : static_cast<int>(std::min<int64_t>(threads, rows));
+    const int gemm_team = rows * job.Din * GH < (int64_t(1) << 25) ? 1 : static_cast<int>(std::min<int64_t>(team, rows));
     if (gemm_team <= 1) {
       xproj.noalias() = X * Wx;
     } else {
@@ -465,13 +516,17 @@ void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
   };
 
   // Step i for the units [u0, u1): h_prev times their columns of W_hh, then the cell on them.
-  auto step = [&](PackedHidden& wh, int64_t i, int64_t u0, int64_t u1) {
+  auto step = [&](int c, int64_t i) {
     const int64_t t = time_of(i);
+    const auto [u0, u1] = parts.units[c];
+    if (u0 >= u1) return;
+    const PackedColumns& wh = parts.columns[c];
+    float* scratch = hpacked + c * hpack;
     if (gru) {
       hproj.middleCols(G * u0, G * (u1 - u0)).setZero();
-      wh.multiply_add(h_at(i - 1), hproj.data(), GH);
+      wh.multiply_add(h_at(i - 1), N, scratch, hproj.data(), GH);
     } else {
-      wh.multiply_add(h_at(i - 1), xproj.data() + t * GH, T * GH);  // rows n*T + t
+      wh.multiply_add(h_at(i - 1), N, scratch, xproj.data() + t * GH, T * GH);  // rows n*T + t
     }
     ops::CellStep s;
     s.cell = job.cell;
@@ -497,33 +552,20 @@ void run_direction(const DirectionJob& job, int threads, int64_t min_macs) {
     ops::cell_forward(s);
   };
 
-  const int team = team_size(threads, N, H, G, min_macs);
   if (team <= 1) {
-    PackedHidden wh(p.wh.data(), H, GH, 0, GH, N);
-    wh.pack();
-    for (int64_t i = 0; i < T; ++i) step(wh, i, 0, H);
+    for (int64_t i = 0; i < T; ++i) step(0, i);
   } else {
     // One parallel region for the whole loop; part c (a run of unit blocks) belongs to thread c, its
     // packed columns of W_hh stay in that thread's cache, and the steps meet at one barrier each.
-    // Everything is allocated before the region (nothing may throw inside it).
-    const int64_t blocks = (H + ops::kUnitBlock - 1) / ops::kUnitBlock;
-    std::vector<std::pair<int64_t, int64_t>> units;  // [u0, u1) of each part
-    std::vector<PackedHidden> parts;
-    for (int c = 0; c < team; ++c) {
-      const int64_t u0 = blocks * c / team * ops::kUnitBlock, u1 = std::min(H, blocks * (c + 1) / team * ops::kUnitBlock);
-      units.emplace_back(u0, u1);
-      parts.emplace_back(p.wh.data(), H, GH, G * u0, G * (u1 - u0), N);
-    }
+    // Nothing is allocated inside the region (nothing may throw there).
     StepBarrier barrier(team);
 #pragma omp parallel num_threads(team)
     {
       const int id = omp_get_thread_num(), nt = omp_get_num_threads();  // OpenMP may give fewer
 #pragma omp single
       barrier.resize(nt);
-      for (int c = id; c < team; c += nt) parts[c].pack();
       for (int64_t i = 0; i < T; ++i) {
-        for (int c = id; c < team; c += nt)
-          if (units[c].first < units[c].second) step(parts[c], i, units[c].first, units[c].second);
+        for (int c = id; c < team; c += nt) step(c, i);
         barrier.wait();
       }
     }
@@ -591,12 +633,25 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
       else if (options.trace && k == 0) j.cache = &r.caches[d];
       j.keep_pre = options.trace && k == 0;
     }
-    if (dirs == 2 && threads >= 2) {
-      // The two directions are independent: one thread each, no barrier at all.
+    // The two directions are independent: with 2 threads, one each and no barrier at all.
+    const bool side_by_side = dirs == 2 && threads >= 2;
+    const int team = side_by_side ? 1 : team_size(threads, N, H, ops::gate_count(config_.cell), options.min_macs_per_thread);
+    std::vector<const TeamParts*> parts(dirs);
+    for (int d = 0; d < dirs; ++d) parts[d] = &pack_cache_->parts(k * dirs + d, team, packed_[k * dirs + d], H, config_.cell);
+    if (side_by_side) {
+      std::exception_ptr failed[2];  // an exception must not leave an OpenMP region
 #pragma omp parallel for num_threads(2) schedule(static, 1)
-      for (int d = 0; d < 2; ++d) run_direction(jobs[d], 1, options.min_macs_per_thread);
+      for (int d = 0; d < 2; ++d) {
+        try {
+          run_direction(jobs[d], *parts[d]);
+        } catch (...) {
+          failed[d] = std::current_exception();
+        }
+      }
+      for (auto& e : failed)
+        if (e) std::rethrow_exception(e);
     } else {
-      for (int d = 0; d < dirs; ++d) run_direction(jobs[d], threads, options.min_macs_per_thread);
+      for (int d = 0; d < dirs; ++d) run_direction(jobs[d], *parts[d]);
     }
     layer_in = std::move(layer_out);
   }

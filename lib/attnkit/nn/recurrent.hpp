@@ -7,6 +7,7 @@
 // [H, G*H] with the columns in ops' blocked order, one bias row folding b_ih + b_hh (GRU keeps b_hn
 // apart). The canonical PyTorch-layout tensors are kept for saving and for the reference cells.
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 namespace attnkit::nn {
 
 using ops::CellKind;
+struct PackCache;  // recurrent.cpp: W_hh packed for the GEMM micro-kernel, per team size
 
 // torch:  weight_ih_l{k}[_reverse] [G*H, D_k], weight_hh_l{k} [G*H, H], bias_ih_l{k} [G*H],
 //         bias_hh_l{k} [G*H]; LSTM gates i, f, g, o; GRU r, z, n. Biases optional (bias=False).
@@ -97,6 +99,7 @@ class Recurrent {
   RecurrentConfig config_;
   std::vector<DirectionWeights> weights_;
   std::vector<Packed> packed_;
+  std::shared_ptr<PackCache> pack_cache_;  // built on first use; shared by copies (same weights)
 };
 
 // The documents' trace of one direction of the first layer, batch-first: a [N, T, G*H] in the
