@@ -15,12 +15,12 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
-#include <map>
-#include <optional>
 #include <cstring>
 #include <exception>
-#include <new>
+#include <map>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <thread>
 
 #include "attnkit/tensor/barrier.hpp"
@@ -411,6 +411,19 @@ class PackedColumns {
   std::vector<float, Eigen::aligned_allocator<float>> a_;  // packed W_hh^T
 };
 
+// C [rows, cols] = A [rows, depth] x B [depth, cols], all row-major and contiguous, computed by
+// Eigen's blocked GEMM on the calling thread only, whatever Eigen's global thread count says.
+void gemm_on_this_thread(const float* A, const float* B, float* C, int64_t rows, int64_t depth, int64_t cols) {
+  using namespace Eigen::internal;
+  as_matrix(C, rows, cols).setZero();
+  if (rows == 0 || cols == 0 || depth == 0) return;
+  gemm_blocking_space<Eigen::RowMajor, float, float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Dynamic> blocking(
+      rows, cols, depth, 1, true);
+  general_matrix_matrix_product<Eigen::Index, float, Eigen::RowMajor, false, float, Eigen::RowMajor, false,
+                                Eigen::RowMajor, 1>::run(rows, cols, depth, A, depth, B, cols, C, 1, cols, 1.0f,
+                                                         blocking, nullptr);
+}
+
 // A team's split of the hidden units: part c = units [u0, u1) and their packed columns.
 struct TeamParts {
   std::vector<std::pair<int64_t, int64_t>> units;
@@ -474,18 +487,16 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     // Threads take runs of rows, each a single-threaded Eigen GEMM (Eigen does not fork inside a
     // parallel region): no global Eigen setting is touched. A small GEMM stays on one thread:
     // forking costs more than it saves (and far more when the cores are shared with other work).
-    const auto X = as_matrix(job.x, N * T, job.Din);
-    const auto Wx = as_matrix(p.wx.data(), job.Din, GH);
-    const int64_t rows = N * T;
-    const int gemm_team = rows * job.Din * GH < (int64_t(1) << 25) ? 1 : static_cast<int>(std::min<int64_t>(team, rows));
+    const int64_t rows = N * T, Din = job.Din;
+    const int gemm_team = rows * Din * GH < (int64_t(1) << 25) ? 1 : static_cast<int>(std::min<int64_t>(team, rows));
     if (gemm_team <= 1) {
-      xproj.noalias() = X * Wx;
+      gemm_on_this_thread(job.x, p.wx.data(), xproj.data(), rows, Din, GH);
     } else {
 #pragma omp parallel num_threads(gemm_team)
       {
         const int64_t id = omp_get_thread_num(), nt = omp_get_num_threads();
         const int64_t r0 = rows * id / nt, r1 = rows * (id + 1) / nt;
-        xproj.middleRows(r0, r1 - r0).noalias() = X.middleRows(r0, r1 - r0) * Wx;
+        gemm_on_this_thread(job.x + r0 * Din, p.wx.data(), xproj.data() + r0 * GH, r1 - r0, Din, GH);
       }
     }
   }
