@@ -14,6 +14,7 @@
 
 #include "attnkit/tensor/barrier.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
+#include "attnkit/tensor/large_buffer.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::nn {
@@ -148,16 +149,16 @@ void run_stages(const std::vector<Stage>& stages, int team) {
 }
 
 // The attention problem over NH heads read in place from [N*T, ld] buffers, writing the
-// concatenated contexts into ctx [N*T, NH*HSv].
+// concatenated contexts into ctx [N*T, NH*HSv] (row stride NH*HSv).
 ops::SdpaProblem heads_problem(const float* Q, int64_t ldq, const float* K, int64_t ldk, const float* V, int64_t ldv,
-                               const Dims& d, int64_t NH, int64_t HSk, int64_t HSv, const MhaOptions& o, Tensor& ctx) {
+                               const Dims& d, int64_t NH, int64_t HSk, int64_t HSv, const MhaOptions& o, float* ctx) {
   ops::SdpaProblem p;
   p.N = d.N, p.NH = NH, p.T = d.T, p.S = d.S, p.Dk = HSk, p.Dv = HSv;
   p.scale = 1.0f / std::sqrt(static_cast<float>(HSk));
   p.q = {Q, d.T * ldq, HSk, ldq};
   p.k = {K, d.S * ldk, HSk, ldk};
   p.v = {V, d.S * ldv, HSv, ldv};
-  p.out = {ctx.data(), d.T * NH * HSv, HSv, NH * HSv};
+  p.out = {ctx, d.T * NH * HSv, HSv, NH * HSv};
   p.mask = &o.mask;
   return p;
 }
@@ -191,20 +192,16 @@ Tensor head_weights(const ops::SdpaProblem& p, const Dims& d, const MhaOptions& 
   return weights;
 }
 
-// Attention on Q, K, V buffers, then (if given) the output projection: one team for the lot when
-// no weights are asked for (the tiled kernel), else the weights kernels between the projections.
-MhaResult attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d, const MhaOptions& o, bool naive,
-                 Tensor& ctx, const Tensor& out_weight, const Tensor& out_bias, int64_t Ev, std::string_view op) {
+// Attention on Q, K, V buffers into ctx, then (if given) the output projection from ctx into
+// r.output: one team for the lot when no weights are asked for (the tiled kernel), else the
+// weights kernels between the projections. Without an output projection ctx is r.output's data.
+void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d, const MhaOptions& o, bool naive,
+            const float* ctx, const Tensor& out_weight, const Tensor& out_bias, MhaResult& r, std::string_view op) {
   ops::check_mask(o.mask, d.N, p.NH, d.T, d.S, op);
-  MhaResult r;
-  Shape out_shape = d.batched ? Shape{d.N, d.T, 0} : Shape{d.T, 0};
-  out_shape.back() = out_weight.empty() ? Ev : out_weight.dim(0);
   Stage out_stage;
-  if (!out_weight.empty()) {
-    r.output = Tensor(out_shape);
-    out_stage = linear_stage({Linear{ctx.data(), d.N * d.T, out_weight.dim(1), out_weight.data(), out_weight.dim(0),
+  if (!out_weight.empty())
+    out_stage = linear_stage({Linear{ctx, d.N * d.T, out_weight.dim(1), out_weight.data(), out_weight.dim(0),
                                      out_bias.empty() ? nullptr : out_bias.data(), r.output.data(), out_weight.dim(0)}});
-  }
   const int team = static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), ops::TiledWorker::tasks(p))));
   if (o.weights == HeadWeights::None && !naive) {
@@ -218,7 +215,12 @@ MhaResult attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dim
     r.weights = head_weights(p, d, o, naive, op);
     run_stages({out_stage}, team);
   }
-  if (out_weight.empty()) r.output = ctx.reshaped(out_shape);
+}
+
+// The result with its output [.., T, cols] allocated.
+MhaResult make_output(const Dims& d, int64_t cols) {
+  MhaResult r;
+  r.output = Tensor(d.batched ? Shape{d.N, d.T, cols} : Shape{d.T, cols});
   return r;
 }
 
@@ -234,31 +236,34 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
            op, v.shape_str(), m.v_weight.dim(1), m.v_weight.shape_str());
   const int64_t NH = m.num_heads, E = m.embed_dim(), Ev = m.value_dim();
   auto bias = [](const Tensor& b) { return b.empty() ? nullptr : b.data(); };
-  Tensor ctx({d.N * d.T, NH * (Ev / NH)});  // [N*T, Ev] heads concatenated
+  const bool has_out = !m.out_weight.empty();
+  MhaResult r = make_output(d, has_out ? m.out_weight.dim(0) : Ev);
+  LargeBuffer ctx_buf(has_out ? d.N * d.T * Ev : 0);
+  float* ctx = has_out ? ctx_buf.data() : r.output.data();  // [N*T, Ev] heads concatenated
   const bool self_attention = q.data() == k.data() && k.data() == v.data() && m.q_weight.dim(1) == m.k_weight.dim(1) &&
                               m.k_weight.dim(1) == m.v_weight.dim(1);
   if (self_attention) {
-    // One GEMM for all three projections: [N*T, 2E + Ev], heads read in place (row stride 2E + Ev).
-    const int64_t P = 2 * E + Ev;
-    MatrixRM W(P, m.q_weight.dim(1));
-    W << as_matrix(m.q_weight), as_matrix(m.k_weight), as_matrix(m.v_weight);
-    Eigen::RowVectorXf b = Eigen::RowVectorXf::Zero(P);
-    if (!m.q_bias.empty()) b.segment(0, E) = Eigen::Map<const Eigen::RowVectorXf>(m.q_bias.data(), E);
-    if (!m.k_bias.empty()) b.segment(E, E) = Eigen::Map<const Eigen::RowVectorXf>(m.k_bias.data(), E);
-    if (!m.v_bias.empty()) b.segment(2 * E, Ev) = Eigen::Map<const Eigen::RowVectorXf>(m.v_bias.data(), Ev);
-    MatrixRM QKV(d.N * d.T, P);  // [N*T, 2E + Ev]
-    const ops::SdpaProblem p = heads_problem(QKV.data(), P, QKV.data() + E, P, QKV.data() + 2 * E, P, d, NH, E / NH,
-                                             Ev / NH, o, ctx);
-    return attend(p, {linear_stage({Linear{q.data(), d.N * d.T, W.cols(), W.data(), P, b.data(), QKV.data(), P}})}, d,
-                  o, naive, ctx, m.out_weight, m.out_bias, Ev, op);
+    // Q, K, V side by side in one [N*T, 2E + Ev] buffer (heads read in place, row stride P), each
+    // projection writing its column slice: no concatenated copy of the weights per call.
+    const int64_t P = 2 * E + Ev, rows = d.N * d.T, in = m.q_weight.dim(1);
+    LargeBuffer QKV(rows * P);
+    const ops::SdpaProblem p =
+        heads_problem(QKV.data(), P, QKV.data() + E, P, QKV.data() + 2 * E, P, d, NH, E / NH, Ev / NH, o, ctx);
+    attend(p,
+           {linear_stage({Linear{q.data(), rows, in, m.q_weight.data(), E, bias(m.q_bias), QKV.data(), P},
+                          Linear{q.data(), rows, in, m.k_weight.data(), E, bias(m.k_bias), QKV.data() + E, P},
+                          Linear{q.data(), rows, in, m.v_weight.data(), Ev, bias(m.v_bias), QKV.data() + 2 * E, P}})},
+           d, o, naive, ctx, m.out_weight, m.out_bias, r, op);
+    return r;
   }
-  MatrixRM Q(d.N * d.T, E), K(d.N * d.S, E), V(d.N * d.S, Ev);  // [N*T, E], [N*S, E], [N*S, Ev]
+  LargeBuffer Q(d.N * d.T * E), K(d.N * d.S * E), V(d.N * d.S * Ev);  // [N*T, E], [N*S, E], [N*S, Ev]
   const ops::SdpaProblem p = heads_problem(Q.data(), E, K.data(), E, V.data(), Ev, d, NH, E / NH, Ev / NH, o, ctx);
-  return attend(p,
-                {linear_stage({Linear{q.data(), d.N * d.T, m.q_weight.dim(1), m.q_weight.data(), E, bias(m.q_bias), Q.data(), E},
-                               Linear{k.data(), d.N * d.S, m.k_weight.dim(1), m.k_weight.data(), E, bias(m.k_bias), K.data(), E},
-                               Linear{v.data(), d.N * d.S, m.v_weight.dim(1), m.v_weight.data(), Ev, bias(m.v_bias), V.data(), Ev}})},
-                d, o, naive, ctx, m.out_weight, m.out_bias, Ev, op);
+  attend(p,
+         {linear_stage({Linear{q.data(), d.N * d.T, m.q_weight.dim(1), m.q_weight.data(), E, bias(m.q_bias), Q.data(), E},
+                        Linear{k.data(), d.N * d.S, m.k_weight.dim(1), m.k_weight.data(), E, bias(m.k_bias), K.data(), E},
+                        Linear{v.data(), d.N * d.S, m.v_weight.dim(1), m.v_weight.data(), Ev, bias(m.v_bias), V.data(), Ev}})},
+         d, o, naive, ctx, m.out_weight, m.out_bias, r, op);
+  return r;
 }
 
 }  // namespace
@@ -352,10 +357,11 @@ MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, 
            Dq, query.shape_str());
   AK_CHECK(Dv % num_heads == 0, "{}: NH = {} heads do not divide the feature size {} of value {}", op, num_heads, Dv,
            value.shape_str());
-  Tensor ctx({d.N * d.T, Dv});  // [N*T, Dv] heads concatenated
+  MhaResult r = make_output(d, Dv);  // the heads' contexts, concatenated, are the output
   const ops::SdpaProblem p = heads_problem(query.data(), Dq, key.data(), Dk, value.data(), Dv, d, num_heads,
-                                           Dq / num_heads, Dv / num_heads, options, ctx);
-  return attend(p, {}, d, options, false, ctx, Tensor(), Tensor(), Dv, op);
+                                           Dq / num_heads, Dv / num_heads, options, r.output.data());
+  attend(p, {}, d, options, false, r.output.data(), Tensor(), Tensor(), r, op);
+  return r;
 }
 
 }  // namespace attnkit::nn

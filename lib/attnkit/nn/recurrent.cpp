@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "attnkit/tensor/barrier.hpp"
+#include "attnkit/tensor/large_buffer.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
 
@@ -347,31 +348,9 @@ int team_size(int threads, int64_t N, int64_t H, int G, int64_t min_macs) {
 // The barrier between time steps: StepBarrier (tensor/barrier.hpp) spins briefly (the threads'
 // halves of a step are even, so on an idle machine the other arrives within microseconds), then sleeps.
 
-// A large scratch buffer on transparent huge pages where the kernel offers them on request
-// (madvise mode): the [N*T, G*H] pre-activations of a big layer are tens of MB, and faulting them
-// in 4 KB pages cost ~5% of a forward pass.
-class LargeBuffer {
- public:
-  explicit LargeBuffer(int64_t floats) {
-    constexpr size_t kHuge = size_t(2) << 20;
-    size_t bytes = std::max<size_t>(64, sizeof(float) * static_cast<size_t>(floats));
-    const bool huge = bytes >= 2 * kHuge;
-    if (huge) bytes = (bytes + kHuge - 1) / kHuge * kHuge;
-    void* p = nullptr;
-    if (posix_memalign(&p, huge ? kHuge : 64, bytes) != 0) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-    if (huge) madvise(p, bytes, MADV_HUGEPAGE);  // advice only: ignore failure
-#endif
-    data_ = static_cast<float*>(p);
-  }
-  ~LargeBuffer() { std::free(data_); }
-  LargeBuffer(const LargeBuffer&) = delete;
-  LargeBuffer& operator=(const LargeBuffer&) = delete;
-  float* data() { return data_; }
+// LargeBuffer (tensor/large_buffer.hpp): the [N*T, G*H] pre-activations of a big layer are tens of
+// MB; on transparent huge pages they fault in 2 MB at a time.
 
- private:
-  float* data_ = nullptr;
-};
 
 // h_prev W_hh^T for a run of columns, with W_hh's columns packed once for Eigen's GEMM micro-kernel
 // (gebp) instead of once per step: only h_prev (small) is packed each step, and the product is
