@@ -463,9 +463,9 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   const int64_t hpack = (H * N + 15) / 16 * 16;
   float* hpacked = small_scratch(size_t(hpack * team), 1);
   {
-    // Threads take runs of rows, each a single-threaded Eigen GEMM (Eigen does not fork inside a
-    // parallel region): no global Eigen setting is touched. A small GEMM stays on one thread:
-    // forking costs more than it saves (and far more when the cores are shared with other work).
+    // The team's threads take runs of rows, each running Eigen's blocked GEMM on its own (no global
+    // Eigen setting is read or touched). A small GEMM stays on one thread: forking costs more than
+    // it saves (and far more when the cores are shared with other work).
     const int64_t rows = N * T, Din = job.Din;
     const int gemm_team = rows * Din * GH < (int64_t(1) << 25) ? 1 : static_cast<int>(std::min<int64_t>(team, rows));
     if (gemm_team <= 1) {
