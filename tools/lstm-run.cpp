@@ -82,7 +82,14 @@ int main(int argc, char** argv) {
       Rng rng(seed);
       model = nn::Recurrent::random(config, rng);
     } else {
-      model = nn::Recurrent::from_bundle(sources.value(weights_ref), cell, layout);
+      const io::Value& weights = sources.value(weights_ref);
+      if (!in.allow_nan && weights.is_bundle())
+        for (const auto& [name, v] : weights.members()) {
+          const int64_t i = v.is_tensor() ? io::find_nan(v.tensor()) : -1;
+          AK_CHECK(i < 0, "{}#{}: tensor of shape {} has NaN at {} (pass --allow-nan to accept it)", weights_ref, name,
+                   v.tensor().shape_str(), shape_str(unravel_index(i, v.tensor().shape())));
+        }
+      model = nn::Recurrent::from_bundle(weights, cell, layout);
     }
     if (!save_path.empty()) io::write_file_atomic(save_path, io::to_json(model->to_bundle(save_layout)) + "\n");
     if (input_ref.empty()) return 0;  // --save-weights alone

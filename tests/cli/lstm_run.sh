@@ -116,6 +116,10 @@ expect_error 1 "weights: expected a bundle" lstm-run x3.json --weights x3.json
 expect_error 1 "no-such.json" lstm-run x3.json --weights no-such.json
 echo '[[[1, "NaN", 3]]]' > xnan.json
 expect_error 1 "NaN" lstm-run xnan.json --weights w1.json
+echo '[1, "NaN", 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]' > nan16.json
+tensor pack weight_ih_l0=w1.json#weight_ih_l0 weight_hh_l0=w1.json#weight_hh_l0 bias_ih_l0=w1.json#bias_ih_l0 bias_hh_l0=nan16.json > wnan.json
+expect_error 1 "wnan.json#bias_hh_l0: tensor of shape [16] has NaN at [1] (pass --allow-nan to accept it)" lstm-run x3.json --weights wnan.json
+lstm-run x3.json --weights wnan.json --allow-nan > /dev/null || fail "--allow-nan should accept NaN weights"
 
 # --- usage errors: exit 2
 expect_error 2 "give --weights REF, or --init" lstm-run x3.json
