@@ -322,3 +322,37 @@ TEST_CASE("recurrent: the trace of each direction is the first layer's output") 
     CHECK(member(*out.find("trace"), "a").shape() == Shape{2, 4, G * 5});
   }
 }
+
+TEST_CASE("recurrent: a batch sorted by length (the finished rows skip the hidden product)") {
+  // Each sequence of a padded batch, sorted or not, equals the sequence run alone, truncated.
+  Rng rng(33);
+  for (CellKind cell : {CellKind::Lstm, CellKind::Gru, CellKind::RnnRelu}) {
+    for (bool bidirectional : {false, true}) {
+      CAPTURE(ops::cell_name(cell));
+      CAPTURE(bidirectional);
+      nn::RecurrentConfig cfg;
+      cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 20, cfg.layers = 2, cfg.bidirectional = bidirectional;
+      Recurrent m = Recurrent::random(cfg, rng);
+      const int64_t N = 4, T = 5, H = 20, dirs = bidirectional ? 2 : 1;
+      Tensor x = rand_normal({N, T, 3}, rng);
+      for (const std::vector<float>& lens : {std::vector<float>{5, 3, 3, 0}, std::vector<float>{3, 5, 0, 3}}) {
+        Tensor len(Shape{N}, lens);
+        nn::SequenceRequest req;
+        req.x = x, req.lengths = &len;
+        io::Value batch = nn::run_sequence(m, req);
+        for (int64_t n = 0; n < N; ++n) {
+          const int64_t L = int64_t(lens[size_t(n)]);
+          if (L == 0) continue;
+          nn::SequenceRequest one;
+          one.x = Tensor({1, L, 3});
+          std::copy(x.data() + n * T * 3, x.data() + n * T * 3 + L * 3, one.x.data());
+          io::Value alone = nn::run_sequence(m, one);
+          const Tensor& hb = member(batch, "h_n");  // [2*dirs, N, H]
+          const Tensor& ha = member(alone, "h_n");  // [2*dirs, 1, H]
+          for (int64_t k = 0; k < 2 * dirs; ++k)
+            for (int64_t u = 0; u < H; ++u) CHECK(hb[(k * N + n) * H + u] == doctest::Approx(ha[k * H + u]).epsilon(1e-5));
+        }
+      }
+    }
+  }
+}

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <new>
@@ -506,17 +507,26 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   };
 
   // Step i for the units [u0, u1): h_prev times their columns of W_hh, then the cell on them.
+  // Lengths sorted longest first (PyTorch's enforce_sorted order): the rows still running at step
+  // t are a prefix, and the hidden product skips the finished ones (the cell carries their state).
+  const bool sorted = job.lengths && std::is_sorted(job.lengths, job.lengths + N, std::greater<int64_t>());
+  auto running = [&](int64_t t) {
+    if (!sorted) return N;
+    return static_cast<int64_t>(std::partition_point(job.lengths, job.lengths + N, [&](int64_t l) { return l > t; }) -
+                                job.lengths);
+  };
   auto step = [&](int c, int64_t i) {
     const int64_t t = time_of(i);
     const auto [u0, u1] = parts.units[c];
     if (u0 >= u1) return;
     const PackedColumns& wh = parts.columns[c];
     float* scratch = hpacked + c * hpack;
+    const int64_t rows = running(t);
     if (gru) {
       hproj.middleCols(G * u0, G * (u1 - u0)).setZero();
-      wh.multiply_add(h_at(i - 1), N, scratch, hproj.data(), GH);
+      wh.multiply_add(h_at(i - 1), rows, scratch, hproj.data(), GH);
     } else {
-      wh.multiply_add(h_at(i - 1), N, scratch, xproj.data() + t * GH, T * GH);  // rows n*T + t
+      wh.multiply_add(h_at(i - 1), rows, scratch, xproj.data() + t * GH, T * GH);  // rows n*T + t
     }
     ops::CellStep s;
     s.cell = job.cell;
