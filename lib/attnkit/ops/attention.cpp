@@ -151,7 +151,7 @@ struct TiledWorker::Impl {
   const SdpaProblem& p;
   int64_t Br, Bc, tiles_per_head;
   MatrixRM Qs, E, O;  // [Br, Dk] scaled queries, [Br, Bc] scores -> probabilities, [Br, Dv] output
-  Eigen::ArrayXf m, l, alpha, shift;  // [Br] running max, running sum, rescale, exp shift
+  Eigen::ArrayXf m, l, alpha;         // [Br] running max, running sum, rescale
   std::vector<int64_t> limit;         // [Br] keys [0, limit) pass causal / key length
 
   explicit Impl(const SdpaProblem& problem)
@@ -159,7 +159,7 @@ struct TiledWorker::Impl {
         Br(std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1))),
         Bc(std::min<int64_t>(g_tiles.key, std::max<int64_t>(p.S, 1))),
         tiles_per_head((p.T + Br - 1) / Br),
-        Qs(Br, p.Dk), E(Br, Bc), O(Br, p.Dv), m(Br), l(Br), alpha(Br), shift(Br), limit(static_cast<size_t>(Br)) {}
+        Qs(Br, p.Dk), E(Br, Bc), O(Br, p.Dv), m(Br), l(Br), alpha(Br), limit(static_cast<size_t>(Br)) {}
 
   void run(int64_t task, float* row_lse) {
     const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
@@ -177,18 +177,18 @@ struct TiledWorker::Impl {
       const int64_t bc = std::min(Bc, p.S - s0);
       auto Et = E.topLeftCorner(br, bc);
       Et.noalias() = Qt * in_map(p.k, n, h, s0, bc, p.Dk).transpose();  // [br, bc]
-      if (p.mask && p.mask->any())
-        for (int64_t r = 0; r < br; ++r) mask_scores(&Et(r, 0), s0, bc, limit[r], mask_row(p, n, h, t0 + r));
+      const bool masked = p.mask && p.mask->any();
       // m' = max(m, max_s e);  alpha = exp(m - m');  P = exp(e - m');  l = alpha l + sum P;  O = alpha O + P V
+      // Row by row: each row (bc floats) stays in L1 through mask, max, exp and sum.
       for (int64_t r = 0; r < br; ++r) {
-        const float mt = std::max(m[r], Et.row(r).maxCoeff());
+        Eigen::Map<Eigen::ArrayXf> row(&Et(r, 0), bc);
+        if (masked) mask_scores(row.data(), s0, bc, limit[r], mask_row(p, n, h, t0 + r));
+        const float mt = std::max(m[r], row.maxCoeff());
         alpha[r] = mt == kNegInf ? 1.0f : std::exp(m[r] - mt);
-        shift[r] = mt == kNegInf ? 0.0f : mt;  // a row masked so far: exp(-inf - 0) = 0
+        row = (row - (mt == kNegInf ? 0.0f : mt)).exp();  // a row masked so far: exp(-inf - 0) = 0
+        l[r] = alpha[r] * l[r] + row.sum();
         m[r] = mt;
       }
-      Et.array().colwise() -= shift.head(br);
-      Et.array() = Et.array().exp();  // a separate pass: Eigen does not vectorise exp over the broadcast
-      l.head(br) = alpha.head(br) * l.head(br) + Et.rowwise().sum().array();
       Ot.array().colwise() *= alpha.head(br);
       Ot.noalias() += Et * in_map(p.v, n, h, s0, bc, p.Dv);  // [br, Dv]
     }
