@@ -437,15 +437,28 @@ struct PackCache {
 
 namespace {
 
-// Scratch reused across calls by this thread when small (the latency case would otherwise map and
-// fault fresh pages every call); large buffers come and go (LargeBuffer).
-float* small_scratch(size_t floats, int slot) {
-  thread_local std::vector<float, Eigen::aligned_allocator<float>> buffers[2];
-  auto& b = buffers[slot];
-  if (b.size() < floats) b.resize(floats);
-  return b.data();
-}
-constexpr size_t kSmallScratch = size_t(1) << 20;  // floats (4 MB)
+// A float scratch buffer (64-byte aligned, uninitialised): up to 4 MB it is this thread's buffer
+// for `slot`, kept from call to call (the latency case would otherwise map and fault fresh pages
+// every call); larger ones come and go (LargeBuffer, huge pages).
+class Scratch {
+ public:
+  Scratch(size_t floats, int slot) {
+    if (floats > kSmall) {
+      large_.emplace(static_cast<int64_t>(floats));
+      data_ = large_->data();
+      return;
+    }
+    thread_local std::vector<float, Eigen::aligned_allocator<float>> kept[2];
+    if (kept[slot].size() < floats) kept[slot].resize(floats);
+    data_ = kept[slot].data();
+  }
+  float* data() { return data_; }
+
+ private:
+  static constexpr size_t kSmall = size_t(1) << 20;  // floats (4 MB)
+  std::optional<LargeBuffer> large_;
+  float* data_ = nullptr;
+};
 
 void run_direction(const DirectionJob& job, const TeamParts& parts) {
   const int G = gate_count(job.cell);
@@ -456,13 +469,12 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   // Input projection for every step at once: one GEMM, hoisted out of the time loop. For LSTM and
   // RNN the hidden products are then added into it in place (GRU keeps them apart: r ⊙ (W_hn h)).
   const int team = static_cast<int>(parts.units.size());
-  const size_t xproj_size = size_t(N * T * GH);
-  std::optional<LargeBuffer> xproj_large;
-  if (xproj_size > kSmallScratch) xproj_large.emplace(N * T * GH);
-  MapRM xproj(xproj_large ? xproj_large->data() : small_scratch(xproj_size, 0), N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
+  Scratch xproj_buf(size_t(N * T * GH), 0);
+  MapRM xproj(xproj_buf.data(), N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
   // packed h_prev for each part: H*N floats each, 64-byte aligned (16 floats)
   const int64_t hpack = (H * N + 15) / 16 * 16;
-  float* hpacked = small_scratch(size_t(hpack * team), 1);
+  Scratch hpacked_buf(size_t(hpack * team), 1);
+  float* hpacked = hpacked_buf.data();
   {
     // The team's threads take runs of rows, each running Eigen's blocked GEMM on its own (no global
     // Eigen setting is read or touched). A small GEMM stays on one thread: forking costs more than
