@@ -46,13 +46,13 @@ int main(int argc, char** argv) {
   double mean = 0, std_dev = 1, low = 0, high = 1;
   auto* randn_cmd = app.add_subcommand("randn", "Normal N(mean, std^2) samples from a portable seeded generator");
   randn_cmd->add_option("--shape", shape_text, "Shape, e.g. 2,3")->required();
-  randn_cmd->add_option("--seed", seed, "Seed (the same seed gives the same numbers everywhere)")->capture_default_str();
+  randn_cmd->add_option("--seed", seed, "Seed (the same seed gives the same numbers everywhere)")->check(tools::non_negative())->capture_default_str();
   randn_cmd->add_option("--mean", mean, "Mean")->capture_default_str();
   randn_cmd->add_option("--std", std_dev, "Standard deviation")->capture_default_str();
   randn_cmd->footer("Example: tensor randn --shape 2,3 --seed 7");
   auto* rand_cmd = app.add_subcommand("rand", "Uniform [low, high) samples from a portable seeded generator");
   rand_cmd->add_option("--shape", shape_text, "Shape, e.g. 2,3")->required();
-  rand_cmd->add_option("--seed", seed, "Seed")->capture_default_str();
+  rand_cmd->add_option("--seed", seed, "Seed")->check(tools::non_negative())->capture_default_str();
   rand_cmd->add_option("--low", low, "Lower bound")->capture_default_str();
   rand_cmd->add_option("--high", high, "Upper bound")->capture_default_str();
   rand_cmd->footer("Example: tensor rand --shape 4 --seed 1 --low -1 --high 1");
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     // what we make is held to the same limit as what we read (refused before it is allocated)
     auto limit = [&](const char* what, double count) {
       if (count > static_cast<double>(in.max_elements))
-        fail("{}: {} values is more than --max-elements {}", what, count, in.max_elements);
+        throw UsageError(fmt::format("{}: {} values is more than --max-elements {}", what, count, in.max_elements));
     };
     if (*linspace_cmd) {
       Shape s = shape(false);
@@ -166,7 +166,7 @@ int main(int argc, char** argv) {
       io::DiffReport report;
       try {
         const io::Value& a = sources.value(ref);  // A first: its errors come first
-        report = io::diff(a, sources.value(ref_b), Tolerance{rtol, atol}, in.allow_nan);
+        report = io::diff(a, sources.value(ref_b), Tolerance{rtol, atol}, in.allow_nan, ref, ref_b);
       } catch (const Error& e) {
         std::cerr << "tensor: " << e.what() << '\n';
         return 2;

@@ -188,6 +188,14 @@ Shape parse_shape(const std::string& text, bool allow_infer) {
   }
   if (shape.size() > static_cast<size_t>(kMaxRank))
     throw UsageError(fmt::format("shape \"{}\" has more than {} dimensions", text, kMaxRank));
+  int64_t numel = 1, inferred = 0;
+  for (int64_t d : shape) {
+    if (d == -1) {
+      if (++inferred > 1) throw UsageError(fmt::format("shape \"{}\": only one size may be -1", text));
+    } else if (__builtin_mul_overflow(numel, d, &numel)) {
+      throw UsageError(fmt::format("shape \"{}\" has more elements than fit in 64 bits", text));
+    }
+  }
   return shape;
 }
 

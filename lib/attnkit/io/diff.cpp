@@ -14,33 +14,39 @@ Tensor shape_tensor(const Shape& s) {
   return t;
 }
 
-void walk(const Value* a, const Value* b, const std::string& name, const Tolerance& tol, bool allow_nan, DiffReport& r) {
+struct Sides {
+  const std::string& a;
+  const std::string& b;
+};
+
+void walk(const Value* a, const Value* b, const std::string& name, const Tolerance& tol, bool allow_nan,
+          const Sides& sides, DiffReport& r) {
   MemberDiff m;
   m.name = name;
   std::string label = name.empty() ? "tensor" : "\"" + name + "\"";
   if (a && b && a->is_bundle() && b->is_bundle()) {
-    for (const auto& [key, value] : a->members()) walk(&value, b->find(key), name.empty() ? key : name + "/" + key, tol, allow_nan, r);
+    for (const auto& [key, value] : a->members()) walk(&value, b->find(key), name.empty() ? key : name + "/" + key, tol, allow_nan, sides, r);
     for (const auto& [key, value] : b->members())
-      if (!a->find(key)) walk(nullptr, &value, name.empty() ? key : name + "/" + key, tol, allow_nan, r);
+      if (!a->find(key)) walk(nullptr, &value, name.empty() ? key : name + "/" + key, tol, allow_nan, sides, r);
     return;
   }
   if (!a || !b) {
-    m.problem = fmt::format("{} is only in {}", label, a ? "A" : "B");
+    m.problem = fmt::format("{} is only in {}", label, a ? sides.a : sides.b);
   } else if (!a->is_tensor() || !b->is_tensor()) {
     const Value* bad = !a->is_tensor() ? a : b;
-    m.problem = fmt::format("{} in {} is {}", label, bad == a ? "A" : "B",
+    m.problem = fmt::format("{} in {} is {}", label, bad == a ? sides.a : sides.b,
                             bad->is_bundle() ? "a bundle" : "not a tensor: " + bad->why());
   } else {
     for (const Value* v : {a, b}) {
       int64_t i = allow_nan ? -1 : find_nan(v->tensor());
-      AK_CHECK(i < 0, "{} in {} has NaN at {} (pass --allow-nan to compare NaNs as equal)", label, v == a ? "A" : "B",
+      AK_CHECK(i < 0, "{} in {} has NaN at {} (pass --allow-nan to compare NaNs as equal)", label, v == a ? sides.a : sides.b,
                shape_str(unravel_index(i, v->tensor().shape())));
     }
     m.shape_a = a->tensor().shape();
     m.shape_b = b->tensor().shape();
     m.comparison = compare(a->tensor(), b->tensor(), tol);
     if (!m.comparison.same_shape)
-      m.problem = fmt::format("{} has shape {} in A and {} in B", label, shape_str(m.shape_a), shape_str(m.shape_b));
+      m.problem = fmt::format("{} has shape {} in {} and {} in {}", label, shape_str(m.shape_a), sides.a, shape_str(m.shape_b), sides.b);
   }
   if (!m.problem.empty() || !m.comparison.close) r.equal = false;
   r.members.push_back(std::move(m));
@@ -67,9 +73,10 @@ Value member_value(const MemberDiff& m) {
 
 }  // namespace
 
-DiffReport diff(const Value& a, const Value& b, const Tolerance& tol, bool allow_nan) {
+DiffReport diff(const Value& a, const Value& b, const Tolerance& tol, bool allow_nan, const std::string& name_a,
+                const std::string& name_b) {
   DiffReport r;
-  walk(&a, &b, "", tol, allow_nan, r);
+  walk(&a, &b, "", tol, allow_nan, Sides{name_a, name_b}, r);
   return r;
 }
 

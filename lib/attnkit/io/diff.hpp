@@ -24,6 +24,8 @@ struct DiffReport {
 };
 
 // Throws attnkit::Error for a NaN in either side unless allow_nan (then NaN equals NaN).
-DiffReport diff(const Value& a, const Value& b, const Tolerance& tol, bool allow_nan);
+// name_a / name_b name the sides in problems and errors (the tool passes the references).
+DiffReport diff(const Value& a, const Value& b, const Tolerance& tol, bool allow_nan,
+                const std::string& name_a = "A", const std::string& name_b = "B");
 
 }  // namespace attnkit::io

@@ -1,5 +1,6 @@
 #include "attnkit/io/json_reader.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fcntl.h>
@@ -9,6 +10,7 @@
 #include <iterator>
 #include <limits>
 #include <sstream>
+#include <unordered_set>
 
 #include <fast_float/fast_float.h>
 
@@ -34,6 +36,11 @@ Value& Value::set(std::string name, Value value) {
       m.second = std::move(value);
       return *this;
     }
+  members_.emplace_back(std::move(name), std::move(value));
+  return *this;
+}
+
+Value& Value::append(std::string name, Value value) {
   members_.emplace_back(std::move(name), std::move(value));
   return *this;
 }
@@ -212,14 +219,16 @@ class Parser {
     const char* stop = scan_number();  // throws with the position of the first wrong character
     auto result = fast_float::from_chars(start, stop, f);
     if (result.ptr != stop) syntax_error_at(start, "malformed number");
-    if (std::isinf(f) || result.ec == std::errc::result_out_of_range) {
-      // fast_float rounds tiny values to 0 (fine) and huge ones to infinity (refused).
-      if (std::isinf(f))
-        syntax_error_at(start, fmt::format("number {} is out of the float32 range (write \"Infinity\" for infinity)",
-                                           std::string_view(start, static_cast<size_t>(std::min<ptrdiff_t>(stop - start, 40)))));
-    }
+    // fast_float rounds tiny values to 0 (fine) and huge ones to infinity: valid JSON, but not a
+    // float32 value, so the caller notes it as "not a tensor" (a JSON number is never infinite).
     p_ = stop;
     return f;
+  }
+
+  // Why a number that read as infinity is not a tensor value; `at` is its first character.
+  std::string out_of_range(const char* at) const {
+    return fmt::format("number {} is out of the float32 range (write \"Infinity\" for infinity)",
+                       std::string_view(at, static_cast<size_t>(std::min<ptrdiff_t>(p_ - at, 40))));
   }
 
   static void append_utf8(std::string& out, uint32_t cp) {
@@ -392,7 +401,11 @@ class Parser {
         if (literal("null")) return Value::other(fmt::format("null ({})", where(at)));
         break;
       default:
-        if (*p_ == '-' || (*p_ >= '0' && *p_ <= '9')) return Value(Tensor::scalar(number()));
+        if (*p_ == '-' || (*p_ >= '0' && *p_ <= '9')) {
+          float f = number();
+          if (std::isinf(f)) return Value::other(fmt::format("{} ({})", out_of_range(at), where(at)));
+          return Value(Tensor::scalar(f));
+        }
     }
     expected("a JSON value");
   }
@@ -447,6 +460,7 @@ class Parser {
             if (!non_finite(s, f)) note_problem(b, at, "an array holding a string");
           } else {
             f = number();
+            if (std::isinf(f)) note_problem(b, at, out_of_range(at));
           }
           if (b.leaf[level] == 0) note_problem(b, at, "an array that mixes numbers and arrays");
           b.leaf[level] = 1;
@@ -560,7 +574,8 @@ class Parser {
     ++p_;  // '{'
     Value bundle = Value::bundle();
     std::string problem;
-    std::vector<std::pair<std::string, const char*>> keys;
+    std::unordered_set<std::string> seen;  // used past kLinearKeys members (a linear search below)
+    constexpr size_t kLinearKeys = 16;
     skip_ws();
     if (p_ < end_ && *p_ == '}') {
       ++p_;
@@ -576,10 +591,19 @@ class Parser {
         ++p_;
         skip_ws();
         Value member = value(depth + 1);
-        if (problem.empty() && bundle.find(key) != nullptr)
-          problem = fmt::format("an object with the key \"{}\" twice ({})", key, where(key_at));
-        if (problem.empty()) bundle.set(key, std::move(member));
-        keys.emplace_back(std::move(key), key_at);
+        if (problem.empty()) {
+          size_t n = bundle.members().size();
+          bool twice;
+          if (n < kLinearKeys) {
+            twice = bundle.find(key) != nullptr;
+          } else {
+            if (seen.empty())
+              for (const auto& m : bundle.members()) seen.insert(m.first);
+            twice = !seen.insert(key).second;
+          }
+          if (twice) problem = fmt::format("an object with the key \"{}\" twice ({})", key, where(key_at));
+          else bundle.append(std::move(key), std::move(member));
+        }
         skip_ws();
         if (p_ == end_) syntax_error_at(open, "unterminated object");
         if (*p_ == ',') {

@@ -39,8 +39,17 @@ int64_t find_nan(const Tensor& t) {
 
 size_t Sources::stdin_records() {
   if (!stdin_read_) {
-    stdin_ = parse_json_stream(read_text("-"), "<stdin>", options_);
+    std::string text = read_text("-");
+    stdin_ = parse_json_stream(text, "<stdin>", options_);
     stdin_read_ = true;
+    if (stdin_.empty()) {  // where the input ends, for the "empty input" message
+      int64_t line = 1, col = 1;
+      for (char c : text) {
+        if (c == '\n') ++line, col = 1;
+        else ++col;
+      }
+      stdin_end_ = fmt::format("{}:{}", line, col);
+    }
   }
   return stdin_.size();
 }
@@ -53,7 +62,7 @@ void Sources::select_stdin_record(size_t index) {
 const Value& Sources::document(const std::string& path) {
   if (path == "-") {
     size_t n = stdin_records();
-    AK_CHECK(n > 0, "<stdin>: empty input, expected a JSON value");
+    AK_CHECK(n > 0, "<stdin>:{}: empty input, expected a JSON value", stdin_end_);
     AK_CHECK(n == 1 || stdin_index_ < n, "<stdin>: no record {}", stdin_index_ + 1);
     return stdin_[stdin_index_];
   }

@@ -45,6 +45,7 @@ class Sources {
   std::map<std::string, std::unique_ptr<Value>> files_;
   std::vector<Value> stdin_;
   bool stdin_read_ = false;
+  std::string stdin_end_ = "1:1";  // LINE:COL of the end of an empty standard input
   size_t stdin_index_ = 0;
 };
 

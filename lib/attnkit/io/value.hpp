@@ -64,6 +64,8 @@ class Value {
   std::vector<std::string> names() const;
   // Adds a member (replacing one of the same name); returns *this for chaining.
   Value& set(std::string name, Value value);
+  // Adds a member whose name the caller knows is new (the reader, which checked): no search.
+  Value& append(std::string name, Value value);
   // Sets a nested member, making the bundles on the way: set_path({"enc", "W"}, w).
   // Throws attnkit::Error if a name on the way is a tensor, or the last name is taken.
   void set_path(const std::vector<std::string>& names, Value value);

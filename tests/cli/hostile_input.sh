@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Hostile input and command lines (docs/hardening.md): each case exits with the expected status
+# and a message that says what is wrong; nothing on stdout on failure; no crash.
+set -uo pipefail
+source_dir="${ATTNKIT_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}"
+fixtures="$source_dir/tests/fixtures"
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+cases=0
+
+# expect STATUS 'stderr pattern (grep -E)' command...
+expect() {
+  local want="$1" pattern="$2"
+  shift 2
+  cases=$((cases + 1))
+  "$@" >out.txt 2>err.txt
+  local rc=$?
+  if [[ $rc -ne $want ]]; then
+    echo "FAIL: $* -> exit $rc, expected $want; stderr: $(cat err.txt)" >&2
+    failures=$((failures + 1))
+  elif [[ -n "$pattern" ]] && ! grep -qE -- "$pattern" err.txt; then
+    echo "FAIL: $* -> stderr does not match /$pattern/: $(cat err.txt)" >&2
+    failures=$((failures + 1))
+  elif [[ $rc -ne 0 && -s out.txt ]]; then
+    echo "FAIL: $* -> exit $rc but wrote to stdout: $(head -c 200 out.txt)" >&2
+    failures=$((failures + 1))
+  fi
+}
+
+# --- sizes ---
+echo '{"shape": [4294967296, 4294967296, 4294967296], "data": []}' > overflow.json
+expect 1 'overflow.json:1:1: flat tensor of shape \[4294967296, 4294967296, 4294967296\] has more than' tensor show overflow.json
+echo '{"shape": [1000, 1000], "data": [1, 2, 3]}' > declared.json
+expect 1 'declared.json:1:1: flat tensor of shape \[1000, 1000\] has more than 1000 elements' tensor show declared.json --max-elements 1000
+tensor arange 1001 > arange.json
+expect 1 'arange.json:1:[0-9]+: tensor has more than 1000 elements \(see --max-elements\)' tensor reshape arange.json --shape -1 --max-elements 1000
+expect 0 '' tensor reshape arange.json --shape -1 --max-elements 1001
+printf '%100000s' '' | tr ' ' '[' > deep.json
+expect 1 'deep.json:1:65: nesting deeper than 64 levels' tensor show deep.json
+for i in $(seq 1 20000); do printf '{"a":'; done > deep_objects.json
+expect 1 'nesting deeper than 64 levels' tensor get deep_objects.json#a
+expect 1 'nesting deeper than 64 levels' tensor show - < deep.json
+
+# --- odd tensors ---
+echo '[]' > empty.json
+expect 0 '' tensor show empty.json
+echo '[[], []]' > empty2.json
+expect 0 '' tensor transpose empty2.json
+echo '7' > scalar.json
+expect 1 'transpose: 2 axes given for a tensor of shape \[\]' tensor transpose scalar.json --axes 1,0
+expect 1 'scalar.json: not a tensor: number 1e39 is out of the float32 range' bash -c 'echo "1e39" > scalar.json && tensor reshape scalar.json --shape 1'
+echo '{"x": "abc", "y": [1, true], "z": {"w": null}}' > members.json
+expect 1 'members.json#x: not a tensor: a string \(line 1, column 7\)' tensor reshape members.json#x --shape -1
+expect 1 'members.json#y: not a tensor: an array holding a boolean \(line 1, column 23\)' tensor get members.json#y
+expect 1 'members.json#z/w: not a tensor: null' tensor get members.json#z/w
+expect 1 'members.json#z: is a bundle, not a tensor \(has: w\)' tensor reshape members.json#z --shape -1
+expect 1 'members.json: no tensor named "q" \(has: x, y, z\)' tensor get members.json#q
+echo '{"a": [1], "b": [2], "a": [3]}' > dup.json
+expect 1 'dup.json: not a tensor: an object with the key "a" twice \(line 1, column 22\)' tensor get dup.json
+expect 1 'dup.json: cannot take "b" from an object with the key "a" twice' tensor get dup.json#b
+echo '[[1, 2], [3]]' > ragged.json
+expect 1 'ragged.json: not a tensor: ragged array: row 2 has 1 values, row 1 has 2' tensor reshape ragged.json --shape -1
+echo '[1, "NaN", "Infinity", "-Infinity"]' > nonfinite.json
+expect 1 'nonfinite.json: tensor of shape \[4\] has NaN at \[1\] \(pass --allow-nan to accept it\)' tensor reshape nonfinite.json --shape 2,2
+expect 0 '' tensor reshape nonfinite.json --shape 2,2 --allow-nan
+expect 1 'has NaN at \[1\]' tensor diff nonfinite.json nonfinite.json
+expect 0 '' tensor diff nonfinite.json nonfinite.json --allow-nan
+echo '["nan", "inf"]' > lowercase.json
+expect 1 'not a tensor: an array holding a string' tensor reshape lowercase.json --shape -1
+printf '[1, 2]\n[3, 4, 5]\n' | tensor reshape - --shape 2,1 > /dev/null 2> err.txt
+grep -q 'record 2: reshape: cannot reshape \[3\]' err.txt || { echo "FAIL: NDJSON record error: $(cat err.txt)" >&2; failures=$((failures + 1)); }
+expect 1 '<stdin>:1:2: empty input' bash -c 'printf " " | tensor show -'
+expect 1 'weird: cannot open \(No such file' tensor show 'weird#name.json'  # '#' starts a member name
+expect 1 'nothere.json: cannot open \(No such file or directory\)' tensor show nothere.json
+expect 1 '\.: is a folder, not a file' tensor show .
+
+# --- command lines: exit 2 with the reason ---
+expect 2 'not expected: --bogus' tensor show empty.json --bogus
+expect 2 'A subcommand is required|subcommand' tensor
+expect 2 'shape "2,-3": sizes must be non-negative' tensor randn --shape 2,-3
+expect 2 'shape "2,a": "a" is not a size' tensor randn --shape 2,a
+expect 2 'shape "-1,-1": only one size may be -1' tensor arange 6 --shape -1,-1
+expect 2 'more elements than fit in 64 bits' tensor randn --shape 4294967296,4294967296,4294967296
+expect 2 '--shape 100000,100000 has 10000000000 elements, more than --max-elements' tensor linspace 0 1 --shape 100000,100000
+expect 2 'arange: 1000000000000000 values, more than --max-elements' tensor arange 0 1e15
+expect 2 '--rtol: must be >= 0, got -1' tensor diff empty.json empty.json --rtol -1
+expect 2 '--atol: "nan" is not a number' tensor diff empty.json empty.json --atol nan
+expect 2 '--max-elements: must be > 0, got 0' tensor show empty.json --max-elements 0
+expect 2 '--max-elements: must be > 0, got -5' tensor show empty.json --max-elements -5
+expect 2 '--seed: must be >= 0, got -1' tensor randn --shape 2 --seed -1
+expect 2 '--std must be non-negative' tensor randn --shape 2 --std -1
+expect 2 '--low must not exceed --high' tensor rand --shape 2 --low 1 --high 0
+expect 2 'STEP must not be zero' tensor arange 0 10 0
+expect 2 '--format: xml not in' tensor show empty.json --format xml
+expect 2 'is not NAME=REF' tensor pack =empty.json
+
+# --- the tools that landed later: their own hostile inputs ---
+if [[ -f "$source_dir/tests/cli/hostile_weights.inc" ]]; then
+  # shellcheck source=/dev/null
+  source "$source_dir/tests/cli/hostile_weights.inc"
+fi
+
+echo "hostile_input: $cases cases, $failures failures"
+[[ $failures -eq 0 ]]

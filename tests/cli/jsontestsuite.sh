@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The JSONTestSuite corpus (../shared/data/jsontestsuite/test_parsing, 318 files) through every
+# tool argument that reads a tensor or weights, each run under a timeout:
+#   - no crash (exit >= 128, or a sanitizer report), no hang (timeout);
+#   - every n_ file: exit 1 with the position, "FILE:LINE:COL: ..." on stderr;
+#   - every y_ file: read (exit 0), or exit 1 naming the path and saying why: "not a tensor",
+#     "is a bundle" (or, for a tool that needs a particular tensor, its shape problem);
+#   - i_ files: anything but a crash or a hang; what the reader does with each is the table in
+#     docs/hardening.md, which this test checks is current (--table prints it).
+# Skipped (exit 77) where the corpus is missing. Usage: jsontestsuite.sh [--table]
+set -uo pipefail
+corpus="${ATTNKIT_SHARED:-}/data/jsontestsuite/test_parsing"
+if [[ -z "${ATTNKIT_SHARED:-}" || ! -d "$corpus" ]]; then
+  echo "jsontestsuite: skipped: no corpus at \${ATTNKIT_SHARED}/data/jsontestsuite/test_parsing" >&2
+  exit 77
+fi
+per_run_timeout="${ATTNKIT_CORPUS_TIMEOUT:-20}"
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+fixtures="${ATTNKIT_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/fixtures"
+
+# Copies under names a reference can hold ('#' starts a member name in PATH#NAME).
+mkdir "$work/c"
+for f in "$corpus"/*.json; do
+  b="$(basename "$f")"
+  cp "$f" "$work/c/${b//#/_hash_}"
+done
+echo '[[1, 2], [3, 4]]' > "$work/good.json"
+
+# Probes: NAME|ROLE|COMMAND, with {} for the corpus file. ROLE says what a y_ file may do:
+#   any     exit 0 or refused as not a tensor / a bundle
+#   shaped  as any, or refused for its shape (the tool needs a particular tensor)
+probes=(
+  "tensor show|any|tensor show {}"
+  "tensor show (stdin)|any|tensor show - < {}"
+  "tensor get|any|tensor get {}"
+  "tensor diff (A)|shaped|tensor diff {} $work/good.json"
+  "tensor diff (B)|shaped|tensor diff $work/good.json {}"
+  "tensor reshape|shaped|tensor reshape {} --shape -1"
+)
+if command -v lstm-run >/dev/null && [[ -f "$fixtures/lstm/weights.json" ]]; then
+  probes+=("lstm-run INPUT|shaped|lstm-run {} --weights $fixtures/lstm/weights.json")
+  probes+=("lstm-run --weights|shaped|lstm-run $fixtures/lstm/input.json --weights {}")
+fi
+if command -v attn-score >/dev/null; then
+  probes+=("attn-score --query|shaped|attn-score --query {} --keys $work/good.json")
+  probes+=("attn-score --keys|shaped|attn-score --query $work/good.json --keys {}")
+  probes+=("attn-score --weights|shaped|attn-score --query $work/good.json --keys $work/good.json --score general --weights {}")
+fi
+
+failures=0
+declare -A outcome_count
+fail() {
+  echo "FAIL [$1] $2: $3" >&2
+  failures=$((failures + 1))
+}
+
+# Runs one probe on one file; sets rc and err.
+run_probe() {
+  local cmd="${1//\{\}/$2}"
+  err="$(timeout -k 5 "$per_run_timeout" bash -c "$cmd" 2>&1 >/dev/null)"
+  rc=$?
+}
+
+check() {
+  local probe="$1" role="$2" cmd="$3" file="$4"
+  local b; b="$(basename "$file")"
+  local shown="$file"
+  [[ "$cmd" == *"- < {}"* ]] && shown="<stdin>"
+  run_probe "$cmd" "$file"
+  local kind="${b%%_*}"
+  if [[ $rc -eq 124 || $rc -eq 137 ]]; then fail "$probe" "$b" "hang (no exit within ${per_run_timeout}s)"; return; fi
+  if [[ $rc -ge 128 ]]; then fail "$probe" "$b" "crash (exit $rc): $err"; return; fi
+  if grep -qE 'Sanitizer|runtime error:' <<<"$err"; then fail "$probe" "$b" "sanitizer report: $err"; return; fi
+  if [[ $rc -ne 0 && $rc -ne 1 ]]; then fail "$probe" "$b" "exit $rc (expected 0 or 1): $err"; return; fi
+  outcome_count["$kind $rc"]=$(( ${outcome_count["$kind $rc"]:-0} + 1 ))
+  case "$kind" in
+    n)
+      [[ $rc -eq 1 ]] || { fail "$probe" "$b" "invalid JSON accepted"; return; }
+      grep -qF -- "$shown:" <<<"$err" && grep -qE ':[0-9]+:[0-9]+: ' <<<"$err" ||
+        fail "$probe" "$b" "no FILE:LINE:COL: position in: $err"
+      ;;
+    y)
+      [[ $rc -eq 0 ]] && return
+      grep -qF -- "$shown" <<<"$err" || { fail "$probe" "$b" "refusal does not name the path: $err"; return; }
+      if grep -qE 'not a tensor|is a bundle' <<<"$err"; then return; fi
+      if [[ "$role" == shaped ]] && grep -qE 'shape|expected|cannot reshape|dimension' <<<"$err"; then return; fi
+      fail "$probe" "$b" "valid JSON refused without saying why: $err"
+      ;;
+    i)
+      [[ -n "$err" || $rc -eq 0 ]] || fail "$probe" "$b" "exit 1 without a message"
+      ;;
+  esac
+}
+
+# The i_ table: what `tensor show` (the reader) does with each implementation-defined file.
+i_table() {
+  echo "| file | content (first bytes) | tensor show |"
+  echo "|---|---|---|"
+  for f in "$work"/c/i_*.json; do
+    local b; b="$(basename "$f")"
+    local content; content="$(head -c 36 "$f" | od -An -c | tr -s ' \n' ' ' | sed 's/^ //; s/ $//; s/|/\\|/g')"
+    run_probe "tensor show {}" "$f"
+    local what
+    if [[ $rc -eq 0 ]]; then
+      what="exit 0: $(tensor show "$f" 2>/dev/null | head -n 1 | tr -d '|' | cut -c1-60)"
+    else
+      what="exit $rc: ${err//$f/FILE}"
+    fi
+    echo "| \`$b\` | \`$content\` | ${what//|/\\|} |"
+  done
+}
+
+if [[ "${1:-}" == "--table" ]]; then
+  i_table
+  exit 0
+fi
+
+files=("$work"/c/*.json)
+for p in "${probes[@]}"; do
+  IFS='|' read -r probe role cmd <<<"$p"
+  for f in "${files[@]}"; do check "$probe" "$role" "$cmd" "$f"; done
+done
+
+# Deep nesting (100 000 '['), huge and overflowing declared shapes: refused without a crash.
+printf '%100000s' '' | tr ' ' '[' > "$work/deep.json"
+run_probe "tensor show {}" "$work/deep.json"
+[[ $rc -eq 1 ]] && grep -q "deep.json:1:[0-9]*: nesting deeper than" <<<"$err" || fail "deep" "100000 x [" "exit $rc: $err"
+
+echo "jsontestsuite: ${#files[@]} files x ${#probes[@]} probes = $(( ${#files[@]} * ${#probes[@]} )) runs"
+for p in "${probes[@]}"; do echo "  probe: ${p%%|*}"; done
+for k in "n 1" "y 0" "y 1" "i 0" "i 1"; do echo "  ${k%% *}_ files, exit ${k##* }: ${outcome_count[$k]:-0} runs"; done
+
+# docs/hardening.md holds the i_ table between markers; it must match what the reader does now.
+doc="${ATTNKIT_SOURCE:-}/docs/hardening.md"
+if [[ -f "$doc" ]]; then
+  diff <(sed -n '/<!-- i-table begin -->/,/<!-- i-table end -->/p' "$doc" | sed '1d;$d') <(i_table) >"$work/table.diff" ||
+    { fail "docs" "docs/hardening.md" "i_ table is out of date (regenerate with: tests/cli/jsontestsuite.sh --table):"; cat "$work/table.diff" >&2; }
+fi
+if [[ $failures -gt 0 ]]; then
+  echo "jsontestsuite: $failures failures" >&2
+  exit 1
+fi
+echo "jsontestsuite: ok"
