@@ -92,21 +92,32 @@ check() {
   esac
 }
 
-# The i_ table: what `tensor show` (the reader) does with each implementation-defined file.
+# The first bytes of a file, printable: ASCII as is, other bytes as \xNN.
+show_bytes() {
+  local out="" b
+  for b in $(head -c 32 "$1" | od -An -v -tu1); do
+    if ((b >= 32 && b < 127 && b != 124 && b != 96 && b != 92)); then out+="$(printf "\\$(printf '%03o' "$b")")"
+    else out+="$(printf '\\x%02x' "$b")"; fi
+  done
+  (($(stat -c %s "$1") > 32)) && out+="..."
+  printf '%s' "$out"
+}
+
+# The i_ table: what the reader does with each implementation-defined file (`tensor get FILE`).
 i_table() {
-  echo "| file | content (first bytes) | tensor show |"
+  echo "| file | first bytes | \`tensor get FILE\` |"
   echo "|---|---|---|"
   for f in "$work"/c/i_*.json; do
     local b; b="$(basename "$f")"
-    local content; content="$(head -c 36 "$f" | od -An -c | tr -s ' \n' ' ' | sed 's/^ //; s/ $//; s/|/\\|/g')"
-    run_probe "tensor show {}" "$f"
+    run_probe "tensor get {}" "$f"
     local what
     if [[ $rc -eq 0 ]]; then
-      what="exit 0: $(tensor show "$f" 2>/dev/null | head -n 1 | tr -d '|' | cut -c1-60)"
+      what="exit 0: $(tensor get "$f" 2>/dev/null | head -c 60)"
     else
       what="exit $rc: ${err//$f/FILE}"
     fi
-    echo "| \`$b\` | \`$content\` | ${what//|/\\|} |"
+    what="${what//|/\\|}"
+    echo "| \`$b\` | \`$(show_bytes "$f")\` | ${what:0:110} |"
   done
 }
 

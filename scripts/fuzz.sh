@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (tests/fuzz/*_fuzz.cpp) with clang into build-fuzz/ and runs each
+# for SECONDS (default 60), one after the other, on one core.
+# Seeds: tests/fuzz/corpus/NAME and tests/fuzz/regressions/NAME (committed), the JSON files under
+# tests/fixtures (small ones), and the JSONTestSuite when ../shared has it. What a run finds is kept
+# in build-fuzz/corpus/NAME for the next run. Prints the executions per target and writes them to
+# build-fuzz/fuzz-summary.txt.
+# A crash stops with exit 1 and names the input: commit it under tests/fuzz/regressions/NAME/ (the
+# ctest case fuzz.NAME replays it from then on) and fix the bug.
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]       (needs: scripts/setup.sh --fuzz)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+seconds="${1:-60}"
+shift || true
+command -v clang++ >/dev/null || { echo "fuzz: clang++ missing; run scripts/setup.sh --fuzz" >&2; exit 1; }
+cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNKIT_FUZZ=ON \
+  -DATTNKIT_TESTS=OFF >/dev/null
+cmake --build build-fuzz -j 2 --target fuzzers
+
+targets=("$@")
+if [[ ${#targets[@]} -eq 0 ]]; then
+  for src in tests/fuzz/*_fuzz.cpp; do
+    n="$(basename "$src" .cpp)"
+    targets+=("${n%_fuzz}")
+  done
+fi
+
+shared="${ATTNKIT_SHARED:-$root/../shared}"
+seeds="build-fuzz/seeds"
+rm -rf "$seeds"
+mkdir -p "$seeds/json"
+# Tensor-shaped seeds for every target that reads JSON: fixtures up to 64 KB, the JSONTestSuite.
+if [[ -d tests/fixtures ]]; then
+  find tests/fixtures -name '*.json' -size -64k -print0 | while IFS= read -r -d '' f; do
+    cp "$f" "$seeds/json/fixture_$(echo "$f" | tr '/' '_')"
+  done
+fi
+if [[ -d "$shared/data/jsontestsuite/test_parsing" ]]; then
+  cp "$shared"/data/jsontestsuite/test_parsing/*.json "$seeds/json/" 2>/dev/null || true
+fi
+
+summary="build-fuzz/fuzz-summary.txt"
+: > "$summary"
+status=0
+for t in "${targets[@]}"; do
+  exe="build-fuzz/bin/fuzz_$t"
+  [[ -x "$exe" ]] || { echo "fuzz: no target $t" >&2; exit 2; }
+  corpus="build-fuzz/corpus/$t"
+  artifacts="build-fuzz/artifacts/$t/"
+  mkdir -p "$corpus" "$artifacts"
+  dirs=("$corpus")
+  for d in "tests/fuzz/corpus/$t" "tests/fuzz/regressions/$t"; do
+    [[ -d "$d" ]] && dirs+=("$d")
+  done
+  # The reference target reads "REFERENCE\nDOCUMENT": JSON seeds go under a reference line.
+  if [[ "$t" == reference ]]; then
+    mkdir -p "$seeds/reference"
+    for f in "$seeds"/json/*; do
+      [[ -f "$f" ]] && { printf 'x.json#a/b\n'; cat "$f"; } > "$seeds/reference/$(basename "$f")"
+    done
+    dirs+=("$seeds/reference")
+  elif [[ "$(ls -A "$seeds/json")" ]]; then
+    dirs+=("$seeds/json")
+  fi
+  log="build-fuzz/fuzz-$t.log"
+  echo "fuzz: $t for ${seconds}s (seeds: ${dirs[*]})" >&2
+  set +e
+  TMPDIR="$root/build-fuzz" "$exe" "${dirs[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -max_len=65536 -print_final_stats=1 -artifact_prefix="$artifacts" >"$log" 2>&1
+  rc=$?
+  set -e
+  execs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -n 1)"
+  cov="$(grep -oE 'cov: [0-9]+' "$log" | tail -n 1 | grep -oE '[0-9]+')"
+  line="$t: ${execs:-?} executions in ${seconds}s, coverage ${cov:-?} edges, corpus $(ls "$corpus" | wc -l) inputs, exit $rc"
+  echo "$line" | tee -a "$summary"
+  if [[ $rc -ne 0 ]]; then
+    status=1
+    echo "fuzz: $t FAILED; the input is in $artifacts:" >&2
+    ls "$artifacts" >&2
+    grep -m 5 -E 'ERROR|SUMMARY|property broken|runtime error' "$log" >&2 || true
+    echo "fuzz: commit it under tests/fuzz/regressions/$t/ (replayed by ctest fuzz.$t), then fix" >&2
+  fi
+done
+exit $status
