@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
                  "to a 0/1 tensor [T, S] / [N, T, S] / [N, NH, T, S] with 1 = ATTEND, 0 = masked")->type_name("causal|causal-lower-right|REF");
   app.add_option("--key-lengths", key_lengths, "Valid keys per batch element, [N] integers (padded batches)")->type_name("REF");
   app.add_option("--heads", heads, "Multi-head attention with NH heads (needs --weights, or --split-heads)")
-      ->check(CLI::PositiveNumber);
+      ->check(tools::positive());
   app.add_flag("--split-heads", split_heads, "Multi-head without projections: split Q, K, V into NH equal parts");
   app.add_flag("--need-weights", need_weights, "Multi-head: add \"weights\" averaged over heads [.., T, S]");
   app.add_flag("--per-head", per_head, "Multi-head: add \"weights\" per head [.., NH, T, S]");
@@ -88,6 +88,11 @@ int main(int argc, char** argv) {
     const std::vector<std::string> refs = {query, keys, values, self, weights_ref, mask, key_lengths};
     const bool reads_stdin = std::any_of(refs.begin(), refs.end(), [](const std::string& r) { return r.rfind("-", 0) == 0; });
 
+    auto load_mha = [&](int64_t nh) {
+      const io::Value& w = sources.value(weights_ref);
+      tools::refuse_nan_weights(w, weights_ref, in.allow_nan);
+      return tools::with_source(weights_ref, [&] { return nn::MultiheadAttention::from_bundle(w, nh); });
+    };
     Tensor shown_weights;  // for the heatmap
     std::string text = tools::per_record(sources, reads_stdin, out, [&]() -> io::Value {
       // With --self the three are one tensor (multi-head attention then projects with one GEMM).
@@ -112,15 +117,18 @@ int main(int argc, char** argv) {
                                                          : nn::HeadWeights::None;
         const int64_t nh = heads > 0 ? heads : 1;
         nn::MhaResult r = split_heads ? nn::split_heads_attention_forward(q, k, v, nh, o)
-                                      : nn::multihead_attention_forward(
-                                            nn::MultiheadAttention::from_bundle(sources.value(weights_ref), nh), q, k, v, o);
+                                      : nn::multihead_attention_forward(load_mha(nh), q, k, v, o);
         result.set("output", std::move(r.output));
         shown_weights = r.weights;
         if (need_weights || per_head) result.set("weights", std::move(r.weights));
       } else {
         ops::AttentionOptions o;
         o.score = ops::parse_score_kind(score);
-        if (!weights_ref.empty()) o.weights = ops::score_weights_from_bundle(sources.value(weights_ref), o.score, "attention");
+        if (!weights_ref.empty()) {
+          const io::Value& w = sources.value(weights_ref);
+          tools::refuse_nan_weights(w, weights_ref, in.allow_nan);
+          o.weights = tools::with_source(weights_ref, [&] { return ops::score_weights_from_bundle(w, o.score, "attention"); });
+        }
         o.mask = std::move(spec);
         ops::AttentionResult r = ops::attention_forward(q, k, v, o);
         shown_weights = r.weights;

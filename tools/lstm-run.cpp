@@ -41,11 +41,13 @@ int main(int argc, char** argv) {
   app.add_option("--lengths", lengths_ref, "Lengths of the sequences [N] (padded steps change nothing)")->type_name("REF");
   app.add_flag("--trace", trace, "Add the first layer's per-step values (a, i, f, o, g, c, h / r, z, n, h)");
   auto* init_opt = app.add_flag("--init", init, "Make random weights, U(-1/sqrt(H), 1/sqrt(H)) as PyTorch");
-  app.add_option("--input-size", input_size, "--init: input size D")->check(CLI::PositiveNumber);
-  app.add_option("--hidden-size", hidden_size, "--init: hidden size H")->check(CLI::PositiveNumber);
+  app.add_option("--input-size", input_size, "--init: input size D")->check(tools::positive());
+  app.add_option("--hidden-size", hidden_size, "--init: hidden size H")->check(tools::positive());
   app.add_option("--layers", layers, "--init: number of layers")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_flag("--bidirectional", bidirectional, "--init: two directions");
-  app.add_option("--seed", seed, "--init: seed (the same seed gives the same weights everywhere)")->capture_default_str();
+  app.add_option("--seed", seed, "--init: seed (the same seed gives the same weights everywhere)")
+      ->check(tools::non_negative())
+      ->capture_default_str();
   app.add_option("--save-weights", save_path, "Write the weights (atomically) to FILE")->type_name("FILE");
   app.add_option("--save-layout", save_layout_text, "Layout of --save-weights (default: --layout)")
       ->check(CLI::IsMember({"torch", "cs231n"}));
@@ -83,13 +85,8 @@ int main(int argc, char** argv) {
       model = nn::Recurrent::random(config, rng);
     } else {
       const io::Value& weights = sources.value(weights_ref);
-      if (!in.allow_nan && weights.is_bundle())
-        for (const auto& [name, v] : weights.members()) {
-          const int64_t i = v.is_tensor() ? io::find_nan(v.tensor()) : -1;
-          AK_CHECK(i < 0, "{}#{}: tensor of shape {} has NaN at {} (pass --allow-nan to accept it)", weights_ref, name,
-                   v.tensor().shape_str(), shape_str(unravel_index(i, v.tensor().shape())));
-        }
-      model = nn::Recurrent::from_bundle(weights, cell, layout);
+      tools::refuse_nan_weights(weights, weights_ref, in.allow_nan);
+      model = tools::with_source(weights_ref, [&] { return nn::Recurrent::from_bundle(weights, cell, layout); });
     }
     if (!save_path.empty()) io::write_file_atomic(save_path, io::to_json(model->to_bundle(save_layout)) + "\n");
     if (input_ref.empty()) return 0;  // --save-weights alone

@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     // what we make is held to the same limit as what we read (refused before it is allocated)
     auto limit = [&](const char* what, double count) {
       if (count > static_cast<double>(in.max_elements))
-        throw UsageError(fmt::format("{}: {} values is more than --max-elements {}", what, count, in.max_elements));
+        fail("{}: {} values is more than --max-elements {}", what, count, in.max_elements);
     };
     if (*linspace_cmd) {
       Shape s = shape(false);

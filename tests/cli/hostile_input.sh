@@ -64,7 +64,7 @@ expect 1 'ragged.json: not a tensor: ragged array: row 2 has 1 values, row 1 has
 echo '[1, "NaN", "Infinity", "-Infinity"]' > nonfinite.json
 expect 1 'nonfinite.json: tensor of shape \[4\] has NaN at \[1\] \(pass --allow-nan to accept it\)' tensor reshape nonfinite.json --shape 2,2
 expect 0 '' tensor reshape nonfinite.json --shape 2,2 --allow-nan
-expect 1 'has NaN at \[1\]' tensor diff nonfinite.json nonfinite.json
+expect 2 'tensor in nonfinite.json has NaN at \[1\]' tensor diff nonfinite.json nonfinite.json
 expect 0 '' tensor diff nonfinite.json nonfinite.json --allow-nan
 echo '["nan", "inf"]' > lowercase.json
 expect 1 'not a tensor: an array holding a string' tensor reshape lowercase.json --shape -1
@@ -82,13 +82,13 @@ expect 2 'shape "2,-3": sizes must be non-negative' tensor randn --shape 2,-3
 expect 2 'shape "2,a": "a" is not a size' tensor randn --shape 2,a
 expect 2 'shape "-1,-1": only one size may be -1' tensor arange 6 --shape -1,-1
 expect 2 'more elements than fit in 64 bits' tensor randn --shape 4294967296,4294967296,4294967296
-expect 2 '--shape 100000,100000 has 10000000000 elements, more than --max-elements' tensor linspace 0 1 --shape 100000,100000
-expect 2 'arange: 1000000000000000 values, more than --max-elements' tensor arange 0 1e15
-expect 2 '--rtol: must be >= 0, got -1' tensor diff empty.json empty.json --rtol -1
-expect 2 '--atol: "nan" is not a number' tensor diff empty.json empty.json --atol nan
-expect 2 '--max-elements: must be > 0, got 0' tensor show empty.json --max-elements 0
-expect 2 '--max-elements: must be > 0, got -5' tensor show empty.json --max-elements -5
-expect 2 '--seed: must be >= 0, got -1' tensor randn --shape 2 --seed -1
+expect 1 'linspace: 10000000000 values is more than --max-elements' tensor linspace 0 1 --shape 100000,100000
+expect 1 'arange: 1000000000000000 values is more than --max-elements' tensor arange 0 1e15
+expect 2 '--rtol: -1 is negative, expected a number >= 0' tensor diff empty.json empty.json --rtol -1
+expect 2 '--atol: nan is not a number' tensor diff empty.json empty.json --atol nan
+expect 2 '--max-elements: 0 is not positive, expected a number > 0' tensor show empty.json --max-elements 0
+expect 2 '--max-elements: -5 is not positive, expected a number > 0' tensor show empty.json --max-elements -5
+expect 2 '--seed: -1 is negative, expected a number >= 0' tensor randn --shape 2 --seed -1
 expect 2 '--std must be non-negative' tensor randn --shape 2 --std -1
 expect 2 '--low must not exceed --high' tensor rand --shape 2 --low 1 --high 0
 expect 2 'STEP must not be zero' tensor arange 0 10 0

@@ -84,7 +84,7 @@ fi
 lstm-run --init --input-size 3 --hidden-size 4 --seed 1 --save-weights w1.json
 tensor randn --shape 8,3 > bad_ih.json
 tensor pack weight_ih_l0=bad_ih.json weight_hh_l0=w1.json#weight_hh_l0 bias_ih_l0=w1.json#bias_ih_l0 bias_hh_l0=w1.json#bias_hh_l0 > bad_w.json
-expect_error 1 "lstm-run: weight_ih_l0 has shape [8, 3], expected [16, 3] (4*H, D) for hidden size 4" lstm-run xnt.json --weights bad_w.json
+expect_error 1 "lstm-run: bad_w.json: weight_ih_l0 has shape [8, 3], expected [16, 3] (4*H, D) for hidden size 4" lstm-run xnt.json --weights bad_w.json
 tensor pack weight_ih_l0=w1.json#weight_ih_l0 bias_ih_l0=w1.json#bias_ih_l0 > miss.json
 expect_error 1 "missing weight weight_hh_l0" lstm-run xnt.json --weights miss.json
 tensor pack weight_ih_l0=w1.json#weight_ih_l0 weight_hh_l0=w1.json#weight_hh_l0 bias_ih_l0=w1.json#bias_ih_l0 > miss2.json

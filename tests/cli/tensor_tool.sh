@@ -129,12 +129,12 @@ ok "tensor diff a.json b.json --rtol 3e-4 -q" ""
 run "tensor diff a.json b.json --quiet"
 [[ $rc -eq 1 && -z "$out" && -z "$err" ]] || fail "diff --quiet: exit $rc, stdout '$out', stderr '$err'"
 run "tensor diff a.json c.json"
-[[ $rc -eq 1 && "$err" == "tensor diff: tensor has shape [2, 2] in A and [1, 4] in B" ]] || fail "diff of shapes: $rc $err"
+[[ $rc -eq 1 && "$err" == "tensor diff: tensor has shape [2, 2] in a.json and [1, 4] in c.json" ]] || fail "diff of shapes: $rc $err"
 run "tensor diff -#a -#b" '{"a": {"x": [1], "y": [2]}, "b": {"x": [1], "z": [2]}}'
-[[ $rc -eq 1 && "$err" == 'tensor diff: "y" is only in A; "z" is only in B' ]] || fail "diff of bundles: $rc $err"
+[[ $rc -eq 1 && "$err" == 'tensor diff: "y" is only in -#a; "z" is only in -#b' ]] || fail "diff of bundles: $rc $err"
 bad "tensor diff a.json missing.json" 2 "tensor: missing.json: cannot open (No such file or directory)"
 bad "tensor diff a.json -" 2 "tensor: <stdin>:1:4: expected ',' or ']' in an array, found '2'" "[1 2]"
-bad "tensor diff - a.json" 2 "tensor: tensor in A has NaN at [1] (pass --allow-nan to compare NaNs as equal)" '[1, "NaN"]'
+bad "tensor diff - a.json" 2 "tensor: tensor in - has NaN at [1] (pass --allow-nan to compare NaNs as equal)" '[1, "NaN"]'
 ok "tensor diff - - --allow-nan -q" "" '[1, "NaN"]'
 bad "tensor diff a.json" 2 "$(usage "B is required")"
 bad "tensor diff a.json b.json --rtol -1" 2 "$(usage "--rtol: -1 is negative, expected a number >= 0")"
@@ -153,9 +153,9 @@ bad "tensor transpose bundle.json" 1 "tensor: bundle.json: is a bundle, not a te
 bad "tensor get missing.json" 1 "tensor: missing.json: cannot open (No such file or directory)"
 bad "tensor get ." 1 "tensor: .: is a folder, not a file"
 ok "tensor show <(tensor arange 3)" "tensor([0., 1., 2.], shape=[3])"  # pipes and FIFOs read to their end
-bad "tensor get -" 1 "tensor: <stdin>: empty input, expected a JSON value" ""
+bad "tensor get -" 1 "tensor: <stdin>:1:1: empty input, expected a JSON value" ""
 bad "tensor get -" 1 'tensor: <stdin>:1:5: expected a number, found NaN (JSON has no NaN: write the string "NaN")' "[1, NaN]"
-bad "tensor get -" 1 "tensor: <stdin>:1:2: number 1e39 is out of the float32 range (write \"Infinity\" for infinity)" "[1e39]"
+bad "tensor get -" 1 "tensor: -: not a tensor: number 1e39 is out of the float32 range (write \"Infinity\" for infinity) (line 1, column 2)" "[1e39]"
 bad "tensor get -#a" 1 "tensor: record 2: <stdin>: no tensor named \"a\" (has: b)" $'{"a": [1]}\n{"b": [2]}\n'
 bad "tensor get -" 1 "tensor: <stdin>:1:5: expected the end of the line after a JSON document" "[1] [2]"
 bad "tensor get - --max-elements 3" 1 "tensor: <stdin>:1:11: tensor has more than 3 elements (see --max-elements)" "[1, 2, 3, 4]"

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <new>
 
@@ -43,6 +44,20 @@ CLI::Validator number_check(bool allow_zero) {
 
 CLI::Validator non_negative() { return number_check(true); }
 CLI::Validator positive() { return number_check(false); }
+
+void refuse_nan_weights(const io::Value& weights, const std::string& ref, bool allow_nan) {
+  if (allow_nan) return;
+  std::function<void(const io::Value&, const std::string&)> walk = [&](const io::Value& v, const std::string& at) {
+    if (v.is_bundle()) {
+      for (const auto& [name, member] : v.members()) walk(member, at + (at.find('#') == std::string::npos ? "#" : "/") + name);
+    } else if (v.is_tensor()) {
+      const int64_t i = io::find_nan(v.tensor());
+      AK_CHECK(i < 0, "{}: tensor of shape {} has NaN at {} (pass --allow-nan to accept it)", at, v.tensor().shape_str(),
+               shape_str(unravel_index(i, v.tensor().shape())));
+    }
+  };
+  walk(weights, ref);
+}
 
 void describe(CLI::App& app, const std::string& description, const std::string& examples) {
   app.description(description);

@@ -9,6 +9,7 @@
 
 #include "attnkit/io/json_writer.hpp"
 #include "attnkit/io/reference.hpp"
+#include "attnkit/tensor/error.hpp"
 
 namespace attnkit::tools {
 
@@ -34,6 +35,21 @@ struct InputOptions {
 // use them instead of CLI::NonNegativeNumber / CLI::PositiveNumber, which print DBL_MAX in full.
 CLI::Validator non_negative();
 CLI::Validator positive();
+
+// Runs `load` (a weights loader) and puts the reference in front of any attnkit::Error it throws,
+// so that a refused weights file is named: "lstm-run: w.json: missing weight weight_hh_l1 ...".
+template <typename Load>
+auto with_source(const std::string& ref, Load&& load) -> decltype(load()) {
+  try {
+    return load();
+  } catch (const Error& e) {
+    throw Error(ref + ": " + e.what());
+  }
+}
+
+// Weights follow the rule of every input: a NaN is refused with its position unless allow_nan
+// (--allow-nan); infinities pass. Walks nested bundles: "w.json#enc/W: tensor of shape ...".
+void refuse_nan_weights(const io::Value& weights, const std::string& ref, bool allow_nan);
 
 // App with --version, a description and a footer of runnable examples.
 void describe(CLI::App& app, const std::string& description, const std::string& examples);

@@ -9,9 +9,11 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "attnkit/io/weight_checks.hpp"
 #include "attnkit/tensor/barrier.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/large_buffer.hpp"
@@ -273,7 +275,14 @@ MultiheadAttention MultiheadAttention::from_bundle(const io::Value& bundle, int6
   AK_CHECK(num_heads >= 1, "{}: the number of heads must be at least 1, not {}", op, num_heads);
   MultiheadAttention m;
   m.num_heads = num_heads;
-  auto get = [&](const char* name) { return member(bundle, name, op); };
+  std::set<std::string> used;  // every tensor member must be one of these (check_no_extra_weights)
+  auto get = [&](const char* name) {
+    const Tensor* t = member(bundle, name, op);
+    if (t) {
+      used.insert(name);
+    }
+    return t;
+  };
   for (const char* unsupported : {"bias_k", "bias_v"})
     AK_CHECK(!get(unsupported), "{}: weights member {} (add_bias_kv=True) is not supported", op, unsupported);
   if (const Tensor* w = get("in_proj_weight")) {
@@ -333,6 +342,7 @@ MultiheadAttention MultiheadAttention::from_bundle(const io::Value& bundle, int6
   }
   AK_CHECK(E % num_heads == 0, "{}: NH = {} heads do not divide the embedding size E = {}", op, num_heads, E);
   AK_CHECK(Ev % num_heads == 0, "{}: NH = {} heads do not divide the value size Ev = {}", op, num_heads, Ev);
+  io::check_no_extra_weights(bundle, used, op);
   return m;
 }
 

@@ -51,10 +51,14 @@ struct Expect {
   std::string legend;  // "(4*H, D)"
 };
 
-// The tensor `name` in `bundle`; nullptr when absent (or not a tensor).
+// The tensor `name` in `bundle`; nullptr when absent. A member that is there but is not a
+// tensor is refused with the reason (not reported as missing).
 const Tensor* find_weight(const io::Value& bundle, const std::string& name) {
   const io::Value* v = bundle.find(name);
-  return v && v->is_tensor() ? &v->tensor() : nullptr;
+  if (!v) return nullptr;
+  if (v->is_bundle()) fail("weights: {} is a bundle, not a tensor", name);
+  AK_CHECK(v->is_tensor(), "weights: {} is not a tensor: {}", name, v->why());
+  return &v->tensor();
 }
 
 void check_shape(const Tensor& t, const std::string& name, const Expect& e, int64_t H) {
@@ -721,7 +725,7 @@ std::vector<int64_t> lengths_from_tensor(const Tensor& t, int64_t batch, int64_t
   for (int64_t n = 0; n < batch; ++n) {
     const float v = t[n];
     AK_CHECK(std::isfinite(v) && v == std::floor(v), "{}[{}] is {}, expected a whole number", what, n, v);
-    AK_CHECK(v >= 0 && v <= steps, "{}[{}] is {}, expected 0 <= length <= T = {}", what, n, int64_t(v), steps);
+    AK_CHECK(v >= 0 && v <= static_cast<float>(steps), "{}[{}] is {}, expected 0 <= length <= T = {}", what, n, v, steps);
     out[static_cast<size_t>(n)] = static_cast<int64_t>(v);
   }
   return out;

@@ -118,7 +118,9 @@ std::vector<int64_t> key_lengths_from(const Tensor& t, int64_t N, std::string_vi
            N == 1 ? " (or a single number)" : "");
   std::vector<int64_t> out;
   for (int64_t i = 0; i < t.numel(); ++i) {
-    AK_CHECK(t[i] >= 0 && std::floor(t[i]) == t[i], "{}: key length {} at [{}] is not a non-negative integer", op, t[i], i);
+    // finite and at most 2^53 before the cast (a cast of infinity or 1e30 to int64_t is undefined)
+    AK_CHECK(t[i] >= 0 && std::floor(t[i]) == t[i] && t[i] <= 9.0e15f, "{}: key length {} at [{}] is not a non-negative integer",
+             op, t[i], i);
     out.push_back(static_cast<int64_t>(t[i]));
   }
   return out;
@@ -434,6 +436,12 @@ AttentionResult attention_forward(const Tensor& query, const Tensor& keys, const
   AttentionResult r;
   r.context = Tensor({d.N, d.T, d.Dv});
   r.row_logsumexp = Tensor({d.N, d.T});
+  if (d.N * d.T == 0 || d.S == 0) {
+    // No queries, or no keys: a row with no key to attend to is a fully masked row (zeros).
+    r.row_logsumexp = Tensor::filled({d.N, d.T}, -std::numeric_limits<float>::infinity());
+    if (options.keep == KeepWeights::Yes) r.scores = Tensor({d.N, d.T, d.S}), r.weights = Tensor({d.N, d.T, d.S});
+    return shaped(std::move(r), d);
+  }
   SdpaProblem p = make_problem(d, q, d.Dk, keys.data(), values.data(), r.context.data(), options.mask, scale);
   if (options.keep == KeepWeights::Yes) {
     AK_CHECK(d.N * d.T * d.S <= kMaxWeightElements,
