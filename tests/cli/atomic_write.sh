@@ -3,9 +3,9 @@
 # over and over; after each kill the output is the old complete file or the new complete one,
 # byte for byte. A kill can leave its temporary (.NAME.tmp.XXXXXX, at most one per kill); a run
 # that finishes leaves none.
-# Usage: atomic_write.sh [KILLS]   (default 20; ATTNKIT_KILLS overrides)
+# Usage: atomic_write.sh [KILLS]   (kills per writer, default 12; ATTNKIT_KILLS overrides)
 set -uo pipefail
-kills="${1:-${ATTNKIT_KILLS:-20}}"
+kills="${1:-${ATTNKIT_KILLS:-12}}"
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 cd "$work"
 failures=0
@@ -57,6 +57,20 @@ kill_test() {
 tensor randn --shape 2000,2000 --seed 1 -o old.json
 tensor randn --shape 2000,2000 --seed 2 -o new.json
 kill_test "tensor randn -o" big.json old.json new.json tensor randn --shape 2000,2000 --seed 2 -o big.json
+
+# Outputs that are not regular files are written in place, never replaced by a rename: a FIFO
+# stays a FIFO (as root, -o /dev/null must not turn /dev/null into a file), and a symbolic link
+# stays a link while the file it points to gets the new contents.
+mkfifo pipe
+cat pipe > from_pipe.txt &
+reader=$!
+tensor arange 3 -o pipe
+wait "$reader"
+[[ -p pipe && "$(cat from_pipe.txt)" == "[0,1,2]" ]] || { echo "FAIL: -o FIFO: replaced, or read '$(cat from_pipe.txt)'" >&2; failures=$((failures + 1)); }
+echo old > target.json
+ln -s target.json link.json
+tensor arange 3 -o link.json
+[[ -L link.json && "$(cat target.json)" == "[0,1,2]" ]] || { echo "FAIL: -o symlink: link replaced or target not written" >&2; failures=$((failures + 1)); }
 
 # The tools that landed later, when they write files of their own (--save-weights, --heatmap).
 if [[ -f "${ATTNKIT_SOURCE:-}/tests/cli/atomic_write.inc" ]]; then

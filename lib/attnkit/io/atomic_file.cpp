@@ -1,6 +1,8 @@
 #include "attnkit/io/atomic_file.hpp"
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,8 +12,48 @@
 
 namespace attnkit::io {
 
-void write_file_atomic(const std::string& path, std::string_view contents) {
-  AK_CHECK(!path.empty(), "output file: empty path");
+namespace {
+
+// Devices and FIFOs (-o /dev/null, -o /dev/stdout, a named pipe) are written to as they are: a
+// rename would replace them with a regular file (as root, /dev/null itself).
+void write_in_place(const std::string& path, std::string_view contents) {
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  AK_CHECK(fd >= 0, "{}: cannot open for writing ({})", path, std::strerror(errno));
+  const char* p = contents.data();
+  size_t left = contents.size();
+  while (left > 0) {
+    ssize_t n = write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      fail("{}: write failed ({})", path, std::strerror(err));
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  close(fd);
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path_given, std::string_view contents) {
+  AK_CHECK(!path_given.empty(), "output file: empty path");
+  std::string path = path_given;
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    // A symbolic link: replace the file it points to, and keep the link.
+    char* target = realpath(path.c_str(), nullptr);
+    if (target) {
+      path = target;
+      free(target);
+    }
+  }
+  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    AK_CHECK(!S_ISDIR(st.st_mode), "{}: is a folder, not a file", path_given);
+    write_in_place(path, contents);
+    return;
+  }
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);

@@ -271,7 +271,8 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
 }  // namespace
 
 MultiheadAttention MultiheadAttention::from_bundle(const io::Value& bundle, int64_t num_heads, std::string_view op) {
-  AK_CHECK(bundle.is_bundle(), "{}: the weights are not a bundle of named tensors", op);
+  AK_CHECK(bundle.is_bundle(), "{}: the weights are not a bundle of named tensors{}", op,
+           bundle.is_tensor() ? "" : ": " + bundle.why());
   AK_CHECK(num_heads >= 1, "{}: the number of heads must be at least 1, not {}", op, num_heads);
   MultiheadAttention m;
   m.num_heads = num_heads;

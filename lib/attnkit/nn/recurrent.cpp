@@ -104,6 +104,8 @@ bool parse_name(const std::string& name, const std::vector<std::string>& kinds, 
 // Layers and directions from the names present; refuses tensors that are not weights.
 void scan_names(const io::Value& bundle, const std::vector<std::string>& kinds, bool layer0_bare,
                 const std::string& layout_help, int& layers, bool& bidirectional) {
+  if (!bundle.is_bundle() && !bundle.is_tensor())  // a duplicate key, a string, ...
+    fail("weights: expected a bundle of named tensors ({}), got something else: {}", layout_help, bundle.why());
   AK_CHECK(bundle.is_bundle(), "weights: expected a bundle of named tensors ({}), got a single tensor",
            layout_help);
   layers = 0;

@@ -91,7 +91,8 @@ std::string_view score_kind_name(ScoreKind kind) {
 ScoreWeights score_weights_from_bundle(const io::Value& bundle, ScoreKind kind, std::string_view op) {
   ScoreWeights w;
   if (kind != ScoreKind::General && kind != ScoreKind::Additive) return w;
-  AK_CHECK(bundle.is_bundle(), "{}: the {} score's weights must be a bundle of named tensors", op, score_kind_name(kind));
+  AK_CHECK(bundle.is_bundle(), "{}: the {} score's weights must be a bundle of named tensors{}", op, score_kind_name(kind),
+           bundle.is_tensor() ? "" : ": " + bundle.why());
   auto get = [&](const char* name, bool required, const char* legend) {
     const io::Value* v = bundle.find(name);
     if (!v) {
@@ -439,8 +440,12 @@ AttentionResult attention_forward(const Tensor& query, const Tensor& keys, const
   if (d.N * d.T == 0 || d.S == 0) {
     // No queries, or no keys: a row with no key to attend to is a fully masked row (zeros).
     r.row_logsumexp = Tensor::filled({d.N, d.T}, -std::numeric_limits<float>::infinity());
-    if (options.keep == KeepWeights::Yes) r.scores = Tensor({d.N, d.T, d.S}), r.weights = Tensor({d.N, d.T, d.S});
-    return shaped(std::move(r), d);
+    r = shaped(std::move(r), d);
+    if (options.keep == KeepWeights::Yes) {  // empty: shaped() leaves them alone
+      const Shape s = d.batched ? Shape{d.N, d.T, d.S} : Shape{d.T, d.S};
+      r.scores = Tensor(s), r.weights = Tensor(s);
+    }
+    return r;
   }
   SdpaProblem p = make_problem(d, q, d.Dk, keys.data(), values.data(), r.context.data(), options.mask, scale);
   if (options.keep == KeepWeights::Yes) {
