@@ -82,4 +82,5 @@ for t in "${targets[@]}"; do
     echo "fuzz: commit it under tests/fuzz/regressions/$t/ (replayed by ctest fuzz.$t), then fix" >&2
   fi
 done
+rm -f build-fuzz/attnkit-fuzz-reference-*.json  # the reference target's documents
 exit $status

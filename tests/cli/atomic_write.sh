@@ -62,7 +62,7 @@ kill_test "tensor randn -o" big.json old.json new.json tensor randn --shape 2000
 # stays a FIFO (as root, -o /dev/null must not turn /dev/null into a file), and a symbolic link
 # stays a link while the file it points to gets the new contents.
 mkfifo pipe
-cat pipe > from_pipe.txt &
+timeout 20 cat pipe > from_pipe.txt &  # (bounded: a regression would leave it waiting for a writer)
 reader=$!
 tensor arange 3 -o pipe
 wait "$reader"
