@@ -15,7 +15,7 @@ seconds="${1:-60}"
 shift || true
 command -v clang++ >/dev/null || { echo "fuzz: clang++ missing; run scripts/setup.sh --fuzz" >&2; exit 1; }
 cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNKIT_FUZZ=ON \
-  -DATTNKIT_TESTS=OFF >/dev/null
+  -DATTNKIT_TESTS=OFF -DATTNKIT_BENCH=OFF >/dev/null
 cmake --build build-fuzz -j 2 --target fuzzers
 
 targets=("$@")
