@@ -221,14 +221,20 @@ class Parser {
     if (result.ptr != stop) syntax_error_at(start, "malformed number");
     // fast_float rounds tiny values to 0 (fine) and huge ones to infinity: valid JSON, but not a
     // float32 value, so the caller notes it as "not a tensor" (a JSON number is never infinite).
+    if (std::isinf(f) && !inf_at_) inf_at_ = start, inf_end_ = stop;
     p_ = stop;
     return f;
   }
 
-  // Why a number that read as infinity is not a tensor value; `at` is its first character.
-  std::string out_of_range(const char* at) const {
+  // The first number read as infinity since the caller last looked (number_run's rows check it
+  // once a row, not once a number).
+  const char* inf_at_ = nullptr;
+  const char* inf_end_ = nullptr;
+
+  // Why a number that read as infinity is not a tensor value; [at, stop) is its text.
+  std::string out_of_range(const char* at, const char* stop) const {
     return fmt::format("number {} is out of the float32 range (write \"Infinity\" for infinity)",
-                       std::string_view(at, static_cast<size_t>(std::min<ptrdiff_t>(p_ - at, 40))));
+                       std::string_view(at, static_cast<size_t>(std::min<ptrdiff_t>(stop - at, 40))));
   }
 
   static void append_utf8(std::string& out, uint32_t cp) {
@@ -403,7 +409,10 @@ class Parser {
       default:
         if (*p_ == '-' || (*p_ >= '0' && *p_ <= '9')) {
           float f = number();
-          if (std::isinf(f)) return Value::other(fmt::format("{} ({})", out_of_range(at), where(at)));
+          if (std::isinf(f)) {
+            inf_at_ = nullptr;
+            return Value::other(fmt::format("{} ({})", out_of_range(at, p_), where(at)));
+          }
           return Value(Tensor::scalar(f));
         }
     }
@@ -453,6 +462,10 @@ class Parser {
         } else if ((c == '-' || (c >= '0' && c <= '9')) && b.leaf[level] != 0 && b.problem.empty()) {
           b.leaf[level] = 1;
           count += number_run(b) - 1;  // the common case: a row of numbers, read in one tight loop
+          if (inf_at_) {  // a number past the float32 range (set by number_slow, checked once a row)
+            note_problem(b, inf_at_, out_of_range(inf_at_, inf_end_));
+            inf_at_ = nullptr;
+          }
         } else if (c == '-' || (c >= '0' && c <= '9') || c == '"') {
           float f = 0.0f;
           if (c == '"') {
@@ -460,7 +473,7 @@ class Parser {
             if (!non_finite(s, f)) note_problem(b, at, "an array holding a string");
           } else {
             f = number();
-            if (std::isinf(f)) note_problem(b, at, out_of_range(at));
+            if (std::isinf(f)) note_problem(b, at, out_of_range(at, p_)), inf_at_ = nullptr;
           }
           if (b.leaf[level] == 0) note_problem(b, at, "an array that mixes numbers and arrays");
           b.leaf[level] = 1;
