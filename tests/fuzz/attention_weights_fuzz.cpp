@@ -3,9 +3,6 @@
 // from_bundle, 1 and 2 heads), each followed by a forward pass over small inputs whose sizes
 // come from the weights (and once with sizes that may not fit, to reach the shape checks).
 // Property: only attnkit::Error is thrown; outputs have the shapes the inputs ask for.
-#include <string_view>
-
-#include "attnkit/io/json_reader.hpp"
 #include "attnkit/nn/attention.hpp"
 #include "attnkit/ops/attention.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -21,15 +18,8 @@ int64_t dim_or(const Tensor& t, int i, int64_t fallback) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string_view text(reinterpret_cast<const char*>(data), size);
-  io::ReadOptions options;
-  options.max_elements = 1 << 16;
   io::Value bundle;
-  try {
-    bundle = io::parse_json(text, "weights.json", options);
-  } catch (const Error&) {
-    return 0;
-  }
+  if (!fuzz::parse_weights(data, size, bundle)) return 0;
   Rng rng(1);
   for (auto kind : {ops::ScoreKind::General, ops::ScoreKind::Additive}) {
     try {

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <string>
 
+#include "attnkit/io/json_reader.hpp"
 #include "attnkit/io/value.hpp"
+#include "attnkit/tensor/error.hpp"
 
 namespace fuzz {
 
@@ -41,6 +43,18 @@ inline bool same(const attnkit::io::Value& a, const attnkit::io::Value& b, bool 
     float p = x.data()[i], q = y.data()[i];
     if (std::isnan(p) && std::isnan(q)) continue;
     if (std::memcmp(&p, &q, sizeof p) != 0) return false;
+  }
+  return true;
+}
+
+// The input as a weights document (tensors up to 2^16 elements); false if it does not parse.
+inline bool parse_weights(const uint8_t* data, size_t size, attnkit::io::Value& out) {
+  attnkit::io::ReadOptions options;
+  options.max_elements = 1 << 16;
+  try {
+    out = attnkit::io::parse_json(std::string_view(reinterpret_cast<const char*>(data), size), "weights.json", options);
+  } catch (const attnkit::Error&) {
+    return false;
   }
   return true;
 }

@@ -4,7 +4,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <functional>
 #include <limits>
 
 #include "attnkit/io/json_reader.hpp"
@@ -14,6 +13,7 @@
 #include "attnkit/ops/attention.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
+#include "test_util.hpp"
 
 using namespace attnkit;
 
@@ -21,14 +21,7 @@ namespace {
 
 io::Value json(const std::string& text) { return io::parse_json(text, "w.json"); }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
