@@ -3,11 +3,7 @@
 # With --check, compares what it prints against expected.txt (a ctest case).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
-run() {
-  echo "\$ $*"
-  bash -c "$*"
-}
+source "$here/../lib/common.sh"
 walk() {
   cd "$work"
   run "tensor linspace -0.4 1.2 --shape 3,4 | tensor show -"
@@ -18,8 +14,4 @@ walk() {
   run "tensor diff x.json x.json && echo same"
   run "tensor diff x.json xt.json --quiet || echo \"differ (exit \$?)\""
 }
-if [[ "${1:-}" == "--check" ]]; then
-  diff -u "$here/expected.txt" <(walk 2>&1)
-else
-  walk
-fi
+walk_or_check "$@"

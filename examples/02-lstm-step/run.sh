@@ -6,12 +6,8 @@
 # With --check, compares what it prints against expected.txt (a ctest case).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+source "$here/../lib/common.sh"
 cp "$here/numpy_step.json" "$work/"
-run() {
-  echo "\$ $*"
-  bash -c "$*"
-}
 walk() {
   cd "$work"
   run "tensor linspace -0.4 1.2 --shape 3,1,4 > x.json     # x_t    [N, T=1, D]"

@@ -9,11 +9,7 @@
 # With --check, compares what it prints against expected.txt (a ctest case).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
-run() {
-  echo "\$ $*"
-  bash -c "$*"
-}
+source "$here/../lib/common.sh"
 # flat data of a tensor (reference), one number per line
 numbers() { tensor get "$1" --format flat | sed 's/.*"data":\[\(.*\)\].*/\1/' | tr ',' '\n'; }
 # prints the numbers rounded to 4 decimals on one line (float32's last digit may differ across CPUs)
@@ -68,8 +64,4 @@ walk() {
   numbers step3.json#context | round4 > c_ours.txt
   if diff -q c_awk.txt c_ours.txt > /dev/null; then echo "c1 = sum_j a1j hj: agrees with awk"; else echo "c1: MISMATCH"; fi
 }
-if [[ "${1:-}" == "--check" ]]; then
-  diff -u "$here/expected.txt" <(walk 2>&1)
-else
-  walk
-fi
+walk_or_check "$@"
