@@ -134,14 +134,16 @@ int main(int argc, char** argv) {
       size_t records = ref.rfind("-", 0) == 0 ? std::max<size_t>(1, sources.stdin_records()) : 1;
       for (size_t i = 0; i < records; ++i) {
         if (records > 1) sources.select_stdin_record(i);
-        shown += io::pretty_print(sources.value(ref));
+        const io::Value& v = sources.value(ref);
+        if (v.kind() == io::Value::Kind::Other) fail("{}: not a tensor: {}", io::display_name(ref), v.why());
+        shown += io::pretty_print(v);
       }
       if (!shown.empty() && shown.back() == '\n') shown.pop_back();
       tools::emit(out, shown);
     } else if (*get_cmd) {
       tools::emit(out, tools::per_record(sources, ref.rfind("-", 0) == 0, out, [&] {
         const io::Value& v = sources.value(ref);
-        if (v.kind() == io::Value::Kind::Other) fail("{}: not a tensor: {}", ref, v.why());
+        if (v.kind() == io::Value::Kind::Other) fail("{}: not a tensor: {}", io::display_name(ref), v.why());
         return v;
       }));
     } else if (*reshape_cmd) {
@@ -157,7 +159,7 @@ int main(int argc, char** argv) {
           throw UsageError(fmt::format("pack: \"{}\" is not NAME=REF", m));
         std::string name = m.substr(0, eq), member_ref = m.substr(eq + 1);
         const io::Value& v = sources.value(member_ref);
-        if (v.kind() == io::Value::Kind::Other) fail("{}: not a tensor: {}", member_ref, v.why());
+        if (v.kind() == io::Value::Kind::Other) fail("{}: not a tensor: {}", io::display_name(member_ref), v.why());
         bundle.set_path(io::parse_reference("pack#" + name).names, v);
       }
       tools::emit(out, io::to_json(bundle, out.write_options()));

@@ -155,14 +155,14 @@ bad "tensor get ." 1 "tensor: .: is a folder, not a file"
 ok "tensor show <(tensor arange 3)" "tensor([0., 1., 2.], shape=[3])"  # pipes and FIFOs read to their end
 bad "tensor get -" 1 "tensor: <stdin>:1:1: empty input, expected a JSON value" ""
 bad "tensor get -" 1 'tensor: <stdin>:1:5: expected a number, found NaN (JSON has no NaN: write the string "NaN")' "[1, NaN]"
-bad "tensor get -" 1 "tensor: -: not a tensor: number 1e39 is out of the float32 range (write \"Infinity\" for infinity) (line 1, column 2)" "[1e39]"
+bad "tensor get -" 1 "tensor: <stdin>: not a tensor: number 1e39 is out of the float32 range (write \"Infinity\" for infinity) (line 1, column 2)" "[1e39]"
 bad "tensor get -#a" 1 "tensor: record 2: <stdin>: no tensor named \"a\" (has: b)" $'{"a": [1]}\n{"b": [2]}\n'
 bad "tensor get -" 1 "tensor: <stdin>:1:5: expected the end of the line after a JSON document" "[1] [2]"
 bad "tensor get - --max-elements 3" 1 "tensor: <stdin>:1:11: tensor has more than 3 elements (see --max-elements)" "[1, 2, 3, 4]"
 bad "tensor get -" 1 "tensor: <stdin>:1:1: flat tensor of shape [1000000, 1000000, 1000000] has more than 1073741824 elements (see --max-elements)" \
   '{"shape": [1000000, 1000000, 1000000], "data": []}'
 bad "tensor get -" 1 "tensor: <stdin>:1:65: nesting deeper than 64 levels" "$(head -c 100000 /dev/zero | tr '\0' '[')"
-bad "tensor reshape - --shape 2" 1 "tensor: -: tensor of shape [2] has NaN at [1] (pass --allow-nan to accept it)" '[1, "NaN"]'
+bad "tensor reshape - --shape 2" 1 "tensor: <stdin>: tensor of shape [2] has NaN at [1] (pass --allow-nan to accept it)" '[1, "NaN"]'
 ok "tensor reshape - --shape 2 --allow-nan" '[1,"NaN"]' '[1, "NaN"]'
 bad "tensor reshape a.json --shape 3" 1 "tensor: reshape: cannot reshape [2, 2] (4 values) to [3] (3 values)"
 bad "tensor transpose a.json --axes 0,0" 1 "tensor: transpose: axes [0, 0] are not a permutation of 0..1"

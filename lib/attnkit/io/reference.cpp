@@ -11,6 +11,11 @@ std::string Reference::text() const {
   return fmt::format("{}#{}", path, fmt::join(names, "/"));
 }
 
+std::string display_name(std::string_view ref) {
+  if (!ref.empty() && ref[0] == '-' && (ref.size() == 1 || ref[1] == '#')) return "<stdin>" + std::string(ref.substr(1));
+  return std::string(ref);
+}
+
 Reference parse_reference(std::string_view ref) {
   Reference r;
   size_t hash = ref.find('#');
@@ -94,7 +99,7 @@ const Value& Sources::value(std::string_view ref_text) {
 
 Tensor Sources::tensor(std::string_view ref_text, std::string_view role, bool allow_nan) {
   const Value& v = value(ref_text);
-  std::string label = role.empty() ? std::string(ref_text) : fmt::format("{} ({})", role, ref_text);
+  std::string label = role.empty() ? display_name(ref_text) : fmt::format("{} ({})", role, ref_text);
   if (v.is_bundle()) {
     auto names = v.names();
     fail("{}: is a bundle, not a tensor (has: {}); pick one with #NAME", label,

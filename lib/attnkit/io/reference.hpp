@@ -21,6 +21,9 @@ struct Reference {
   std::string text() const;        // back to PATH#a/b
 };
 
+// How messages name a reference: standard input as "<stdin>" ("-#a" -> "<stdin>#a"), files as typed.
+std::string display_name(std::string_view ref);
+
 // Throws attnkit::Error on an empty path or an empty name ("x.json#", "x.json#a//b").
 Reference parse_reference(std::string_view ref);
 
