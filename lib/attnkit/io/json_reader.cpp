@@ -490,19 +490,7 @@ class Parser {
           expected(b.leaf[level] == 1 ? "a number" : "a JSON value");
         }
         ++count;
-        skip_ws();
-        if (p_ == end_) syntax_error_at(open, "unterminated array");
-        if (*p_ == ',') {
-          ++p_;
-          skip_ws();
-          if (p_ < end_ && *p_ == ']') syntax_error("trailing comma in an array");
-          continue;
-        }
-        if (*p_ == ']') {
-          ++p_;
-          break;
-        }
-        expected("',' or ']' in an array");
+        if (!another_member(']', open)) break;
       }
     }
     if (!b.problem.empty()) return;
@@ -537,6 +525,25 @@ class Parser {
     }
   }
 
+  // After a member of the array or object opened at `open` (close is ']' or '}'): true on ','
+  // (another member follows), false past the closing bracket; anything else is a syntax error.
+  bool another_member(char close, const char* open) {
+    const bool array = close == ']';
+    skip_ws();
+    if (p_ == end_) syntax_error_at(open, array ? "unterminated array" : "unterminated object");
+    if (*p_ == ',') {
+      ++p_;
+      skip_ws();
+      if (p_ < end_ && *p_ == close) syntax_error(array ? "trailing comma in an array" : "trailing comma in an object");
+      return true;
+    }
+    if (*p_ == close) {
+      ++p_;
+      return false;
+    }
+    expected(array ? "',' or ']' in an array" : "',' or '}' in an object");
+  }
+
   // Validates any value without keeping it.
   void skip_value(int depth) {
     enter(depth);
@@ -563,19 +570,7 @@ class Parser {
           ++p_;
         }
         skip_value(depth + 1);
-        skip_ws();
-        if (p_ == end_) syntax_error_at(open, c == '[' ? "unterminated array" : "unterminated object");
-        if (*p_ == ',') {
-          ++p_;
-          skip_ws();
-          if (p_ < end_ && *p_ == close) syntax_error(c == '[' ? "trailing comma in an array" : "trailing comma in an object");
-          continue;
-        }
-        if (*p_ == close) {
-          ++p_;
-          return;
-        }
-        expected(c == '[' ? "',' or ']' in an array" : "',' or '}' in an object");
+        if (!another_member(close, open)) return;
       }
     }
     (void)value(depth);  // scalars
@@ -617,19 +612,7 @@ class Parser {
           if (twice) problem = fmt::format("an object with the key \"{}\" twice ({})", key, where(key_at));
           else bundle.append(std::move(key), std::move(member));
         }
-        skip_ws();
-        if (p_ == end_) syntax_error_at(open, "unterminated object");
-        if (*p_ == ',') {
-          ++p_;
-          skip_ws();
-          if (p_ < end_ && *p_ == '}') syntax_error("trailing comma in an object");
-          continue;
-        }
-        if (*p_ == '}') {
-          ++p_;
-          break;
-        }
-        expected("',' or '}' in an object");
+        if (!another_member('}', open)) break;
       }
     }
     if (!problem.empty()) return Value::other(problem);
