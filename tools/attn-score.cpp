@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
     io::Sources sources(in.read_options());
     auto tensor = [&](const std::string& ref, const char* role) { return sources.tensor(ref, role, in.allow_nan); };
     const std::vector<std::string> refs = {query, keys, values, self, weights_ref, mask, key_lengths};
-    const bool reads_stdin = std::any_of(refs.begin(), refs.end(), [](const std::string& r) { return r.rfind("-", 0) == 0; });
+    const bool reads_stdin = std::any_of(refs.begin(), refs.end(), [](const std::string& r) { return io::is_stdin(r); });
 
     auto load_mha = [&](int64_t nh) {
       const io::Value& w = sources.value(weights_ref);

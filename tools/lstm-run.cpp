@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
     if (!save_path.empty()) io::write_file_atomic(save_path, io::to_json(model->to_bundle(save_layout)) + "\n");
     if (input_ref.empty()) return 0;  // --save-weights alone
 
-    const bool reads_stdin = input_ref.rfind("-", 0) == 0 || h0_ref.rfind("-", 0) == 0 ||
-                             c0_ref.rfind("-", 0) == 0 || lengths_ref.rfind("-", 0) == 0;
+    const bool reads_stdin = io::is_stdin(input_ref) || io::is_stdin(h0_ref) || io::is_stdin(c0_ref) ||
+                             io::is_stdin(lengths_ref);
     tools::emit(out, tools::per_record(sources, reads_stdin, out, [&] {
       auto tensor = [&](const std::string& ref, const char* role) {
         return sources.tensor(ref, role, in.allow_nan);

@@ -131,26 +131,20 @@ int main(int argc, char** argv) {
     } else if (*show_cmd) {
       // text, not JSON: one block per NDJSON record
       std::string shown;
-      size_t records = ref.rfind("-", 0) == 0 ? std::max<size_t>(1, sources.stdin_records()) : 1;
+      size_t records = io::is_stdin(ref) ? std::max<size_t>(1, sources.stdin_records()) : 1;
       for (size_t i = 0; i < records; ++i) {
         if (records > 1) sources.select_stdin_record(i);
-        const io::Value& v = sources.value(ref);
-        if (v.kind() == io::Value::Kind::Other) fail("{}: not a tensor: {}", io::display_name(ref), v.why());
-        shown += io::pretty_print(v);
+        shown += io::pretty_print(sources.tensor_or_bundle(ref));
       }
       if (!shown.empty() && shown.back() == '\n') shown.pop_back();
       tools::emit(out, shown);
     } else if (*get_cmd) {
-      tools::emit(out, tools::per_record(sources, ref.rfind("-", 0) == 0, out, [&] {
-        const io::Value& v = sources.value(ref);
-        if (v.kind() == io::Value::Kind::Other) fail("{}: not a tensor: {}", io::display_name(ref), v.why());
-        return v;
-      }));
+      tools::emit(out, tools::per_record(sources, io::is_stdin(ref), out, [&] { return sources.tensor_or_bundle(ref); }));
     } else if (*reshape_cmd) {
       Shape s = shape(true);
-      tools::emit(out, tools::per_record(sources, ref.rfind("-", 0) == 0, out, [&] { return io::Value(input(ref).reshaped(s)); }));
+      tools::emit(out, tools::per_record(sources, io::is_stdin(ref), out, [&] { return io::Value(input(ref).reshaped(s)); }));
     } else if (*transpose_cmd) {
-      tools::emit(out, tools::per_record(sources, ref.rfind("-", 0) == 0, out, [&] { return io::Value(transpose(input(ref), axes)); }));
+      tools::emit(out, tools::per_record(sources, io::is_stdin(ref), out, [&] { return io::Value(transpose(input(ref), axes)); }));
     } else if (*pack_cmd) {
       io::Value bundle = io::Value::bundle();
       for (const auto& m : members) {
@@ -158,9 +152,7 @@ int main(int argc, char** argv) {
         if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())
           throw UsageError(fmt::format("pack: \"{}\" is not NAME=REF", m));
         std::string name = m.substr(0, eq), member_ref = m.substr(eq + 1);
-        const io::Value& v = sources.value(member_ref);
-        if (v.kind() == io::Value::Kind::Other) fail("{}: not a tensor: {}", io::display_name(member_ref), v.why());
-        bundle.set_path(io::parse_reference("pack#" + name).names, v);
+        bundle.set_path(io::parse_reference("pack#" + name).names, sources.tensor_or_bundle(member_ref));
       }
       tools::emit(out, io::to_json(bundle, out.write_options()));
     } else if (*diff_cmd) {

@@ -11,8 +11,10 @@ std::string Reference::text() const {
   return fmt::format("{}#{}", path, fmt::join(names, "/"));
 }
 
+bool is_stdin(std::string_view ref) { return !ref.empty() && ref[0] == '-' && (ref.size() == 1 || ref[1] == '#'); }
+
 std::string display_name(std::string_view ref) {
-  if (!ref.empty() && ref[0] == '-' && (ref.size() == 1 || ref[1] == '#')) return "<stdin>" + std::string(ref.substr(1));
+  if (is_stdin(ref)) return "<stdin>" + std::string(ref.substr(1));
   return std::string(ref);
 }
 
@@ -95,6 +97,12 @@ const Value& Sources::value(std::string_view ref_text) {
     v = member;
   }
   return *v;
+}
+
+const Value& Sources::tensor_or_bundle(std::string_view ref_text) {
+  const Value& v = value(ref_text);
+  if (v.kind() == Value::Kind::Other) fail("{}: not a tensor: {}", display_name(ref_text), v.why());
+  return v;
 }
 
 Tensor Sources::tensor(std::string_view ref_text, std::string_view role, bool allow_nan) {

@@ -21,6 +21,8 @@ struct Reference {
   std::string text() const;        // back to PATH#a/b
 };
 
+// Whether a reference reads standard input: "-" or "-#NAME" (a file "-x.json" does not).
+bool is_stdin(std::string_view ref);
 // How messages name a reference: standard input as "<stdin>" ("-#a" -> "<stdin>#a"), files as typed.
 std::string display_name(std::string_view ref);
 
@@ -33,6 +35,8 @@ class Sources {
 
   // The value a reference names (documents are read and parsed once, then cached).
   const Value& value(std::string_view ref);
+  // A tensor or a bundle, not Other ("<stdin>: not a tensor: a string (line 1, column 1)").
+  const Value& tensor_or_bundle(std::string_view ref);
   // The tensor a reference names; `role` says what it is for in messages ("query", "weights").
   // A NaN is refused with its position unless allow_nan (infinities pass).
   Tensor tensor(std::string_view ref, std::string_view role = "", bool allow_nan = false);
