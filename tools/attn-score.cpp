@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
       h.col_labels = key_labels;
       io::write_heatmap_svg(heatmap, shown_weights, h);
     }
-    tools::emit(out, text);
+    tools::emit(out, std::move(text));
     return 0;
   });
 }

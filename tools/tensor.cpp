@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
         shown += io::pretty_print(sources.tensor_or_bundle(ref));
       }
       if (!shown.empty() && shown.back() == '\n') shown.pop_back();
-      tools::emit(out, shown);
+      tools::emit(out, std::move(shown));
     } else if (*get_cmd) {
       tools::emit(out, tools::per_record(sources, io::is_stdin(ref), out, [&] { return sources.tensor_or_bundle(ref); }));
     } else if (*reshape_cmd) {

@@ -87,8 +87,7 @@ void add_threads_option(CLI::App& app, int& threads) {
       ->capture_default_str();
 }
 
-void emit(const OutputOptions& out, const std::string& text) {
-  std::string body = text;
+void emit(const OutputOptions& out, std::string body) {
   body += '\n';
   if (out.path == "-") {
     std::fwrite(body.data(), 1, body.size(), stdout);

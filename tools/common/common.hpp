@@ -58,7 +58,7 @@ void add_input_options(CLI::App& app, InputOptions& in);     // --max-elements, 
 void add_threads_option(CLI::App& app, int& threads);        // --threads N (0: one per core)
 
 // Writes `text` (plus a newline) to standard output or atomically to the file.
-void emit(const OutputOptions& out, const std::string& text);
+void emit(const OutputOptions& out, std::string text);  // by value: callers move their (large) text in
 
 // Runs `compute` once for each NDJSON record on standard input (once if it holds one or none,
 // or if the tool does not read standard input) and returns the output text: one document, or one
