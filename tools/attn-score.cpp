@@ -88,9 +88,14 @@ int main(int argc, char** argv) {
     const std::vector<std::string> refs = {query, keys, values, self, weights_ref, mask, key_lengths};
     const bool reads_stdin = std::any_of(refs.begin(), refs.end(), [](const std::string& r) { return io::is_stdin(r); });
 
-    auto load_mha = [&](int64_t nh) {
+    // Weights are read per record (with NDJSON on stdin, -#NAME may differ from record to record).
+    auto checked_weights = [&]() -> const io::Value& {
       const io::Value& w = sources.value(weights_ref);
       tools::refuse_nan_weights(w, weights_ref, in.allow_nan);
+      return w;
+    };
+    auto load_mha = [&](int64_t nh) {
+      const io::Value& w = checked_weights();
       return tools::with_source(weights_ref, [&] { return nn::MultiheadAttention::from_bundle(w, nh); });
     };
     Tensor shown_weights;  // for the heatmap
@@ -125,8 +130,7 @@ int main(int argc, char** argv) {
         ops::AttentionOptions o;
         o.score = ops::parse_score_kind(score);
         if (!weights_ref.empty()) {
-          const io::Value& w = sources.value(weights_ref);
-          tools::refuse_nan_weights(w, weights_ref, in.allow_nan);
+          const io::Value& w = checked_weights();
           o.weights = tools::with_source(weights_ref, [&] { return ops::score_weights_from_bundle(w, o.score, "attention"); });
         }
         o.mask = std::move(spec);
