@@ -1,0 +1,198 @@
+#include "attnkit/autograd/functional.hpp"
+
+#include <algorithm>
+
+#include "attnkit/ops/linear.hpp"
+#include "attnkit/ops/matmul.hpp"
+#include "attnkit/tensor/error.hpp"
+
+namespace attnkit::autograd {
+namespace {
+
+bool is_suffix(const Shape& small, const Shape& big) {
+  return small.size() <= big.size() && std::equal(small.rbegin(), small.rend(), big.rbegin());
+}
+
+int axis_of(int axis, int rank, const char* op) {
+  const int a = axis < 0 ? axis + rank : axis;
+  AK_CHECK(a >= 0 && a < rank, "{}: axis {} is out of range for rank {}", op, axis, rank);
+  return a;
+}
+
+// [outer, size along axis, inner] view of a shape.
+struct AxisView {
+  int64_t outer = 1, size = 0, inner = 1;
+};
+AxisView axis_view(const Shape& s, int axis) {
+  AxisView v;
+  for (int i = 0; i < axis; ++i) v.outer *= s[i];
+  v.size = s[axis];
+  for (size_t i = axis + 1; i < s.size(); ++i) v.inner *= s[i];
+  return v;
+}
+
+}  // namespace
+
+Var add(const Var& a, const Var& b) {
+  const Tensor &x = a.value(), &y = b.value();
+  AK_CHECK((is_suffix(y.shape(), x.shape()) && y.numel() > 0) || x.numel() == 0,
+           "add: shapes {} and {} do not broadcast (the second must be a suffix of the first)", x.shape_str(),
+           y.shape_str());
+  Tensor out = x;
+  const int64_t n = y.numel();
+  for (int64_t i = 0; i < out.numel(); ++i) out[i] += y[i % n];  // out = a + b (b repeated)
+  return record("add", {a, b}, std::move(out), [n](const auto& dy, const auto& dx) {
+    const Tensor& g = *dy[0];
+    if (dx[0]) accumulate(*dx[0], g);  // d/da = 1
+    if (dx[1])                          // d/db = sum over the repeats
+      for (int64_t i = 0; i < g.numel(); ++i) (*dx[1])[i % n] += g[i];
+  });
+}
+
+Var sub(const Var& a, const Var& b) {
+  AK_CHECK(a.shape() == b.shape(), "sub: shapes {} and {} differ", a.value().shape_str(), b.value().shape_str());
+  Tensor out = a.value();
+  for (int64_t i = 0; i < out.numel(); ++i) out[i] -= b.value()[i];
+  return record("sub", {a, b}, std::move(out), [](const auto& dy, const auto& dx) {
+    const Tensor& g = *dy[0];
+    if (dx[0]) accumulate(*dx[0], g);
+    if (dx[1])
+      for (int64_t i = 0; i < g.numel(); ++i) (*dx[1])[i] -= g[i];
+  });
+}
+
+Var mul(const Var& a, const Var& b) {
+  AK_CHECK(a.shape() == b.shape(), "mul: shapes {} and {} differ", a.value().shape_str(), b.value().shape_str());
+  Tensor out = a.value();
+  for (int64_t i = 0; i < out.numel(); ++i) out[i] *= b.value()[i];
+  return record("mul", {a, b}, std::move(out), [ai = a.impl(), bi = b.impl()](const auto& dy, const auto& dx) {
+    const Tensor &g = *dy[0], &av = ai->val(), &bv = bi->val();
+    // out = a * b:  da += g * b,  db += g * a
+    if (dx[0])
+      for (int64_t i = 0; i < g.numel(); ++i) (*dx[0])[i] += g[i] * bv[i];
+    if (dx[1])
+      for (int64_t i = 0; i < g.numel(); ++i) (*dx[1])[i] += g[i] * av[i];
+  });
+}
+
+Var scale(const Var& a, float s) {
+  Tensor out = a.value();
+  for (float& v : out.values()) v *= s;
+  return record("scale", {a}, std::move(out), [s](const auto& dy, const auto& dx) {
+    if (dx[0])
+      for (int64_t i = 0; i < dy[0]->numel(); ++i) (*dx[0])[i] += s * (*dy[0])[i];
+  });
+}
+
+Var sum(const Var& a) {
+  double acc = 0;
+  for (float v : a.value().values()) acc += v;
+  return record("sum", {a}, Tensor::scalar(static_cast<float>(acc)), [](const auto& dy, const auto& dx) {
+    if (!dx[0]) return;
+    const float g = (*dy[0])[0];  // d sum / d a_i = 1
+    for (float& v : dx[0]->values()) v += g;
+  });
+}
+
+Var mean(const Var& a) {
+  const int64_t n = a.value().numel();
+  AK_CHECK(n > 0, "mean: the input {} is empty", a.value().shape_str());
+  return scale(sum(a), 1.0f / static_cast<float>(n));
+}
+
+Var reshape(const Var& a, Shape shape) {
+  return record("reshape", {a}, a.value().reshaped(std::move(shape)), [](const auto& dy, const auto& dx) {
+    if (dx[0]) accumulate(*dx[0], *dy[0]);  // same data, same order
+  });
+}
+
+Var concat(const std::vector<Var>& parts, int axis) {
+  AK_CHECK(!parts.empty(), "concat: no inputs");
+  const Shape& s0 = parts[0].shape();
+  const int ax = axis_of(axis, static_cast<int>(s0.size()), "concat");
+  Shape out_shape = s0;
+  out_shape[ax] = 0;
+  for (const Var& p : parts) {
+    Shape s = p.shape();
+    AK_CHECK(s.size() == s0.size(), "concat: shapes {} and {} differ in rank", shape_str(s0), shape_str(s));
+    out_shape[ax] += s[ax];
+    s[ax] = s0[ax];
+    AK_CHECK(s == s0, "concat: shapes {} and {} differ outside axis {}", shape_str(s0), p.value().shape_str(), axis);
+  }
+  Tensor out(out_shape);
+  const AxisView ov = axis_view(out_shape, ax);
+  std::vector<int64_t> offsets;
+  int64_t off = 0;
+  for (const Var& p : parts) {
+    const AxisView pv = axis_view(p.shape(), ax);
+    for (int64_t o = 0; o < pv.outer; ++o)
+      std::copy_n(p.value().data() + o * pv.size * pv.inner, pv.size * pv.inner,
+                  out.data() + (o * ov.size + off) * ov.inner);
+    offsets.push_back(off);
+    off += pv.size;
+  }
+  std::vector<AxisView> views;
+  for (const Var& p : parts) views.push_back(axis_view(p.shape(), ax));
+  return record("concat", parts, std::move(out), [ov, offsets, views](const auto& dy, const auto& dx) {
+    for (size_t k = 0; k < dx.size(); ++k) {
+      if (!dx[k]) continue;
+      const AxisView& pv = views[k];
+      for (int64_t o = 0; o < pv.outer; ++o) {
+        const float* g = dy[0]->data() + (o * ov.size + offsets[k]) * ov.inner;
+        float* d = dx[k]->data() + o * pv.size * pv.inner;
+        for (int64_t i = 0; i < pv.size * pv.inner; ++i) d[i] += g[i];
+      }
+    }
+  });
+}
+
+Var slice(const Var& a, int axis, int64_t begin, int64_t end) {
+  const Shape& s = a.shape();
+  const int ax = axis_of(axis, static_cast<int>(s.size()), "slice");
+  AK_CHECK(0 <= begin && begin <= end && end <= s[ax], "slice: [{}, {}) is outside axis {} of {}", begin, end, axis,
+           shape_str(s));
+  const AxisView v = axis_view(s, ax);
+  Shape out_shape = s;
+  out_shape[ax] = end - begin;
+  Tensor out(out_shape);
+  const int64_t w = (end - begin) * v.inner;
+  for (int64_t o = 0; o < v.outer; ++o)
+    std::copy_n(a.value().data() + (o * v.size + begin) * v.inner, w, out.data() + o * w);
+  return record("slice", {a}, std::move(out), [v, begin, w](const auto& dy, const auto& dx) {
+    if (!dx[0]) return;
+    for (int64_t o = 0; o < v.outer; ++o) {
+      float* d = dx[0]->data() + (o * v.size + begin) * v.inner;
+      const float* g = dy[0]->data() + o * w;
+      for (int64_t i = 0; i < w; ++i) d[i] += g[i];
+    }
+  });
+}
+
+Var matmul(const Var& a, const Var& b) {
+  const Tensor &A = a.value(), &B = b.value();
+  AK_CHECK(A.rank() == 2 && B.rank() == 2 && A.dim(1) == B.dim(0), "matmul: shapes {} and {} do not multiply",
+           A.shape_str(), B.shape_str());
+  const int64_t M = A.dim(0), K = A.dim(1), N = B.dim(1);
+  Tensor C({M, N});
+  ops::gemm(ops::Trans::No, ops::Trans::No, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C.data(), N);
+  return record("matmul", {a, b}, std::move(C), [ai = a.impl(), bi = b.impl(), M, K, N](const auto& dy, const auto& dx) {
+    using ops::Trans;
+    const Tensor &A = ai->val(), &B = bi->val();
+    // C = A B:  dA [M, K] += dC B^T,  dB [K, N] += A^T dC
+    if (dx[0]) ops::gemm(Trans::No, Trans::Yes, M, K, N, 1.0f, dy[0]->data(), N, B.data(), N, 1.0f, dx[0]->data(), K);
+    if (dx[1]) ops::gemm(Trans::Yes, Trans::No, K, N, M, 1.0f, A.data(), K, dy[0]->data(), N, 1.0f, dx[1]->data(), N);
+  });
+}
+
+Var linear(const Var& x, const Var& W, const Var& b) {
+  const Tensor bias = b.defined() ? b.value() : Tensor();
+  Tensor y = ops::linear_forward(x.value(), W.value(), bias);
+  std::vector<Var> inputs{x, W};
+  if (b.defined()) inputs.push_back(b);
+  // The node keeps its inputs alive: x and W are read from them, not copied.
+  return record("linear", inputs, std::move(y), [xi = x.impl(), Wi = W.impl()](const auto& dy, const auto& dx) {
+    ops::linear_backward(*dy[0], xi->val(), Wi->val(), dx[0], dx[1], dx.size() > 2 ? dx[2] : nullptr);
+  });
+}
+
+}  // namespace attnkit::autograd

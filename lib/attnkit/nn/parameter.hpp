@@ -1,0 +1,55 @@
+// Parameter: the one source of truth of a learned weight (DESIGN.md §9).
+//   name     its PyTorch state_dict name ("weight_ih_l0", "self_attn.in_proj_weight")
+//   value    the weight, in PyTorch's layout
+//   grad     d loss / d value, same shape; empty until a backward pass writes it
+//   version  bumped by whoever changes `value` in place (optimizers, loaders): kernels that keep a
+//            packed or blocked copy compare the version they packed against it and repack when it
+//            differs, so a forward after an optimizer step never runs on stale weights.
+// A layer lists its parameters in state_dict order (named_parameters()): optimizers, checkpoints
+// and --save-weights walk that list.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnkit/tensor/tensor.hpp"
+
+namespace attnkit::nn {
+
+struct Parameter {
+  std::string name;
+  Tensor value;
+  Tensor grad;
+  uint64_t version = 0;
+
+  Parameter() = default;
+  Parameter(std::string n, Tensor v) : name(std::move(n)), value(std::move(v)) {}
+
+  // After changing `value` in place.
+  void touch() { ++version; }
+  // grad, allocated as zeros of value's shape on first use (backward kernels add into it).
+  Tensor& grad_buffer() {
+    if (grad.shape() != value.shape()) grad = Tensor(value.shape());
+    return grad;
+  }
+  void zero_grad() {
+    if (!grad.empty()) std::fill(grad.values().begin(), grad.values().end(), 0.0f);
+  }
+};
+
+// Anything with parameters. Pointers stay valid as long as the module lives and is not moved.
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual std::vector<Parameter*> named_parameters() = 0;
+  std::vector<const Parameter*> named_parameters() const {
+    std::vector<const Parameter*> out;
+    for (Parameter* p : const_cast<Module*>(this)->named_parameters()) out.push_back(p);
+    return out;
+  }
+  void zero_grad() {
+    for (Parameter* p : named_parameters()) p->zero_grad();
+  }
+};
+
+}  // namespace attnkit::nn
