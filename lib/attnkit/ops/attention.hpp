@@ -126,6 +126,30 @@ void sdpa_tiled(const SdpaProblem& p, float* row_lse);
 void sdpa_full(const SdpaProblem& p, float* scores, float* weights, float* row_lse);
 void sdpa_naive(const SdpaProblem& p, float* scores, float* weights, float* row_lse);
 
+// ---- backward (autodiff issue; implemented in ops/attention.cpp beside the forwards) ----
+// Gradients of the strided core, added (+=) into dq, dk, dv (same strides as q, k, v; a null data
+// pointer skips one). dout [N, NH, T, Dv] is the upstream gradient of p.out; p.out must hold the
+// forward's output and row_lse its log-sum-exp (from any of the three forwards).
+//   D_t = dout_t . out_t;  P = exp(e - lse);  dV += P^T dout;  dP = dout V^T;  dE = P (dP - D);
+//   dQ += scale dE K;  dK += scale dE^T Q
+struct SdpaGrads {
+  StridedOut dq, dk, dv;
+};
+// FlashAttention-2 style: recomputes P tile by tile from row_lse, never a T x S matrix (O(T) memory).
+void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads);
+// Plain loops in double precision (the reference the tests compare against).
+void sdpa_backward_naive(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads);
+
+// Gradients of attention_forward for every score kind: `forward` is what attention_forward
+// returned for the same inputs and options, dcontext is shaped like forward.context.
+struct AttentionGrads {
+  Tensor query, keys, values;  // shaped like the inputs
+  ScoreWeights weights;        // general: W; additive: W_q, W_k, v, b (b only when given)
+};
+AttentionGrads attention_backward(const Tensor& query, const Tensor& keys, const Tensor& values,
+                                  const AttentionOptions& options, const AttentionResult& forward,
+                                  const Tensor& dcontext);
+
 // sdpa_tiled as independent tasks (batch element x head x query tile), for callers that run it
 // inside their own thread team (nn/attention.cpp: projections and attention in one team, no
 // OpenMP barrier between them): make one TiledWorker per thread before the team starts (it holds
