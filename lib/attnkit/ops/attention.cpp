@@ -188,7 +188,10 @@ struct TiledWorker::Impl {
         if (masked) mask_scores(row.data(), s0, bc, limit[r], mask_row(p, n, h, t0 + r));
         const float mt = std::max(m[r], row.maxCoeff());
         alpha[r] = mt == kNegInf ? 1.0f : std::exp(m[r] - mt);
-        row = (row - (mt == kNegInf ? 0.0f : mt)).exp();  // a row masked so far: exp(-inf - 0) = 0
+        // A row masked so far stays zero: Eigen's vectorised exp(-inf) is 2.9e-39, not 0 (AVX-512, it
+        // clamps its argument), which made fully masked rows the mean of V instead of zero.
+        if (mt == kNegInf) row.setZero();
+        else row = (row - mt).exp();
         l[r] = alpha[r] * l[r] + row.sum();
         m[r] = mt;
       }
