@@ -2,7 +2,8 @@
 // Each update is one plain loop over a parameter's elements, in PyTorch's order of float32 operations:
 // `x.add_(y, alpha=a)` is std::fma(a, y, x) (PyTorch's vectorised add is fmadd), `x.addcmul_(a, b, value=s)`
 // is std::fma(s * a, b, x) (its build contracts x + s * a * b), `x.addcdiv_(a, b, value=s)` is x + s * a / b. The loops are bandwidth-bound and
-// vectorise (this file is compiled with -fno-math-errno so that std::sqrt becomes vsqrtps).
+// vectorise (this file is compiled with -fno-math-errno so that std::sqrt becomes vsqrtps, and with
+// -ffp-contract=off so that the compiler fuses no multiply-add that PyTorch does not: lib/CMakeLists.txt).
 #include "attnkit/train/optimizer.hpp"
 
 #include <cmath>
@@ -193,6 +194,40 @@ Adam::Adam(std::string_view name, std::vector<nn::Parameter*> params, const Adam
   state_.resize(params_.size());
 }
 
+namespace {
+
+// The float32 scalars of one Adam step (in double in PyTorch's Python, rounded to float by its kernels).
+struct AdamScalars {
+  float wd, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, neg_step_size, bias_correction2_sqrt;
+};
+
+// One parameter's update, a branch-free loop per variant (so that it vectorises).
+template <bool kDecoupled, bool kL2, bool kAmsgrad>
+void adam_update(int64_t n, float* p, const float* g, float* m, float* v, float* vmax, const AdamScalars& k) {
+  for (int64_t i = 0; i < n; ++i) {
+    float gi = g[i];
+    float pi = p[i];
+    if constexpr (kDecoupled) pi = pi * k.decay;      // param.mul_(1 - lr * weight_decay)
+    if constexpr (kL2) gi = std::fma(k.wd, pi, gi);  // grad = grad.add(param, alpha=weight_decay)
+    const float mi = std::fma(k.one_minus_beta1, gi, m[i] * k.beta1);  // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2): PyTorch's build contracts
+    // self + value * t1 * t2 into fma(value * t1, t2, self) (the fixtures match only so)
+    const float vi = std::fma(k.one_minus_beta2 * gi, gi, v[i] * k.beta2);
+    m[i] = mi;
+    v[i] = vi;
+    float second = vi;
+    if constexpr (kAmsgrad) {  // torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq): NaN propagates
+      const float mx = vi != vi ? vi : std::max(vmax[i], vi);
+      vmax[i] = mx;
+      second = mx;
+    }
+    const float denom = std::sqrt(second) / k.bias_correction2_sqrt + k.eps;  // (v.sqrt() / bc2_sqrt).add_(eps)
+    p[i] = pi + k.neg_step_size * mi / denom;  // param.addcdiv_(exp_avg, denom, value=-step_size)
+  }
+}
+
+}  // namespace
+
 void Adam::step() {
   const AdamOptions& o = options_;
   const bool l2 = !decoupled_ && o.weight_decay != 0.0;
@@ -218,27 +253,22 @@ void Adam::step() {
     const float neg_step_size = static_cast<float>(-(lr_ / bias_correction1));
     const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
 
+    const AdamScalars sc{wd, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, neg_step_size, bias_correction2_sqrt};
+    float* vmax = amsgrad ? s.max_exp_avg_sq.data() : nullptr;
     const int64_t n = param.value.numel();
     float* p = param.value.data();
     const float* g = param.grad.data();
     float* m = s.exp_avg.data();
     float* v = s.exp_avg_sq.data();
-    float* vmax = amsgrad ? s.max_exp_avg_sq.data() : nullptr;
-    for (int64_t i = 0; i < n; ++i) {
-      float gi = g[i];
-      if (decoupled_) p[i] = p[i] * decay;          // param.mul_(1 - lr * weight_decay)
-      if (l2) gi = std::fma(wd, p[i], gi);           // grad = grad.add(param, alpha=weight_decay)
-      m[i] = std::fma(one_minus_beta1, gi, m[i] * beta1);  // exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
-      // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2): PyTorch's build contracts
-      // self + value * t1 * t2 into fma(value * t1, t2, self) (the fixtures match only so)
-      v[i] = std::fma(one_minus_beta2 * gi, gi, v[i] * beta2);
-      float second = v[i];
-      if (amsgrad) {  // torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq): NaN propagates
-        vmax[i] = std::isnan(second) ? second : std::max(vmax[i], second);
-        second = vmax[i];
-      }
-      const float denom = std::sqrt(second) / bias_correction2_sqrt + eps;  // (v.sqrt() / bc2_sqrt).add_(eps)
-      p[i] = p[i] + neg_step_size * m[i] / denom;  // param.addcdiv_(exp_avg, denom, value=-step_size)
+    if (decoupled_) {
+      if (amsgrad) adam_update<true, false, true>(n, p, g, m, v, vmax, sc);
+      else adam_update<true, false, false>(n, p, g, m, v, vmax, sc);
+    } else if (l2) {
+      if (amsgrad) adam_update<false, true, true>(n, p, g, m, v, vmax, sc);
+      else adam_update<false, true, false>(n, p, g, m, v, vmax, sc);
+    } else {
+      if (amsgrad) adam_update<false, false, true>(n, p, g, m, v, vmax, sc);
+      else adam_update<false, false, false>(n, p, g, m, v, vmax, sc);
     }
     param.touch();
   }
