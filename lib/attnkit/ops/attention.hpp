@@ -32,7 +32,6 @@
 #include <string_view>
 #include <vector>
 
-#include "attnkit/io/value.hpp"
 #include "attnkit/tensor/tensor.hpp"
 
 namespace attnkit::ops {
@@ -92,10 +91,8 @@ AttentionResult attention_forward(const Tensor& query, const Tensor& keys, const
 AttentionResult attention_forward_naive(const Tensor& query, const Tensor& keys, const Tensor& values,
                                         const AttentionOptions& options);
 
-// Score weights from a bundle (members W, or W_q, W_k, v and optional b); `op` prefixes messages.
-ScoreWeights score_weights_from_bundle(const io::Value& bundle, ScoreKind kind, std::string_view op);
-// Key lengths from a tensor of non-negative integers: [N], or a scalar / [1] for unbatched input.
-std::vector<int64_t> key_lengths_from(const Tensor& lengths, int64_t N, std::string_view op);
+// (Loading score weights from a bundle and key lengths from a tensor lives one floor up:
+// nn/attention_scores.hpp. ops/ loads nothing.)
 
 // Validates `mask` against the problem sizes; `op` and the names in messages: "attention: mask
 // has shape [3, 5], expected [T, S] = [3, 4], [N, T, S] = [2, 3, 4] or [N, NH, T, S] = ...".
