@@ -299,6 +299,67 @@ void sdpa_naive(const SdpaProblem& p, float* scores, float* weights, float* row_
       }
 }
 
+// ---- backward reference: plain loops, double precision ----
+// Recomputes the softmax and the output in double from q, k, v (row_lse is not read, so the
+// reference does not inherit a forward's rounding), then for every (n, h):
+//   forward: e = scale q.k (masked: -inf);  P = softmax(e);  out_t = sum_s P[t, s] v_s
+//   D_t = dout_t . out_t;  dP[t, s] = dout_t . v_s;  dE = P (dP - D)
+//   dv_s += sum_t P[t, s] dout_t;  dq_t += scale sum_s dE[t, s] k_s;  dk_s += scale sum_t dE[t, s] q_t
+// A fully masked row has P = 0, so it contributes nothing (zero gradients, never NaN).
+void sdpa_backward_naive(const SdpaProblem& p, const float* /*row_lse*/, StridedIn dout, const SdpaGrads& grads) {
+  const double ninf = -std::numeric_limits<double>::infinity();
+  auto at = [](const auto& a, int64_t n, int64_t h, int64_t i, int64_t j) -> auto& {
+    return a.data[n * a.batch + h * a.head + i * a.row + j];
+  };
+  std::vector<double> P(static_cast<size_t>(p.T * p.S)), dq(static_cast<size_t>(p.T * p.Dk)),
+      dk(static_cast<size_t>(p.S * p.Dk)), dv(static_cast<size_t>(p.S * p.Dv));
+  for (int64_t n = 0; n < p.N; ++n)
+    for (int64_t h = 0; h < p.NH; ++h) {
+      std::fill(dq.begin(), dq.end(), 0.0), std::fill(dk.begin(), dk.end(), 0.0), std::fill(dv.begin(), dv.end(), 0.0);
+      for (int64_t t = 0; t < p.T; ++t) {
+        double* Pt = &P[static_cast<size_t>(t * p.S)];
+        const int64_t lim = row_limit(p, n, t);
+        const float* mrow = mask_row(p, n, h, t);
+        double mx = ninf;
+        for (int64_t s = 0; s < p.S; ++s) {  // e = scale q.k, masked -inf   [S]
+          double d = 0;
+          for (int64_t j = 0; j < p.Dk; ++j) d += double(at(p.q, n, h, t, j)) * at(p.k, n, h, s, j);
+          Pt[s] = (s >= lim || (mrow && mrow[s] == 0.0f)) ? ninf : d * p.scale;
+          mx = std::max(mx, Pt[s]);
+        }
+        double sum = 0;  // P = softmax(e); a fully masked row stays all zero
+        for (int64_t s = 0; s < p.S; ++s) sum += (Pt[s] = mx == ninf ? 0.0 : std::exp(Pt[s] - mx));
+        if (sum > 0)
+          for (int64_t s = 0; s < p.S; ++s) Pt[s] /= sum;
+        double D = 0;  // D_t = dout_t . out_t, out_t = sum_s P v_s
+        for (int64_t j = 0; j < p.Dv; ++j) {
+          double o = 0;
+          for (int64_t s = 0; s < p.S; ++s) o += Pt[s] * at(p.v, n, h, s, j);
+          D += double(at(dout, n, h, t, j)) * o;
+        }
+        for (int64_t s = 0; s < p.S; ++s) {
+          if (Pt[s] == 0.0) continue;
+          double dP = 0;  // dP[t, s] = dout_t . v_s
+          for (int64_t j = 0; j < p.Dv; ++j) {
+            dP += double(at(dout, n, h, t, j)) * at(p.v, n, h, s, j);
+            dv[static_cast<size_t>(s * p.Dv + j)] += Pt[s] * at(dout, n, h, t, j);  // dv_s += P dout_t
+          }
+          const double dE = Pt[s] * (dP - D) * p.scale;  // dE = P (dP - D), times the score's scale
+          for (int64_t j = 0; j < p.Dk; ++j) {
+            dq[static_cast<size_t>(t * p.Dk + j)] += dE * at(p.k, n, h, s, j);
+            dk[static_cast<size_t>(s * p.Dk + j)] += dE * at(p.q, n, h, t, j);
+          }
+        }
+      }
+      auto add = [&](const StridedOut& g, const std::vector<double>& src, int64_t rows, int64_t cols) {
+        if (!g.data) return;
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < cols; ++j) at(g, n, h, i, j) += static_cast<float>(src[static_cast<size_t>(i * cols + j)]);
+      };
+      add(grads.dq, dq, p.T, p.Dk), add(grads.dk, dk, p.S, p.Dk), add(grads.dv, dv, p.S, p.Dv);
+    }
+}
+
 // ---- attention_forward: the score kinds on [T, D] / [N, T, D] tensors ----
 namespace {
 
