@@ -82,7 +82,7 @@ void project_rows(const Projection& p, const float* x, int64_t rows, int64_t ldx
 
 // Backward of y = x W^T + b (or x W) for dy [rows, out] (row stride ldy): adds into dx [rows, in],
 // dW (W's layout and size) and db [out]; null pointers skip one.
-[[maybe_unused]] void project_rows_backward(const Projection& p, const float* x, int64_t rows, const float* dy, int64_t ldy, float* dx,
+void project_rows_backward(const Projection& p, const float* x, int64_t rows, const float* dy, int64_t ldy, float* dx,
                            float* dW, float* db) {
   if (p.in_out) {
     // y = x W:  dx += dy W^T [rows, in];  dW [in, out] += x^T dy
@@ -593,6 +593,161 @@ MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, 
     cache->context = r.output.reshaped({d.N, d.T, value.dim(-1)});
   }
   return r;
+}
+
+namespace {
+
+void check_grad_buffer(const Tensor* g, const Tensor& x, const char* name, std::string_view op) {
+  if (g)
+    AK_CHECK(g->shape() == x.shape(), "{}: the gradient buffer of {} has shape {}, expected {}", op, name,
+             g->shape_str(), x.shape_str());
+}
+
+// The sdpa backward behind both layers. Until ops' sdpa_backward_tiled lands: the naive kernel.
+void sdpa_backward(const ops::SdpaProblem& p, const float* row_lse, ops::StridedIn dout, const ops::SdpaGrads& g) {
+  ops::sdpa_backward_naive(p, row_lse, dout, g);
+}
+
+ops::StridedOut strided(float* data, int64_t L, int64_t HS, int64_t ld) { return {data, L * ld, HS, ld}; }
+
+void add_into(Tensor& dst, const Tensor& src) {
+  float* d = dst.data();
+  const float* s = src.data();
+  for (int64_t i = 0, n = dst.numel(); i < n; ++i) d[i] += s[i];
+}
+
+}  // namespace
+
+// ---- backward ----
+
+void multihead_attention_backward(MultiheadAttention& m, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const MhaOptions& o, const MhaCache& cache, const Tensor& dY, Tensor* dq, Tensor* dk,
+                                  Tensor* dv, const std::vector<Tensor*>& dparams) {
+  constexpr std::string_view op = "multi-head attention backward";
+  m.check(op);
+  const Dims d = check_inputs(q, k, v, op);
+  check_projection_inputs(m, q, k, v, op);
+  const int64_t NH = m.num_heads, E = m.embed_dim(), Ev = m.value_dim(), Eo = m.output_dim();
+  const int64_t N = d.N, T = d.T, S = d.S, rows = N * T, HS = E / NH, HSv = Ev / NH, P = 2 * E + Ev;
+  const Shape out_shape = d.batched ? Shape{N, T, Eo} : Shape{T, Eo};
+  AK_CHECK(dY.shape() == out_shape, "{}: the output gradient has shape {}, expected the output's shape {}", op,
+           dY.shape_str(), shape_str(out_shape));
+  check_grad_buffer(dq, q, "query", op), check_grad_buffer(dk, k, "key", op), check_grad_buffer(dv, v, "value", op);
+  const bool self = is_self_attention(m, q, k, v);
+  const bool cache_fits = cache.row_lse.numel() == N * NH * T && cache.context.numel() == rows * Ev &&
+                          (self ? cache.Q.numel() == rows * P
+                                : cache.Q.numel() == rows * E && cache.K.numel() == N * S * E && cache.V.numel() == N * S * Ev);
+  AK_CHECK(cache_fits, "{}: the cache (Q {}, K {}, V {}, context {}, row_lse {}) is not from a forward with these inputs",
+           op, cache.Q.shape_str(), cache.K.shape_str(), cache.V.shape_str(), cache.context.shape_str(),
+           cache.row_lse.shape_str());
+  ops::check_mask(o.mask, N, NH, T, S, op);
+
+  // Where each parameter's gradient goes.
+  const std::vector<Parameter*> params = m.named_parameters();
+  AK_CHECK(dparams.empty() || dparams.size() == params.size(), "{}: {} parameter gradients given for {} parameters", op,
+           dparams.size(), params.size());
+  auto grad_of = [&](Parameter& p) -> float* {
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i] != &p) continue;
+      Tensor* g = dparams.empty() ? &p.grad_buffer() : dparams[i];
+      if (!g) return nullptr;
+      AK_CHECK(g->shape() == p.value.shape(), "{}: the gradient of {} has shape {}, expected {}", op, p.name,
+               g->shape_str(), p.value.shape_str());
+      return g->data();
+    }
+    return nullptr;  // absent (an optional bias)
+  };
+  float *gWq = nullptr, *gWk = nullptr, *gWv = nullptr, *gbq = nullptr, *gbk = nullptr, *gbv = nullptr;
+  float *gWo = nullptr, *gbo = nullptr;
+  if (m.form == MhaWeightForm::Documents) {
+    gWq = grad_of(m.W_Q), gWk = grad_of(m.W_K), gWv = grad_of(m.W_V), gWo = grad_of(m.W_O);
+  } else {
+    if (m.form == MhaWeightForm::InProj) {
+      float* g = grad_of(m.in_proj_weight);  // [3E, E]: rows q, k, v
+      if (g) gWq = g, gWk = g + E * E, gWv = g + 2 * E * E;
+    } else {
+      gWq = grad_of(m.q_proj_weight), gWk = grad_of(m.k_proj_weight), gWv = grad_of(m.v_proj_weight);
+    }
+    if (float* g = grad_of(m.in_proj_bias)) gbq = g, gbk = g + E, gbv = g + 2 * E;  // [3E]
+    gWo = grad_of(m.out_proj_weight), gbo = grad_of(m.out_proj_bias);
+  }
+
+  // output = context Wo^T + bo:  dcontext = doutput Wo, dWo += doutput^T context, dbo += sum doutput
+  const Projection po = m.out_projection();
+  Tensor dctx_buf;
+  const float* dctx = dY.data();  // [N*T, Ev]
+  if (!po.empty()) {
+    dctx_buf = Tensor({N, T, Ev});
+    project_rows_backward(po, cache.context.data(), rows, dY.data(), Eo, dctx_buf.data(), gWo, gbo);
+    dctx = dctx_buf.data();
+  }
+
+  // context = concat_h softmax(Q_h K_h^T / sqrt(HS)) V_h:  dQ, dK, dV through the tiled backward
+  const float *Q, *K, *V;
+  int64_t ldq = E, ldk = E, ldv = Ev;
+  Tensor dQKV, dQ_buf, dK_buf, dV_buf;
+  float *dQ, *dK, *dV;
+  if (self) {  // Q | K | V side by side [N*T, P], and their gradients likewise
+    Q = cache.Q.data(), K = Q + E, V = Q + 2 * E;
+    ldq = ldk = ldv = P;
+    dQKV = Tensor({N, T, P});
+    dQ = dQKV.data(), dK = dQ + E, dV = dQ + 2 * E;
+  } else {
+    Q = cache.Q.data(), K = cache.K.data(), V = cache.V.data();
+    dQ_buf = Tensor({N, T, E}), dK_buf = Tensor({N, S, E}), dV_buf = Tensor({N, S, Ev});
+    dQ = dQ_buf.data(), dK = dK_buf.data(), dV = dV_buf.data();
+  }
+  const ops::SdpaProblem p =
+      heads_problem(Q, ldq, K, ldk, V, ldv, d, NH, HS, HSv, o, const_cast<float*>(cache.context.data()));
+  ops::SdpaGrads g;
+  g.dq = strided(dQ, T, HS, ldq), g.dk = strided(dK, S, HS, ldk), g.dv = strided(dV, S, HSv, ldv);
+  sdpa_backward(p, cache.row_lse.data(), ops::StridedIn{dctx, T * Ev, HSv, Ev}, g);
+
+  // Q = q Wq^T + bq, K = k Wk^T + bk, V = v Wv^T + bv (or x W): each projection's backward
+  project_rows_backward(m.q_projection(), q.data(), rows, dQ, ldq, dq ? dq->data() : nullptr, gWq, gbq);
+  project_rows_backward(m.k_projection(), k.data(), N * S, dK, ldk, dk ? dk->data() : nullptr, gWk, gbk);
+  project_rows_backward(m.v_projection(), v.data(), N * S, dV, ldv, dv ? dv->data() : nullptr, gWv, gbv);
+}
+
+void split_heads_attention_backward(const Tensor& query, const Tensor& key, const Tensor& value, int64_t num_heads,
+                                    const MhaOptions& o, const MhaCache& cache, const Tensor& dY, Tensor* dq,
+                                    Tensor* dk, Tensor* dv) {
+  constexpr std::string_view op = "split-heads attention backward";
+  const Dims d = check_inputs(query, key, value, op);
+  check_split(query, key, value, num_heads, op);
+  const int64_t N = d.N, T = d.T, S = d.S, NH = num_heads, Dq = query.dim(-1), Dv = value.dim(-1);
+  const Shape out_shape = d.batched ? Shape{N, T, Dv} : Shape{T, Dv};
+  AK_CHECK(dY.shape() == out_shape, "{}: the output gradient has shape {}, expected the output's shape {}", op,
+           dY.shape_str(), shape_str(out_shape));
+  check_grad_buffer(dq, query, "query", op), check_grad_buffer(dk, key, "key", op),
+      check_grad_buffer(dv, value, "value", op);
+  AK_CHECK(cache.row_lse.numel() == N * NH * T && cache.context.numel() == N * T * Dv,
+           "{}: the cache (context {}, row_lse {}) is not from a forward with these inputs", op,
+           cache.context.shape_str(), cache.row_lse.shape_str());
+  ops::check_mask(o.mask, N, NH, T, S, op);
+  // One input tensor in several roles (self-attention): each role's gradient into its own buffer
+  // (the kernel may run roles in parallel), then added.
+  const bool alias = (dq && (dq == dk || dq == dv)) || (dk && dk == dv);
+  Tensor tq, tk, tv;
+  float* gq = dq ? dq->data() : nullptr;
+  float* gk = dk ? dk->data() : nullptr;
+  float* gv = dv ? dv->data() : nullptr;
+  if (alias) {
+    if (dq) tq = Tensor(query.shape()), gq = tq.data();
+    if (dk) tk = Tensor(key.shape()), gk = tk.data();
+    if (dv) tv = Tensor(value.shape()), gv = tv.data();
+  }
+  const ops::SdpaProblem p = heads_problem(query.data(), Dq, key.data(), Dq, value.data(), Dv, d, NH, Dq / NH, Dv / NH,
+                                           o, const_cast<float*>(cache.context.data()));
+  ops::SdpaGrads g;
+  g.dq = strided(gq, T, Dq / NH, Dq), g.dk = strided(gk, S, Dq / NH, Dq), g.dv = strided(gv, S, Dv / NH, Dv);
+  // context = concat_h softmax(q_h k_h^T / sqrt(HS)) v_h
+  sdpa_backward(p, cache.row_lse.data(), ops::StridedIn{dY.data(), T * Dv, Dv / NH, Dv}, g);
+  if (alias) {
+    if (dq) add_into(*dq, tq);
+    if (dk) add_into(*dk, tk);
+    if (dv) add_into(*dv, tv);
+  }
 }
 
 }  // namespace attnkit::nn

@@ -137,4 +137,20 @@ MhaResult heads_attention_forward(const Tensor& Q, const Tensor& K, const Tensor
 MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                         int64_t num_heads, const MhaOptions& options, MhaCache* cache = nullptr);
 
+// ---- backward ----
+// Gradients of multihead_attention_forward for the upstream gradient doutput (shaped like the
+// output), through ops::sdpa_backward_tiled (O(T) memory: no T x S matrix). `cache` is what the
+// forward with the same module, inputs and options filled. Adds (+=) into dquery, dkey, dvalue
+// (shaped like the inputs; null skips one; they may be one tensor for self-attention) and into
+// the parameter gradients: dparams[i] for named_parameters()[i] (null skips one), or, with
+// dparams empty, into each parameter's grad_buffer(). The returned weights get no gradient.
+void multihead_attention_backward(MultiheadAttention& m, const Tensor& query, const Tensor& key, const Tensor& value,
+                                  const MhaOptions& options, const MhaCache& cache, const Tensor& doutput,
+                                  Tensor* dquery, Tensor* dkey, Tensor* dvalue,
+                                  const std::vector<Tensor*>& dparams = {});
+// Gradients of split_heads_attention_forward (cache from it), added into dquery, dkey, dvalue.
+void split_heads_attention_backward(const Tensor& query, const Tensor& key, const Tensor& value, int64_t num_heads,
+                                    const MhaOptions& options, const MhaCache& cache, const Tensor& doutput,
+                                    Tensor* dquery, Tensor* dkey, Tensor* dvalue);
+
 }  // namespace attnkit::nn
