@@ -313,3 +313,61 @@ TEST_CASE("multi-head backward: bad input names the tensor, its shape and the ex
   CHECK_THROWS_WITH_AS(nn::multihead_attention_backward(m, x, x, x, {}, cache, Tensor({2, 5, 8}), &dx, &dx, &dx),
                        doctest::Contains("NH = 3 heads do not divide the embedding size E = 8"), Error);
 }
+
+TEST_CASE("multi-head and split-heads backward: PyTorch autograd golden gradients (nn.MultiheadAttention)") {
+  const std::string text = test::fixture_text("mha_grad/mha_grad.json");
+  const io::Value all = io::parse_json(text, "mha_grad.json");
+  auto get = [](const io::Value& c, const std::string& name) {
+    const io::Value* v = c.find(name);
+    REQUIRE_MESSAGE((v && v->is_tensor()), "fixture member " << name);
+    return v->tensor();
+  };
+  auto close = [](const Tensor& got, const Tensor& want, const std::string& what) {
+    const Comparison cmp = compare(got, want, Tolerance{1e-4, 2e-5});
+    CHECK_MESSAGE(cmp.close, what << ": max abs error " << cmp.max_abs_error << " at " << shape_str(cmp.max_abs_at));
+  };
+  int cases = 0;
+  for (const std::string& name : all.names()) {
+    CAPTURE(name);
+    const io::Value& c = *all.find(name);
+    ++cases;
+    const int64_t NH = static_cast<int64_t>(get(c, "heads")[0]);
+    nn::MhaOptions o;
+    if (name.find("causal") != std::string::npos) o.mask.causal = ops::CausalKind::UpperLeft;
+    if (name.find("weights") != std::string::npos) o.weights = nn::HeadWeights::Averaged;
+    const io::Value& grad = *c.find("grad");
+    const Tensor dy = get(c, "dy");
+    if (name.rfind("split", 0) == 0) {
+      const Tensor q = get(c, "query"), k = get(c, "key"), v = get(c, "value");
+      nn::MhaCache cache;
+      close(nn::split_heads_attention_forward(q, k, v, NH, o, &cache).output, get(c, "output"), "output");
+      Tensor dq(q.shape()), dk(k.shape()), dv(v.shape());
+      nn::split_heads_attention_backward(q, k, v, NH, o, cache, dy, &dq, &dk, &dv);
+      close(dq, get(grad, "query"), "d query"), close(dk, get(grad, "key"), "d key"), close(dv, get(grad, "value"), "d value");
+      continue;
+    }
+    nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(*c.find("state"), NH);
+    const bool self = c.find("x") != nullptr;
+    const Tensor q = get(c, self ? "x" : "query");
+    const Tensor k = self ? Tensor() : get(c, "key"), v = self ? Tensor() : get(c, "value");
+    const Tensor& kk = self ? q : k;
+    const Tensor& vv = self ? q : v;
+    if (c.find("key_lengths")) o.mask.key_lengths = ops::key_lengths_from(get(c, "key_lengths"), q.dim(0), "test");
+    nn::MhaCache cache;
+    close(nn::multihead_attention_forward(m, q, kk, vv, o, &cache).output, get(c, "output"), "output");
+    Tensor dq(q.shape()), dk(kk.shape()), dv(vv.shape());
+    nn::multihead_attention_backward(m, q, kk, vv, o, cache, dy, &dq, self ? &dq : &dk, self ? &dq : &dv);
+    close(dq, get(grad, self ? "x" : "query"), "d query");
+    if (!self) close(dk, get(grad, "key"), "d key"), close(dv, get(grad, "value"), "d value");
+    for (nn::Parameter* p : m.named_parameters()) close(p->grad, get(grad, p->name), "d " + p->name);
+    CHECK(m.named_parameters().size() >= 3);
+    // through the autograd wrapper: the same
+    nn::MultiheadAttention m2 = nn::MultiheadAttention::from_bundle(*c.find("state"), NH);
+    autograd::Var xq(q, true);
+    autograd::Var xk = self ? xq : autograd::Var(k, true), xv = self ? xq : autograd::Var(v, true);
+    autograd::backward(autograd::multihead_attention(m2, xq, xk, xv, o), &dy);
+    close(xq.grad(), get(grad, self ? "x" : "query"), "autograd d query");
+    for (nn::Parameter* p : m2.named_parameters()) close(p->grad, get(grad, p->name), "autograd d " + p->name);
+  }
+  CHECK(cases == 8);
+}
