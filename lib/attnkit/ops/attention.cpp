@@ -7,14 +7,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <exception>
 #include <limits>
 
 #include <fmt/ranges.h>
 #include <omp.h>
 
+#include "attnkit/ops/matmul.hpp"
 #include "attnkit/ops/softmax.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/threads.hpp"
 
 namespace attnkit::ops {
 namespace {
@@ -25,6 +28,28 @@ using ConstStridedMap = Eigen::Map<const MatrixRM, Eigen::Unaligned, StrideRM>;
 using StridedMap = Eigen::Map<MatrixRM, Eigen::Unaligned, StrideRM>;
 
 TileSizes g_tiles;
+
+// Exceptions inside an OpenMP region would std::terminate: run() keeps the first one (and skips
+// the remaining work), rethrow() raises it after the region.
+class ParallelErrors {
+ public:
+  template <typename F>
+  void run(F&& f) {
+    if (failed_.load(std::memory_order_relaxed)) return;
+    try {
+      f();
+    } catch (...) {
+      if (!failed_.exchange(true)) error_ = std::current_exception();
+    }
+  }
+  void rethrow() {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
+};
 
 // Keys [0, limit) pass the causal and key-length masks for query t of batch element n.
 int64_t row_limit(const SdpaProblem& p, int64_t n, int64_t t) {
@@ -53,6 +78,13 @@ ConstStridedMap in_map(const StridedIn& a, int64_t n, int64_t h, int64_t r0, int
 }
 StridedMap out_map(const StridedOut& a, int64_t n, int64_t h, int64_t r0, int64_t rows, int64_t cols) {
   return StridedMap(a.data + n * a.batch + h * a.head + r0 * a.row, rows, cols, StrideRM(a.row));
+}
+
+// x = exp(x - shift) with masked entries (-inf) exactly 0: Eigen 3.4's vectorised exp(-inf) is
+// 2.9e-39, not 0, which summed over a fully masked row made its weights a mean of the values.
+template <typename Row>
+void masked_exp(Row&& x, float shift) {
+  x = (x == kNegInf).select(0.0f, (x - shift).exp());
 }
 
 // Sets masked entries of a score row (keys s0 .. s0+len) to -inf.
@@ -188,7 +220,9 @@ struct TiledWorker::Impl {
         if (masked) mask_scores(row.data(), s0, bc, limit[r], mask_row(p, n, h, t0 + r));
         const float mt = std::max(m[r], row.maxCoeff());
         alpha[r] = mt == kNegInf ? 1.0f : std::exp(m[r] - mt);
-        row = (row - (mt == kNegInf ? 0.0f : mt)).exp();  // a row masked so far: exp(-inf - 0) = 0
+        if (mt == kNegInf) row.setZero();  // a row masked so far: zero weights
+        else if (masked) masked_exp(row, mt);
+        else row = (row - mt).exp();
         l[r] = alpha[r] * l[r] + row.sum();
         m[r] = mt;
       }
@@ -215,7 +249,7 @@ void TiledWorker::run(int64_t task, float* row_lse) { impl_->run(task, row_lse);
 
 void sdpa_tiled(const SdpaProblem& p, float* row_lse) {
   const int64_t tasks = TiledWorker::tasks(p);
-  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), tasks)));
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), tasks)));
   std::vector<TiledWorker> workers;  // allocated before the team starts: nothing throws inside it
   for (int i = 0; i < team; ++i) workers.emplace_back(p);
   std::atomic<int64_t> next{0};
@@ -232,23 +266,31 @@ void sdpa_full(const SdpaProblem& p, float* scores, float* weights, float* row_l
   const int64_t Br = std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1));
   const int64_t tiles_per_head = (p.T + Br - 1) / Br;
   const int64_t tasks = p.N * p.NH * tiles_per_head;
-#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1)
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), tasks)));
+  // Allocated before the team: each thread's row max and sum [Br].
+  std::vector<float> stats(static_cast<size_t>(team) * 2 * Br);
+  ParallelErrors errors;  // Eigen's product may allocate: an exception is rethrown after the team
+#pragma omp parallel for num_threads(team) schedule(dynamic, 1) if (team > 1)
   for (int64_t task = 0; task < tasks; ++task) {
-    const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
-    const int64_t t0 = (task % tiles_per_head) * Br, br = std::min(Br, p.T - t0);
-    float* wblock = weights + (nh * p.T + t0) * p.S;
-    MapRM W(wblock, br, p.S);
-    W.noalias() = (in_map(p.q, n, h, t0, br, p.Dk) * p.scale) * in_map(p.k, n, h, 0, p.S, p.Dk).transpose();
-    if (p.mask && p.mask->any())
-      for (int64_t r = 0; r < br; ++r)
-        mask_scores(&W(r, 0), 0, p.S, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
-    if (scores) std::copy(wblock, wblock + br * p.S, scores + (nh * p.T + t0) * p.S);
-    std::vector<float> mx(static_cast<size_t>(br)), sum(static_cast<size_t>(br));
-    softmax_rows(wblock, br, p.S, mx.data(), sum.data());
-    if (row_lse)
-      for (int64_t r = 0; r < br; ++r) row_lse[nh * p.T + t0 + r] = sum[r] > 0 ? mx[r] + std::log(sum[r]) : kNegInf;
-    out_map(p.out, n, h, t0, br, p.Dv).noalias() = W * in_map(p.v, n, h, 0, p.S, p.Dv);
+    errors.run([&] {
+      const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
+      const int64_t t0 = (task % tiles_per_head) * Br, br = std::min(Br, p.T - t0);
+      float* wblock = weights + (nh * p.T + t0) * p.S;
+      MapRM W(wblock, br, p.S);
+      W.noalias() = (in_map(p.q, n, h, t0, br, p.Dk) * p.scale) * in_map(p.k, n, h, 0, p.S, p.Dk).transpose();
+      if (p.mask && p.mask->any())
+        for (int64_t r = 0; r < br; ++r)
+          mask_scores(&W(r, 0), 0, p.S, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
+      if (scores) std::copy(wblock, wblock + br * p.S, scores + (nh * p.T + t0) * p.S);
+      float* mx = stats.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * Br;  // [br]
+      float* sum = mx + Br;                                                           // [br]
+      softmax_rows(wblock, br, p.S, mx, sum);
+      if (row_lse)
+        for (int64_t r = 0; r < br; ++r) row_lse[nh * p.T + t0 + r] = sum[r] > 0 ? mx[r] + std::log(sum[r]) : kNegInf;
+      out_map(p.out, n, h, t0, br, p.Dv).noalias() = W * in_map(p.v, n, h, 0, p.S, p.Dv);
+    });
   }
+  errors.rethrow();
 }
 
 // ---- reference: plain loops, double precision ----
@@ -297,6 +339,111 @@ void sdpa_naive(const SdpaProblem& p, float* scores, float* weights, float* row_
         }
         naive_finish(p, n, h, t, e, scores, weights, row_lse);
       }
+}
+
+// ---- backward, FlashAttention-2 style: key tiles own their dK / dV rows ----
+// forward (per head): E = scale Q K^T;  P = exp(E - lse) (masked: 0);  out = P V
+// One task = (n, h, key tile j): for each query tile i that can see tile j,
+//   E_ij = scale Q_i K_j^T, masked;  P_ij = exp(E_ij - lse_i)           [br, bc]
+//   dV_j += P_ij^T dO_i                                                 [bc, Dv]
+//   dP_ij = dO_i V_j^T;  dS_ij = P_ij (dP_ij - D_i), D_i = rowsum(dO_i ⊙ O_i)
+//   dK_j += scale dS_ij^T Q_i                                           [bc, Dk]
+//   dQ_i += scale dS_ij K_j  (into the thread's own partial dQ; summed after the team)
+// Memory: two [Br, Bc] tiles per thread, D [N, NH, T], and one partial dQ [N, NH, T, Dk] per
+// thread beyond the first (O(T), never T x S).
+void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads) {
+  AK_CHECK(row_lse != nullptr, "attention backward: the tiled kernel needs the forward's row log-sum-exp");
+  if (p.N * p.NH * p.T == 0 || p.S == 0) return;
+  const int64_t Br = std::min<int64_t>(g_tiles.query, p.T), Bc = std::min<int64_t>(g_tiles.key, p.S);
+  const int64_t key_tiles = (p.S + Bc - 1) / Bc;
+  const int64_t tasks = p.N * p.NH * key_tiles, rows = p.N * p.NH * p.T;
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), tasks)));
+  const bool masked = p.mask && p.mask->any();
+  const bool want_dq = grads.dq.data != nullptr;
+  // Allocated before the team: nothing inside it allocates.
+  std::vector<float> D(static_cast<size_t>(rows));  // [N, NH, T] D_t = dout_t . out_t
+  std::vector<float> tiles(static_cast<size_t>(team) * 2 * Br * Bc);
+  // Thread 0 adds straight into grads.dq, the others into zeroed partials [N, NH, T, Dk].
+  const int64_t part_size = p.N * p.NH * p.T * p.Dk;
+  std::vector<float> partial(want_dq ? static_cast<size_t>(team - 1) * part_size : 0, 0.0f);
+  ParallelErrors errors;
+#pragma omp parallel num_threads(team) if (team > 1)
+  {
+#pragma omp for schedule(static)
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t nh = row / p.T, n = nh / p.NH, h = nh % p.NH, t = row % p.T;
+      const float* o = p.out.data + n * p.out.batch + h * p.out.head + t * p.out.row;
+      const float* g = dout.data + n * dout.batch + h * dout.head + t * dout.row;
+      float acc = 0;
+      for (int64_t j = 0; j < p.Dv; ++j) acc += o[j] * g[j];
+      D[static_cast<size_t>(row)] = acc;
+    }  // implicit barrier: D is complete
+    const int id = omp_get_thread_num();
+    float* E = tiles.data() + static_cast<size_t>(id) * 2 * Br * Bc;  // [Br, Bc] P
+    float* dP = E + Br * Bc;                                           // [Br, Bc] dP -> dS
+    StridedOut dq = grads.dq;
+    if (id > 0 && want_dq)
+      dq = {partial.data() + static_cast<size_t>(id - 1) * part_size, p.NH * p.T * p.Dk, p.T * p.Dk, p.Dk};
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      errors.run([&] {
+        const int64_t nh = task / key_tiles, n = nh / p.NH, h = nh % p.NH;
+        const int64_t s0 = (task % key_tiles) * Bc, bc = std::min(Bc, p.S - s0);
+        const float* Kj = p.k.data + n * p.k.batch + h * p.k.head + s0 * p.k.row;  // [bc, Dk]
+        const float* Vj = p.v.data + n * p.v.batch + h * p.v.head + s0 * p.v.row;  // [bc, Dv]
+        for (int64_t t0 = 0; t0 < p.T; t0 += Br) {
+          const int64_t br = std::min(Br, p.T - t0);
+          // Limits grow with t: when the tile's last query sees no key of tile j, none does.
+          if (row_limit(p, n, t0 + br - 1) <= s0) continue;
+          const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;   // [br, Dk]
+          const float* dOi = dout.data + n * dout.batch + h * dout.head + t0 * dout.row;  // [br, Dv]
+          // E = scale Q_i K_j^T   [br, bc]
+          gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, E, Bc);
+          for (int64_t r = 0; r < br; ++r) {  // P = exp(E - lse), masked and fully masked rows 0
+            float* e = E + r * Bc;
+            if (masked) mask_scores(e, s0, bc, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
+            const float lse = row_lse[nh * p.T + t0 + r];
+            Eigen::Map<Eigen::ArrayXf> P(e, bc);
+            if (lse == kNegInf) P.setZero();
+            else if (masked) masked_exp(P, lse);
+            else P = (P - lse).exp();
+          }
+          // dV_j += P^T dO_i   [bc, Dv]
+          if (grads.dv.data)
+            gemm(Trans::Yes, Trans::No, bc, p.Dv, br, 1.0f, E, Bc, dOi, dout.row, 1.0f,
+                 grads.dv.data + n * grads.dv.batch + h * grads.dv.head + s0 * grads.dv.row, grads.dv.row);
+          if (!want_dq && !grads.dk.data) continue;
+          // dP = dO_i V_j^T   [br, bc];  dS = P (dP - D)
+          gemm(Trans::No, Trans::Yes, br, bc, p.Dv, 1.0f, dOi, dout.row, Vj, p.v.row, 0.0f, dP, Bc);
+          for (int64_t r = 0; r < br; ++r) {
+            Eigen::Map<Eigen::ArrayXf> dS(dP + r * Bc, bc);
+            dS = Eigen::Map<const Eigen::ArrayXf>(E + r * Bc, bc) * (dS - D[static_cast<size_t>(nh * p.T + t0 + r)]);
+          }
+          // dK_j += scale dS^T Q_i   [bc, Dk]
+          if (grads.dk.data)
+            gemm(Trans::Yes, Trans::No, bc, p.Dk, br, p.scale, dP, Bc, Qi, p.q.row, 1.0f,
+                 grads.dk.data + n * grads.dk.batch + h * grads.dk.head + s0 * grads.dk.row, grads.dk.row);
+          // dQ_i += scale dS K_j   [br, Dk]
+          if (want_dq)
+            gemm(Trans::No, Trans::No, br, p.Dk, bc, p.scale, dP, Bc, Kj, p.k.row, 1.0f,
+                 dq.data + n * dq.batch + h * dq.head + t0 * dq.row, dq.row);
+        }
+      });
+    }
+    // implicit barrier: every partial dQ is complete
+    if (want_dq && team > 1) {
+#pragma omp for schedule(static)
+      for (int64_t row = 0; row < rows; ++row) {
+        const int64_t nh = row / p.T, n = nh / p.NH, h = nh % p.NH, t = row % p.T;
+        float* g = grads.dq.data + n * grads.dq.batch + h * grads.dq.head + t * grads.dq.row;
+        for (int th = 0; th + 1 < team; ++th) {
+          const float* src = partial.data() + static_cast<size_t>(th) * part_size + row * p.Dk;
+          for (int64_t j = 0; j < p.Dk; ++j) g[j] += src[j];
+        }
+      }
+    }
+  }
+  errors.rethrow();
 }
 
 // ---- backward reference: plain loops, double precision ----
@@ -456,10 +603,14 @@ AttentionResult additive_forward(const Tensor& q, const Tensor& k, const Tensor&
   const bool keep = o.keep == KeepWeights::Yes;
   if (keep) r.scores = Tensor({d.N, d.T, d.S}), r.weights = Tensor({d.N, d.T, d.S});
   SdpaProblem p = make_problem(d, q.data(), d.Dq, k.data(), v.data(), r.context.data(), o.mask, 1.0f);
-#pragma omp parallel if (d.N * d.T > 1)
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), d.N * d.T)));
+  // Allocated before the team: each thread's M [S, A] and e [S].
+  std::vector<MatrixRM> Ms(static_cast<size_t>(team), MatrixRM(d.S, A));
+  std::vector<Eigen::VectorXf> es(static_cast<size_t>(team), Eigen::VectorXf(d.S));
+#pragma omp parallel num_threads(team) if (team > 1)
   {
-    MatrixRM M(d.S, A);
-    Eigen::VectorXf e(d.S);
+    MatrixRM& M = Ms[static_cast<size_t>(omp_get_thread_num())];
+    Eigen::VectorXf& e = es[static_cast<size_t>(omp_get_thread_num())];
 #pragma omp for schedule(static)
     for (int64_t nt = 0; nt < d.N * d.T; ++nt) {
       const int64_t n = nt / d.T, t = nt % d.T;
@@ -564,6 +715,198 @@ AttentionResult attention_forward_naive(const Tensor& query, const Tensor& keys,
       naive_finish(p, n, 0, t, e, r.scores.data(), r.weights.data(), r.row_logsumexp.data());
     }
   return shaped(std::move(r), d);
+}
+
+
+// ---- attention_backward: the score kinds on [T, D] / [N, T, D] tensors ----
+namespace {
+
+// The strided core's gradients from the forward's weights W [N, NH, T, S] (KeepWeights::Yes),
+// with the problem's contiguous layout (make_problem): per batch element n,
+//   forward: out = W V;  W = softmax(E);  E = scale Q K^T
+//   dV += W^T dout;  dW = dout V^T;  dE = W (dW - D), D_t = dout_t . out_t;
+//   dQ += scale dE K;  dK += scale dE^T Q
+void sdpa_backward_from_weights(const SdpaProblem& p, const float* weights, StridedIn dout, const SdpaGrads& g) {
+  std::vector<float> dE(static_cast<size_t>(p.T * p.S));  // [T, S], one batch element at a time
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), p.T)));
+  for (int64_t n = 0; n < p.N; ++n) {
+    const float* W = weights + n * p.T * p.S;  // [T, S]
+    const float* Q = p.q.data + n * p.q.batch;
+    const float* K = p.k.data + n * p.k.batch;
+    const float* V = p.v.data + n * p.v.batch;
+    const float* dO = dout.data + n * dout.batch;
+    const float* O = p.out.data + n * p.out.batch;
+    // dV += W^T dout   [S, Dv]
+    if (g.dv.data) gemm(Trans::Yes, Trans::No, p.S, p.Dv, p.T, 1.0f, W, p.S, dO, dout.row, 1.0f, g.dv.data + n * g.dv.batch, g.dv.row);
+    if (!g.dq.data && !g.dk.data) continue;
+    // dW = dout V^T   [T, S]
+    gemm(Trans::No, Trans::Yes, p.T, p.S, p.Dv, 1.0f, dO, dout.row, V, p.v.row, 0.0f, dE.data(), p.S);
+    // dE = W (dW - D)
+#pragma omp parallel for num_threads(team) schedule(static) if (team > 1 && p.T * p.S > 4096)
+    for (int64_t t = 0; t < p.T; ++t) {
+      float D = 0;
+      for (int64_t j = 0; j < p.Dv; ++j) D += dO[t * dout.row + j] * O[t * p.out.row + j];
+      for (int64_t s = 0; s < p.S; ++s) dE[t * p.S + s] = W[t * p.S + s] * (dE[t * p.S + s] - D);
+    }
+    // dQ += scale dE K   [T, Dk];  dK += scale dE^T Q   [S, Dk]
+    if (g.dq.data)
+      gemm(Trans::No, Trans::No, p.T, p.Dk, p.S, p.scale, dE.data(), p.S, K, p.k.row, 1.0f, g.dq.data + n * g.dq.batch, g.dq.row);
+    if (g.dk.data)
+      gemm(Trans::Yes, Trans::No, p.S, p.Dk, p.T, p.scale, dE.data(), p.S, Q, p.q.row, 1.0f, g.dk.data + n * g.dk.batch, g.dk.row);
+  }
+}
+
+// Bahdanau: forward e[t, s] = v . tanh(Qp[t] + Kp[s]), Qp = q W_q [N*T, A], Kp = k W_k + b [N*S, A].
+// Row by row (never more than [S, A] per thread), with Z = tanh(Qp[t] + Kp[n]) [S, A]:
+//   P = weights row, or exp(e - lse);  dP = V dc_t [S];  dE = P (dP - D_t)
+//   dvalues[s] += P[s] dc_t;  dv += Z^T dE;  G = (1 - Z^2) ⊙ (dE v^T) [S, A];  dQp[t] = colsum G;  dKp[n] += G
+// then dq = dQp W_q^T, dW_q = q^T dQp, dk = dKp W_k^T, dW_k = k^T dKp, db = colsum dKp.
+// dKp, dvalues and dv are shared across rows: each thread sums into its own, reduced after.
+void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, const AttentionOptions& o, const Dims& d,
+                       const AttentionResult& fwd, const Tensor& dc, AttentionGrads& g) {
+  const ScoreWeights& w = o.weights;
+  const int64_t A = w.W_q.dim(1), NT = d.N * d.T, NS = d.N * d.S;
+  Tensor Qp({NT, A}), Kp({NS, A});
+  gemm(Trans::No, Trans::No, NT, A, d.Dq, 1.0f, q.data(), d.Dq, w.W_q.data(), A, 0.0f, Qp.data(), A);  // [N*T, A]
+  gemm(Trans::No, Trans::No, NS, A, d.Dk, 1.0f, k.data(), d.Dk, w.W_k.data(), A, 0.0f, Kp.data(), A);  // [N*S, A]
+  if (!w.b.empty()) as_matrix(Kp).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(w.b.data(), A);  // [N*S, A]
+  const bool keep = !fwd.weights.empty();
+  SdpaProblem p = make_problem(d, q.data(), d.Dq, k.data(), values.data(), nullptr, o.mask, 1.0f);
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), NT)));
+  // Allocated before the team. Per thread: Z [S, A], e / dE [S], dP [S]; partial dKp [N*S, A],
+  // dvalues [N*S, Dv], dv [A] (zeroed).
+  std::vector<MatrixRM> Zs(static_cast<size_t>(team), MatrixRM(d.S, A));
+  std::vector<Eigen::ArrayXf> es(static_cast<size_t>(team), Eigen::ArrayXf(d.S)), dps(es);
+  const int64_t part = NS * A + NS * d.Dv + A;
+  std::vector<float> parts(static_cast<size_t>(team * part), 0.0f);
+  Tensor dQp({NT, A});
+  const Eigen::Map<const Eigen::VectorXf> vv(w.v.data(), A);
+  ParallelErrors errors;
+#pragma omp parallel num_threads(team) if (team > 1)
+  {
+    const int id = omp_get_thread_num();
+    MatrixRM& Z = Zs[static_cast<size_t>(id)];
+    Eigen::ArrayXf& e = es[static_cast<size_t>(id)];
+    Eigen::ArrayXf& dP = dps[static_cast<size_t>(id)];
+    float* dKp = parts.data() + id * part;  // [N*S, A]
+    float* dval = dKp + NS * A;             // [N*S, Dv]
+    float* dv = dval + NS * d.Dv;           // [A]
+#pragma omp for schedule(static)
+    for (int64_t nt = 0; nt < NT; ++nt) {
+      errors.run([&] {
+        const int64_t n = nt / d.T, t = nt % d.T;
+        // Z = tanh(Qp[t] + Kp[n])   [S, A]
+        Z = as_matrix(Kp.data() + n * d.S * A, d.S, A);
+        Z.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(Qp.data() + nt * A, A);
+        Z.array() = Z.array().tanh();
+        // P: the forward's weights row, or exp(e - lse) with e = Z v masked   [S]
+        if (keep) {
+          e = Eigen::Map<const Eigen::ArrayXf>(fwd.weights.data() + nt * d.S, d.S);
+        } else {
+          const float lse = fwd.row_logsumexp[nt];
+          if (lse == kNegInf) {
+            e.setZero();
+          } else {
+            e.matrix().noalias() = Z * vv;
+            mask_scores(e.data(), 0, d.S, row_limit(p, n, t), mask_row(p, n, 0, t));
+            masked_exp(e, lse);
+          }
+        }
+        const float* dct = dc.data() + nt * d.Dv;
+        // dvalues[n] += P dc_t^T   [S, Dv]
+        gemm(Trans::Yes, Trans::No, d.S, d.Dv, 1, 1.0f, e.data(), d.S, dct, d.Dv, 1.0f, dval + n * d.S * d.Dv, d.Dv,
+             GemmThreads::This);
+        // dP = V[n] dc_t   [S];  dE = P (dP - D_t), D_t = dc_t . c_t
+        gemm(Trans::No, Trans::No, d.S, 1, d.Dv, 1.0f, values.data() + n * d.S * d.Dv, d.Dv, dct, 1, 0.0f, dP.data(), 1,
+             GemmThreads::This);
+        float D = 0;
+        for (int64_t j = 0; j < d.Dv; ++j) D += dct[j] * fwd.context[nt * d.Dv + j];
+        e = e * (dP - D);  // e now holds dE
+        // dv += Z^T dE   [A]
+        gemm(Trans::Yes, Trans::No, A, 1, d.S, 1.0f, Z.data(), A, e.data(), 1, 1.0f, dv, 1, GemmThreads::This);
+        // G = (1 - Z^2) ⊙ (dE v^T)   [S, A]
+        Z.array() = 1.0f - Z.array().square();
+        Z.array().colwise() *= e;
+        Z.array().rowwise() *= vv.transpose().array();
+        Eigen::Map<Eigen::RowVectorXf>(dQp.data() + nt * A, A) = Z.colwise().sum();      // dQp[t] = colsum G
+        as_matrix(dKp + n * d.S * A, d.S, A) += Z;                       // dKp[n] += G
+      });
+    }
+  }
+  errors.rethrow();
+  // reduce the partials into thread 0's
+  for (int th = 1; th < team; ++th)
+    for (int64_t i = 0; i < part; ++i) parts[static_cast<size_t>(i)] += parts[static_cast<size_t>(th * part + i)];
+  const float* dKp = parts.data();
+  const float* dval = dKp + NS * A;
+  const float* dv = dval + NS * d.Dv;
+  for (int64_t i = 0; i < NS * d.Dv; ++i) g.values[i] += dval[i];
+  // Qp = q W_q:  dq += dQp W_q^T [N*T, Dq];  dW_q = q^T dQp [Dq, A]
+  gemm(Trans::No, Trans::Yes, NT, d.Dq, A, 1.0f, dQp.data(), A, w.W_q.data(), A, 1.0f, g.query.data(), d.Dq);
+  gemm(Trans::Yes, Trans::No, d.Dq, A, NT, 1.0f, q.data(), d.Dq, dQp.data(), A, 0.0f, g.weights.W_q.data(), A);
+  // Kp = k W_k + b:  dk += dKp W_k^T [N*S, Dk];  dW_k = k^T dKp [Dk, A];  db = colsum dKp [A]
+  gemm(Trans::No, Trans::Yes, NS, d.Dk, A, 1.0f, dKp, A, w.W_k.data(), A, 1.0f, g.keys.data(), d.Dk);
+  gemm(Trans::Yes, Trans::No, d.Dk, A, NS, 1.0f, k.data(), d.Dk, dKp, A, 0.0f, g.weights.W_k.data(), A);
+  std::copy(dv, dv + A, g.weights.v.data());
+  if (!w.b.empty()) Eigen::Map<Eigen::RowVectorXf>(g.weights.b.data(), A) = as_matrix(dKp, NS, A).colwise().sum();
+}
+
+}  // namespace
+
+AttentionGrads attention_backward(const Tensor& query, const Tensor& keys, const Tensor& values,
+                                  const AttentionOptions& options, const AttentionResult& forward,
+                                  const Tensor& dcontext) {
+  const Dims d = check_inputs(query, keys, values, options);
+  const Shape cshape = d.batched ? Shape{d.N, d.T, d.Dv} : Shape{d.T, d.Dv};
+  AK_CHECK(forward.context.shape() == cshape, "attention backward: the forward's context has shape {}, expected {}",
+           forward.context.shape_str(), shape_str(cshape));
+  AK_CHECK(dcontext.shape() == cshape, "attention backward: the context gradient has shape {}, expected {} like the context",
+           dcontext.shape_str(), shape_str(cshape));
+  AK_CHECK(forward.row_logsumexp.numel() == d.N * d.T,
+           "attention backward: the forward's row log-sum-exp has shape {}, expected [N, T] = [{}, {}]",
+           forward.row_logsumexp.shape_str(), d.N, d.T);
+  const bool keep = !forward.weights.empty();
+  AK_CHECK(!keep || forward.weights.numel() == d.N * d.T * d.S,
+           "attention backward: the forward's weights have shape {}, expected [N, T, S] = [{}, {}, {}]",
+           forward.weights.shape_str(), d.N, d.T, d.S);
+  AttentionGrads g;
+  g.query = Tensor(query.shape()), g.keys = Tensor(keys.shape()), g.values = Tensor(values.shape());
+  const ScoreWeights& w = options.weights;
+  if (options.score == ScoreKind::General) g.weights.W = Tensor(w.W.shape());
+  if (options.score == ScoreKind::Additive) {
+    g.weights.W_q = Tensor(w.W_q.shape()), g.weights.W_k = Tensor(w.W_k.shape()), g.weights.v = Tensor(w.v.shape());
+    if (!w.b.empty()) g.weights.b = Tensor(w.b.shape());
+  }
+  if (d.N * d.T == 0 || d.S == 0) return g;  // nothing attended: every gradient is zero
+  if (options.score == ScoreKind::Additive) {
+    additive_backward(query, keys, values, options, d, forward, dcontext, g);
+    return g;
+  }
+  // general: q' = q W [N*T, Dk], then the dot score on q'; its gradient dq' is mapped back below.
+  Tensor projected, dprojected;
+  const float* q = query.data();
+  float* dq = g.query.data();
+  if (options.score == ScoreKind::General) {
+    projected = Tensor({d.N, d.T, d.Dk}), dprojected = Tensor({d.N, d.T, d.Dk});
+    gemm(Trans::No, Trans::No, d.N * d.T, d.Dk, d.Dq, 1.0f, q, d.Dq, w.W.data(), d.Dk, 0.0f, projected.data(), d.Dk);
+    q = projected.data(), dq = dprojected.data();
+  }
+  const float scale = options.score == ScoreKind::ScaledDot ? 1.0f / std::sqrt(static_cast<float>(d.Dk)) : 1.0f;
+  // The backward only reads p.out (the forward's context).
+  SdpaProblem p = make_problem(d, q, d.Dk, keys.data(), values.data(), const_cast<float*>(forward.context.data()),
+                               options.mask, scale);
+  const StridedIn dout{dcontext.data(), d.T * d.Dv, 0, d.Dv};
+  const SdpaGrads grads{{dq, d.T * d.Dk, 0, d.Dk}, {g.keys.data(), d.S * d.Dk, 0, d.Dk}, {g.values.data(), d.S * d.Dv, 0, d.Dv}};
+  if (keep) sdpa_backward_from_weights(p, forward.weights.data(), dout, grads);
+  else sdpa_backward_tiled(p, forward.row_logsumexp.data(), dout, grads);
+  if (options.score == ScoreKind::General) {
+    // q' = q W:  dq += dq' W^T [N*T, Dq];  dW = q^T dq' [Dq, Dk]
+    gemm(Trans::No, Trans::Yes, d.N * d.T, d.Dq, d.Dk, 1.0f, dprojected.data(), d.Dk, w.W.data(), d.Dk, 1.0f,
+         g.query.data(), d.Dq);
+    gemm(Trans::Yes, Trans::No, d.Dq, d.Dk, d.N * d.T, 1.0f, query.data(), d.Dq, dprojected.data(), d.Dk, 0.0f,
+         g.weights.W.data(), d.Dk);
+  }
+  return g;
 }
 
 }  // namespace attnkit::ops

@@ -29,7 +29,7 @@ void softmax_rows(float* x, int64_t rows, int64_t cols, float* row_max, float* r
     if (m == kNegInf) {
       row.setZero();  // every entry masked: zero weights, not 0/0
     } else {
-      row = (row - m).exp();  // vectorised exp, every value in (0, 1]
+      row = (row == kNegInf).select(0.0f, (row - m).exp());  // in [0, 1]; masked exactly 0 (Eigen's exp(-inf) is not)
       l = row.sum();
       row *= 1.0f / l;
     }
