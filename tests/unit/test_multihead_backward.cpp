@@ -163,7 +163,14 @@ TEST_CASE("multi-head attention backward: finite differences of a double referen
                               {"W_V", rand_normal({E, 4}, rng, 0, 0.4f)},
                               {"W_O", rand_normal({4, 5}, rng, 0, 0.4f)}}),
                    E, E, true});
+  struct TileGuard {
+    ops::TileSizes saved = ops::tile_sizes();
+    explicit TileGuard(ops::TileSizes s) { ops::set_tile_sizes(s); }
+    ~TileGuard() { ops::set_tile_sizes(saved); }
+  };
+  for (ops::TileSizes tiles : {ops::tile_sizes(), ops::TileSizes{3, 2}})  // one tile, and ragged tiles
   for (Form& f : forms) {
+    TileGuard guard(tiles);
     const int64_t Sf = f.self ? T : S;  // self-attention: keys = queries
     for (const MaskCase& mc : mask_cases(T, Sf, rng)) {
       for (auto hw : {nn::HeadWeights::None, nn::HeadWeights::Averaged}) {

@@ -603,9 +603,10 @@ void check_grad_buffer(const Tensor* g, const Tensor& x, const char* name, std::
              g->shape_str(), x.shape_str());
 }
 
-// The sdpa backward behind both layers. Until ops' sdpa_backward_tiled lands: the naive kernel.
+// The sdpa backward behind both layers: tiled (recomputes the weights tile by tile from row_lse,
+// never a T x S matrix: O(T) memory), whatever forward kernel ran.
 void sdpa_backward(const ops::SdpaProblem& p, const float* row_lse, ops::StridedIn dout, const ops::SdpaGrads& g) {
-  ops::sdpa_backward_naive(p, row_lse, dout, g);
+  ops::sdpa_backward_tiled(p, row_lse, dout, g);
 }
 
 ops::StridedOut strided(float* data, int64_t L, int64_t HS, int64_t ld) { return {data, L * ld, HS, ld}; }
