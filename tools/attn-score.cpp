@@ -61,8 +61,9 @@ int main(int argc, char** argv) {
   app.add_flag("--need-weights", need_weights, "Multi-head: add \"weights\" averaged over heads [.., T, S]");
   app.add_flag("--per-head", per_head, "Multi-head: add \"weights\" per head [.., NH, T, S]");
   app.add_option("--grad-output", grad_output,
-                 "Backward pass: d loss / d output (multi-head; shaped like \"output\"), or a bundle with that member; "
-                 "adds \"grad\": the inputs' (query, keys, values, or self) and the weights' gradients, named like the weights")
+                 "Backward pass: d loss / d output (shaped like \"output\", or \"context\" in the score form), or a bundle "
+                 "with that member; adds \"grad\": the inputs' (query, keys, values, or self) and the weights' gradients, "
+                 "named like the weights")
       ->type_name("REF");
   app.add_option("--heatmap", heatmap, "Also write the weights as an SVG heatmap to FILE.svg")->type_name("FILE.svg");
   app.add_option("--query-labels", query_labels, "Heatmap row labels (comma-separated or several words)")->delimiter(',')->type_name("LABEL");
@@ -89,8 +90,6 @@ int main(int argc, char** argv) {
       throw UsageError("--weights is for the general and additive scores, or the multi-head forms (--heads NH)");
     if ((!query_labels.empty() || !key_labels.empty()) && heatmap.empty())
       throw UsageError("--query-labels and --key-labels label the --heatmap; give --heatmap FILE.svg");
-    if (!grad_output.empty() && !multi)
-      throw UsageError("--grad-output needs a multi-head form (--heads NH): the score form's backward is not in this build");
     set_num_threads(threads);
 
     io::Sources sources(in.read_options());
@@ -194,10 +193,26 @@ int main(int argc, char** argv) {
         }
         o.mask = std::move(spec);
         ops::AttentionResult r = ops::attention_forward(q, k, v, o);
+        io::Value grad = io::Value::bundle();
+        if (!grad_output.empty()) {
+          const Tensor dy = output_gradient(r.context, "context");
+          ops::AttentionGrads g = ops::attention_backward(q, k, v, o, r, dy);
+          grad.set("query", std::move(g.query));
+          if (values.empty()) {  // the keys are the values too: the sum over both roles
+            for (int64_t i = 0; i < g.keys.numel(); ++i) g.keys[i] += g.values[i];
+            grad.set("keys", std::move(g.keys));
+          } else {
+            grad.set("keys", std::move(g.keys)).set("values", std::move(g.values));
+          }
+          for (auto [name, t] : {std::pair<const char*, Tensor*>{"W", &g.weights.W}, {"W_q", &g.weights.W_q},
+                                 {"W_k", &g.weights.W_k}, {"v", &g.weights.v}, {"b", &g.weights.b}})
+            if (!t->empty()) grad.set(name, std::move(*t));
+        }
         shown_weights = r.weights;
         result.set("scores", std::move(r.scores));
         result.set("weights", std::move(r.weights));
         result.set("context", std::move(r.context));
+        if (!grad_output.empty()) result.set("grad", std::move(grad));
       }
       return result;
     });

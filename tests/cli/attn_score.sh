@@ -143,7 +143,25 @@ expect_error 1 "output gradient (dy_nan.json): tensor of shape [5, 8] has NaN at
   attn-score --self xs.json --heads 2 --weights "$gx#self_in_proj/state" --grad-output dy_nan.json
 expect_error 1 "dy_bad.json: the gradient bundle has no member output (has: context)" \
   bash -c 'tensor pack context=dy_bad.json > dyc.json && mv dyc.json dy_bad.json && attn-score --self xs.json --split-heads --heads 2 --grad-output dy_bad.json'
-expect_error 2 "--grad-output needs a multi-head form" attn-score --query s0.json --keys h.json --grad-output s0.json
+# the score form: the documents' example (dot score, values = keys) against central differences of
+# the same loss computed in double precision by hand (python, eps 1e-6), rounded to 6 digits
+echo '[[0.5, -1, 2]]' > dc.json
+attn-score --query s0.json --keys h.json --score dot --grad-output dc.json > gd.json
+echo '[[0.007448, -0.011454, 0.302366]]' > want_q.json
+echo '[[-0.043426, -0.196612, 0.251492], [-0.12447, -0.072329, -0.015975], [0.251492, -0.196612, 0.54641], [0.416403, -0.534447, 1.218073]]' > want_k.json
+tensor diff gd.json#grad/query want_q.json --atol 2e-6 -q || fail "dot-score grad of the query"
+tensor diff gd.json#grad/keys want_k.json --atol 2e-6 -q || fail "dot-score grad of the keys (keys and values roles summed)"
+tensor pack context=dc.json > dcb.json
+attn-score --query s0.json --keys h.json --score dot --grad-output dcb.json > gd2.json
+tensor diff gd.json gd2.json -q || fail "score-form DY from a bundle's context"
+tensor randn --shape 3,5 --seed 1 > awq.json && tensor randn --shape 3,5 --seed 2 > awk.json && tensor randn --shape 5 --seed 3 > av.json
+tensor pack W_q=awq.json W_k=awk.json v=av.json > aw.json
+attn-score --query s0.json --keys h.json --values h.json --score additive --weights aw.json --grad-output dc.json > ga.json
+for m in "query:1, 3" "keys:4, 3" "values:4, 3" "W_q:3, 5" "W_k:3, 5" "v:5"; do
+  tensor show "ga.json#grad/${m%%:*}" | grep -qF "shape=[${m##*:}]" || fail "additive grad ${m%%:*}: $(tensor show "ga.json#grad/${m%%:*}" 2>&1 | head -1)"
+done
+expect_error 1 "output gradient (dy_bad.json#context): has shape [2, 5, 7], expected context's shape [1, 3]" \
+  attn-score --query s0.json --keys h.json --score dot --grad-output dy_bad.json
 
 attn-score --help | grep -q "1 = attend" || fail "--help states the mask polarity"
 attn-score --version | grep -q attnkit || fail "--version"
