@@ -1,7 +1,12 @@
 // attention_bench: times attnkit's self-attention (nn::multihead_attention_forward, weights not
 // requested: the tiled kernel) on random data and reports the peak resident memory.
-// Driven by bench/attention_vs_torch.py, which interleaves it with PyTorch; usable alone:
+// Driven by bench/attention_vs_torch.py and bench/attention_train_vs_torch.py, which interleave it
+// with PyTorch; usable alone:
 //   build/bench/attention_bench --T 4096 --E 512 --heads 8 --threads 2 --reps 3
+//   --ops        the op-by-op path (nn::multihead_attention_forward_ops) instead of the fused one
+//   --backward   forward (keeping the cache) + nn::multihead_attention_backward for d out.sum()
+//                (dY = 1; gradients of the input and every weight), timed together
+//   --sgemm-peak only time ops::gemm [1024 x 1024] x [1024 x 1024] (the GFLOP/s ceiling)
 // Prints one JSON line: {"T":..,"E":..,"heads":..,"threads":..,"times_s":[..],"best_s":..,"peak_rss_mb":..}
 #include <sys/resource.h>
 
@@ -14,6 +19,7 @@
 #include <vector>
 
 #include "attnkit/nn/attention.hpp"
+#include "attnkit/ops/matmul.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/threads.hpp"
 
@@ -21,7 +27,7 @@ using namespace attnkit;
 
 int main(int argc, char** argv) {
   int64_t N = 1, T = 1024, E = 512, NH = 8, threads = 2, reps = 3, tq = 0, tk = 0;
-  bool causal = false, weights = false;
+  bool causal = false, weights = false, by_ops = false, backward = false, sgemm = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::atoll(argv[++i]) : 0LL; };
@@ -35,22 +41,39 @@ int main(int argc, char** argv) {
     else if (a == "--tile-k") tk = next();
     else if (a == "--causal") causal = true;
     else if (a == "--need-weights") weights = true;
+    else if (a == "--ops") by_ops = true;
+    else if (a == "--backward") backward = true;
+    else if (a == "--sgemm-peak") sgemm = true;
     else {
       std::fprintf(stderr, "usage: attention_bench [--N 1] [--T 1024] [--E 512] [--heads 8] [--threads 2] [--reps 3] "
-                           "[--causal] [--need-weights] [--tile-q Q --tile-k K]\n");
+                           "[--causal] [--need-weights] [--ops] [--backward] [--sgemm-peak] [--tile-q Q --tile-k K]\n");
       return 2;
     }
   }
   set_num_threads(static_cast<int>(threads));
   if (tq > 0 && tk > 0) ops::set_tile_sizes({tq, tk});
   Rng rng(1);
+  if (sgemm) {
+    const int64_t M = 1024;
+    const Tensor A = rand_normal({M, M}, rng), B = rand_normal({M, M}, rng);
+    Tensor C({M, M});
+    double best = 1e30;
+    for (int64_t r = 0; r < std::max<int64_t>(reps, 3); ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      ops::gemm(ops::Trans::No, ops::Trans::No, M, M, M, 1.0f, A.data(), M, B.data(), M, 0.0f, C.data(), M);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::printf("{\"sgemm_M\":%lld,\"threads\":%lld,\"best_s\":%.6f,\"gflops\":%.1f}\n", (long long)M,
+                (long long)threads, best, 2.0 * M * M * M / best / 1e9);
+    return 0;
+  }
   const float s = 1.0f / std::sqrt(static_cast<float>(E));
   io::Value w = io::Value::bundle();
   w.set("in_proj_weight", rand_uniform({3 * E, E}, rng, -s, s));
   w.set("in_proj_bias", Tensor({3 * E}));
   w.set("out_proj.weight", rand_uniform({E, E}, rng, -s, s));
   w.set("out_proj.bias", Tensor({E}));
-  const nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, NH);
+  nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, NH);
   const Tensor x = rand_normal({N, T, E}, rng);
   nn::MhaOptions o;
   if (causal) o.mask.causal = ops::CausalKind::UpperLeft;
@@ -59,7 +82,18 @@ int main(int argc, char** argv) {
   double checksum = 0;
   for (int64_t r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    nn::MhaResult y = nn::multihead_attention_forward(m, x, x, x, o);
+    if (backward) {
+      nn::MhaCache cache;
+      nn::MhaResult y = nn::multihead_attention_forward(m, x, x, x, o, &cache);
+      const Tensor dy = Tensor::filled(y.output.shape(), 1.0f);  // d out.sum() / d out
+      Tensor dx(x.shape());
+      m.zero_grad();
+      nn::multihead_attention_backward(m, x, x, x, o, cache, dy, &dx, &dx, &dx);
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      checksum = dx[0] + m.in_proj_weight.grad[0];
+      continue;
+    }
+    nn::MhaResult y = by_ops ? nn::multihead_attention_forward_ops(m, x, x, x, o) : nn::multihead_attention_forward(m, x, x, x, o);
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     checksum = y.output[0] + y.output[y.output.numel() - 1];
   }
@@ -67,9 +101,9 @@ int main(int argc, char** argv) {
   getrusage(RUSAGE_SELF, &ru);
   std::string ts;
   for (double t : times) ts += (ts.empty() ? "" : ",") + std::to_string(t);
-  std::printf("{\"N\":%lld,\"T\":%lld,\"E\":%lld,\"heads\":%lld,\"threads\":%lld,\"causal\":%s,\"times_s\":[%s],"
+  std::printf("{\"N\":%lld,\"T\":%lld,\"E\":%lld,\"heads\":%lld,\"threads\":%lld,\"causal\":%s,\"path\":\"%s\",\"times_s\":[%s],"
               "\"best_s\":%.6f,\"peak_rss_mb\":%.1f,\"checksum\":%g}\n",
               (long long)N, (long long)T, (long long)E, (long long)NH, (long long)threads, causal ? "true" : "false",
-              ts.c_str(), *std::min_element(times.begin(), times.end()), ru.ru_maxrss / 1024.0, checksum);
+              backward ? "forward+backward" : by_ops ? "ops" : "fused", ts.c_str(), *std::min_element(times.begin(), times.end()), ru.ru_maxrss / 1024.0, checksum);
   return 0;
 }

@@ -2,6 +2,8 @@
 // attention with PyTorch nn.MultiheadAttention weights. Manual: docs/attn-score.md.
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "attnkit/io/svg_heatmap.hpp"
 #include "attnkit/nn/attention.hpp"
 #include "attnkit/nn/attention_scores.hpp"
@@ -28,12 +30,14 @@ int main(int argc, char** argv) {
       "  tensor pack in_proj_weight=w_in.json out_proj.weight=w_out.json > mha.json\n"
       "  tensor randn --shape 5,8 --seed 3 > x.json\n"
       "  attn-score --self x.json --heads 2 --weights mha.json --mask causal --need-weights\n"
+      "  tensor randn --shape 5,8 --seed 6 > dy.json   # d loss / d output\n"
+      "  attn-score --self x.json --heads 2 --weights mha.json --grad-output dy.json   # adds \"grad\"\n"
       "  tensor randn --shape 4,3 --seed 1 | lstm-run - --init --input-size 3 --hidden-size 4 |\n"
       "    attn-score --query -#h_n --keys -#output --score dot   # s0 = last state against h1..h4\n");
   tools::OutputOptions out;
   tools::InputOptions in;
   int threads = 0;
-  std::string query, keys, values, self, score = "scaled-dot", weights_ref, mask, key_lengths, heatmap;
+  std::string query, keys, values, self, score = "scaled-dot", weights_ref, mask, key_lengths, heatmap, grad_output;
   int64_t heads = 0;
   bool split_heads = false, need_weights = false, per_head = false;
   std::vector<std::string> query_labels, key_labels;
@@ -57,6 +61,11 @@ int main(int argc, char** argv) {
   app.add_flag("--split-heads", split_heads, "Multi-head without projections: split Q, K, V into NH equal parts");
   app.add_flag("--need-weights", need_weights, "Multi-head: add \"weights\" averaged over heads [.., T, S]");
   app.add_flag("--per-head", per_head, "Multi-head: add \"weights\" per head [.., NH, T, S]");
+  app.add_option("--grad-output", grad_output,
+                 "Backward pass: d loss / d output (shaped like \"output\", or \"context\" in the score form), or a bundle "
+                 "with that member; adds \"grad\": the inputs' (query, keys, values, or self) and the weights' gradients, "
+                 "named like the weights")
+      ->type_name("REF");
   app.add_option("--heatmap", heatmap, "Also write the weights as an SVG heatmap to FILE.svg")->type_name("FILE.svg");
   app.add_option("--query-labels", query_labels, "Heatmap row labels (comma-separated or several words)")->delimiter(',')->type_name("LABEL");
   app.add_option("--key-labels", key_labels, "Heatmap column labels")->delimiter(',')->type_name("LABEL");
@@ -86,7 +95,7 @@ int main(int argc, char** argv) {
 
     io::Sources sources(in.read_options());
     auto tensor = [&](const std::string& ref, const char* role) { return sources.tensor(ref, role, in.allow_nan); };
-    const std::vector<std::string> refs = {query, keys, values, self, weights_ref, mask, key_lengths};
+    const std::vector<std::string> refs = {query, keys, values, self, weights_ref, mask, key_lengths, grad_output};
     const bool reads_stdin = std::any_of(refs.begin(), refs.end(), [](const std::string& r) { return io::is_stdin(r); });
 
     // Weights are read per record (with NDJSON on stdin, -#NAME may differ from record to record).
@@ -98,6 +107,32 @@ int main(int argc, char** argv) {
     auto load_mha = [&](int64_t nh) {
       const io::Value& w = checked_weights();
       return tools::with_source(weights_ref, [&] { return nn::MultiheadAttention::from_bundle(w, nh); });
+    };
+    // d loss / d output from --grad-output: a tensor shaped like `out`, or a bundle holding `member`.
+    auto output_gradient = [&](const Tensor& out, const char* member) {
+      std::string ref = grad_output;
+      const io::Value& v = sources.tensor_or_bundle(ref);
+      if (v.is_bundle()) {
+        AK_CHECK(v.find(member), "{}: the gradient bundle has no member {} (has: {})", grad_output, member,
+                 fmt::format("{}", fmt::join(v.names(), ", ")));
+        ref += (ref.find('#') == std::string::npos ? "#" : "/") + std::string(member);
+      }
+      Tensor dy = tensor(ref, "output gradient");
+      AK_CHECK(dy.shape() == out.shape(), "output gradient ({}): has shape {}, expected {}'s shape {}", ref,
+               dy.shape_str(), member, out.shape_str());
+      return dy;
+    };
+    // The weights' gradients under the weights' own names; out_proj nested when it came nested.
+    auto add_weight_grads = [&](io::Value& grad, const std::vector<nn::Parameter*>& params) {
+      const io::Value& w = sources.value(weights_ref);
+      const io::Value* outer = w.find("out_proj");
+      const bool nested = outer && outer->is_bundle();
+      io::Value out_proj = io::Value::bundle();
+      for (nn::Parameter* p : params) {
+        if (nested && p->name.rfind("out_proj.", 0) == 0) out_proj.set(p->name.substr(9), std::move(p->grad));
+        else grad.set(p->name, std::move(p->grad));
+      }
+      if (nested) grad.set("out_proj", std::move(out_proj));
     };
     Tensor shown_weights;  // for the heatmap
     std::string text = tools::per_record(sources, reads_stdin, out, [&]() -> io::Value {
@@ -122,11 +157,34 @@ int main(int argc, char** argv) {
                     : (need_weights || !heatmap.empty()) ? nn::HeadWeights::Averaged
                                                          : nn::HeadWeights::None;
         const int64_t nh = heads > 0 ? heads : 1;
-        nn::MhaResult r = split_heads ? nn::split_heads_attention_forward(q, k, v, nh, o)
-                                      : nn::multihead_attention_forward(load_mha(nh), q, k, v, o);
+        const bool backward = !grad_output.empty();
+        nn::MhaCache cache;
+        nn::MultiheadAttention m;
+        if (!split_heads) m = load_mha(nh);
+        nn::MhaResult r = split_heads ? nn::split_heads_attention_forward(q, k, v, nh, o, backward ? &cache : nullptr)
+                                      : nn::multihead_attention_forward(m, q, k, v, o, backward ? &cache : nullptr);
+        io::Value grad = io::Value::bundle();
+        if (backward) {
+          const Tensor dy = output_gradient(r.output, "output");
+          // One gradient per input given: --self X gets the sum over its three roles, keys without
+          // --values the sum over two.
+          Tensor dq(q.shape()), dk_own(k.shape()), dv_own(v.shape());
+          Tensor* dk = !self.empty() ? &dq : &dk_own;
+          Tensor* dv = !self.empty() ? &dq : values.empty() ? dk : &dv_own;
+          if (split_heads) nn::split_heads_attention_backward(q, k, v, nh, o, cache, dy, &dq, dk, dv);
+          else nn::multihead_attention_backward(m, q, k, v, o, cache, dy, &dq, dk, dv);
+          if (!self.empty()) {
+            grad.set("self", std::move(dq));
+          } else {
+            grad.set("query", std::move(dq)).set("keys", std::move(dk_own));
+            if (!values.empty()) grad.set("values", std::move(dv_own));
+          }
+          if (!split_heads) add_weight_grads(grad, m.named_parameters());
+        }
         result.set("output", std::move(r.output));
         shown_weights = r.weights;
         if (need_weights || per_head) result.set("weights", std::move(r.weights));
+        if (backward) result.set("grad", std::move(grad));
       } else {
         ops::AttentionOptions o;
         o.score = ops::parse_score_kind(score);
@@ -136,10 +194,26 @@ int main(int argc, char** argv) {
         }
         o.mask = std::move(spec);
         ops::AttentionResult r = ops::attention_forward(q, k, v, o);
+        io::Value grad = io::Value::bundle();
+        if (!grad_output.empty()) {
+          const Tensor dy = output_gradient(r.context, "context");
+          ops::AttentionGrads g = ops::attention_backward(q, k, v, o, r, dy);
+          grad.set("query", std::move(g.query));
+          if (values.empty()) {  // the keys are the values too: the sum over both roles
+            for (int64_t i = 0; i < g.keys.numel(); ++i) g.keys[i] += g.values[i];
+            grad.set("keys", std::move(g.keys));
+          } else {
+            grad.set("keys", std::move(g.keys)).set("values", std::move(g.values));
+          }
+          for (auto [name, t] : {std::pair<const char*, Tensor*>{"W", &g.weights.W}, {"W_q", &g.weights.W_q},
+                                 {"W_k", &g.weights.W_k}, {"v", &g.weights.v}, {"b", &g.weights.b}})
+            if (!t->empty()) grad.set(name, std::move(*t));
+        }
         shown_weights = r.weights;
         result.set("scores", std::move(r.scores));
         result.set("weights", std::move(r.weights));
         result.set("context", std::move(r.context));
+        if (!grad_output.empty()) result.set("grad", std::move(grad));
       }
       return result;
     });

@@ -112,6 +112,57 @@ expect_error 2 "--score" attn-score --query s0.json --keys h.json --score cosine
 expect_error 2 "belong to the multi-head forms" attn-score --query s0.json --keys h.json --need-weights
 expect_error 2 "--weights is for" attn-score --query s0.json --keys h.json --weights addw.json
 
+# --- backward: --grad-output adds "grad" (PyTorch autograd golden gradients, tests/fixtures/gen_mha_grad.py)
+gx="$ATTNKIT_SOURCE/tests/fixtures/mha_grad/mha_grad.json"
+attn-score --self "$gx#self_in_proj/x" --heads 2 --weights "$gx#self_in_proj/state" --grad-output "$gx#self_in_proj/dy" > g.json
+for name in in_proj_weight in_proj_bias out_proj.weight out_proj.bias; do
+  tensor diff "g.json#grad/$name" "$gx#self_in_proj/grad/$name" --rtol 1e-4 --atol 2e-5 -q || fail "grad $name vs PyTorch"
+done
+tensor diff g.json#grad/self "$gx#self_in_proj/grad/x" --rtol 1e-4 --atol 2e-5 -q || fail "grad of --self X vs PyTorch"
+tensor diff g.json#output "$gx#self_in_proj/output" --rtol 1e-4 --atol 2e-5 -q || fail "output with --grad-output"
+c=cross_kvdim_padding
+tensor get "$gx#$c/key_lengths" > kl.json
+attn-score --query "$gx#$c/query" --keys "$gx#$c/key" --values "$gx#$c/value" --heads 2 --weights "$gx#$c/state" \
+  --key-lengths kl.json --grad-output "$gx#$c/dy" --need-weights > gc.json
+for pair in query:query keys:key values:value q_proj_weight:q_proj_weight k_proj_weight:k_proj_weight v_proj_weight:v_proj_weight; do
+  tensor diff "gc.json#grad/${pair%%:*}" "$gx#$c/grad/${pair##*:}" --rtol 1e-4 --atol 2e-5 -q || fail "cross grad ${pair%%:*} vs PyTorch"
+done
+# DY as a bundle (a previous output), out_proj nested as it came
+tensor pack output="$gx#self_in_proj/dy" > dyb.json
+attn-score --self "$gx#self_in_proj/x" --heads 2 --weights "$gx#self_in_proj/state" --grad-output dyb.json > g2.json
+tensor diff g.json g2.json -q || fail "DY from a bundle's output"
+tensor randn --shape 5,8 --seed 3 > xs.json
+attn-score --self xs.json --split-heads --heads 2 --grad-output xs.json > gs.json
+tensor show gs.json#grad/self | grep -q 'shape=\[5, 8\]' || fail "split-heads grad of --self"
+# bad DY: exit 1 naming the file, the tensor, its shape and the expected one; nothing on stdout
+tensor randn --shape 2,5,7 > dy_bad.json
+expect_error 1 "output gradient (dy_bad.json): has shape [2, 5, 7], expected output's shape [2, 5, 8]" \
+  attn-score --self "$gx#self_in_proj/x" --heads 2 --weights "$gx#self_in_proj/state" --grad-output dy_bad.json
+{ printf '{"shape": [5, 8], "data": [1, 2, "NaN"'; for i in $(seq 37); do printf ', 0.5'; done; echo ']}'; } > dy_nan.json
+expect_error 1 "output gradient (dy_nan.json): tensor of shape [5, 8] has NaN at [0, 2]" \
+  attn-score --self xs.json --heads 2 --weights "$gx#self_in_proj/state" --grad-output dy_nan.json
+expect_error 1 "dy_bad.json: the gradient bundle has no member output (has: context)" \
+  bash -c 'tensor pack context=dy_bad.json > dyc.json && mv dyc.json dy_bad.json && attn-score --self xs.json --split-heads --heads 2 --grad-output dy_bad.json'
+# the score form: the documents' example (dot score, values = keys) against central differences of
+# the same loss computed in double precision by hand (python, eps 1e-6), rounded to 6 digits
+echo '[[0.5, -1, 2]]' > dc.json
+attn-score --query s0.json --keys h.json --score dot --grad-output dc.json > gd.json
+echo '[[0.007448, -0.011454, 0.302366]]' > want_q.json
+echo '[[-0.043426, -0.196612, 0.251492], [-0.12447, -0.072329, -0.015975], [0.251492, -0.196612, 0.54641], [0.416403, -0.534447, 1.218073]]' > want_k.json
+tensor diff gd.json#grad/query want_q.json --atol 2e-6 -q || fail "dot-score grad of the query"
+tensor diff gd.json#grad/keys want_k.json --atol 2e-6 -q || fail "dot-score grad of the keys (keys and values roles summed)"
+tensor pack context=dc.json > dcb.json
+attn-score --query s0.json --keys h.json --score dot --grad-output dcb.json > gd2.json
+tensor diff gd.json gd2.json -q || fail "score-form DY from a bundle's context"
+tensor randn --shape 3,5 --seed 1 > awq.json && tensor randn --shape 3,5 --seed 2 > awk.json && tensor randn --shape 5 --seed 3 > av.json
+tensor pack W_q=awq.json W_k=awk.json v=av.json > aw.json
+attn-score --query s0.json --keys h.json --values h.json --score additive --weights aw.json --grad-output dc.json > ga.json
+for m in "query:1, 3" "keys:4, 3" "values:4, 3" "W_q:3, 5" "W_k:3, 5" "v:5"; do
+  tensor show "ga.json#grad/${m%%:*}" | grep -qF "shape=[${m##*:}]" || fail "additive grad ${m%%:*}: $(tensor show "ga.json#grad/${m%%:*}" 2>&1 | head -1)"
+done
+expect_error 1 "output gradient (dy_bad.json#context): has shape [2, 5, 7], expected context's shape [1, 3]" \
+  attn-score --query s0.json --keys h.json --score dot --grad-output dy_bad.json
+
 attn-score --help | grep -q "1 = attend" || fail "--help states the mask polarity"
 attn-score --version | grep -q attnkit || fail "--version"
 

@@ -388,3 +388,121 @@ TEST_CASE("SVG heatmap: labelled, escaped, one panel per matrix") {
   o.col_labels = {"h1"};
   CHECK_THROWS_AS(io::heatmap_svg(w, o), Error);
 }
+
+TEST_CASE("multi-head attention checks NH | E at its entry, for a module filled by hand too") {
+  Rng rng(21);
+  nn::MultiheadAttention m = random_mha(rng, 8, 2);
+  m.num_heads = 3;  // E = 8: used to write garbage
+  const Tensor x = rand_normal({2, 5, 8}, rng);
+  for (int path = 0; path < 3; ++path) {
+    CAPTURE(path);
+    auto run = [&] {
+      if (path == 0) nn::multihead_attention_forward(m, x, x, x, {});
+      else if (path == 1) nn::multihead_attention_forward_ops(m, x, x, x, {});
+      else nn::multihead_attention_forward_naive(m, x, x, x, {});
+    };
+    CHECK_THROWS_WITH_AS(run(), "multi-head attention: NH = 3 heads do not divide the embedding size E = 8", Error);
+  }
+  m.num_heads = 0;
+  CHECK_THROWS_WITH_AS(nn::multihead_attention_forward(m, x, x, x, {}),
+                       "multi-head attention: the number of heads must be at least 1, not 0", Error);
+  m.num_heads = 2;
+  m.out_proj_weight.value = Tensor({8, 4});
+  CHECK_THROWS_WITH_AS(nn::multihead_attention_forward(m, x, x, x, {}),
+                       doctest::Contains("out_proj.weight has shape [8, 4], expected [E, E] = [8, 8]"), Error);
+}
+
+TEST_CASE("MultiheadAttention is a Module: parameters named and ordered like PyTorch's state_dict") {
+  Rng rng(22);
+  const int64_t E = 8;
+  io::Value w = io::Value::bundle();
+  w.set("in_proj_weight", rand_normal({3 * E, E}, rng)).set("in_proj_bias", rand_normal({3 * E}, rng));
+  io::Value out = io::Value::bundle();
+  out.set("weight", rand_normal({E, E}, rng)).set("bias", rand_normal({E}, rng));
+  w.set("out_proj", std::move(out));  // nested form
+  auto names = [](nn::Module& mod) {
+    std::vector<std::string> n;
+    for (nn::Parameter* p : mod.named_parameters()) n.push_back(p->name);
+    return n;
+  };
+  nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, 2);
+  CHECK(names(m) == std::vector<std::string>{"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"});
+  CHECK(m.named_parameters()[2]->value.values() == w.find("out_proj")->find("weight")->tensor().values());
+  io::Value kv = io::Value::bundle();
+  kv.set("q_proj_weight", rand_normal({E, E}, rng)).set("k_proj_weight", rand_normal({E, 3}, rng));
+  kv.set("v_proj_weight", rand_normal({E, 5}, rng)).set("out_proj.weight", rand_normal({E, E}, rng));
+  nn::MultiheadAttention mkv = nn::MultiheadAttention::from_bundle(kv, 4);
+  CHECK(names(mkv) == std::vector<std::string>{"q_proj_weight", "k_proj_weight", "v_proj_weight", "out_proj.weight"});
+  io::Value doc = io::Value::bundle();
+  doc.set("W_Q", rand_normal({4, 6}, rng)).set("W_K", rand_normal({4, 6}, rng)).set("W_V", rand_normal({4, 2}, rng));
+  doc.set("W_O", rand_normal({2, 3}, rng));
+  nn::MultiheadAttention md = nn::MultiheadAttention::from_bundle(doc, 2);
+  CHECK(names(md) == std::vector<std::string>{"W_Q", "W_K", "W_V", "W_O"});
+  CHECK(md.output_dim() == 3);
+  // every tensor's presence and shape
+  kv.set("v_proj_weight", rand_normal({7, 5}, rng));
+  CHECK_THROWS_WITH_AS(nn::MultiheadAttention::from_bundle(kv, 4),
+                       doctest::Contains("v_proj_weight has shape [7, 5], expected [E, vdim] with E = 8"), Error);
+  io::Value missing = io::Value::bundle();
+  missing.set("q_proj_weight", rand_normal({E, E}, rng)).set("k_proj_weight", rand_normal({E, 3}, rng));
+  CHECK_THROWS_WITH_AS(nn::MultiheadAttention::from_bundle(missing, 4),
+                       doctest::Contains("q_proj_weight needs k_proj_weight and v_proj_weight too (v_proj_weight is missing)"),
+                       Error);
+  w.set("in_proj_bias", rand_normal({3 * E + 1}, rng));
+  CHECK_THROWS_WITH_AS(nn::MultiheadAttention::from_bundle(w, 2),
+                       doctest::Contains("in_proj_bias has shape [25], expected [3E] = [24]"), Error);
+  doc.set("W_O", rand_normal({3, 3}, rng));
+  CHECK_THROWS_WITH_AS(nn::MultiheadAttention::from_bundle(doc, 2),
+                       doctest::Contains("W_O has shape [3, 3], expected [Ev, Eo] with Ev = 2"), Error);
+  io::Value notensor = io::Value::bundle();
+  notensor.set("in_proj_weight", io::Value::bundle());
+  CHECK_THROWS_WITH_AS(nn::MultiheadAttention::from_bundle(notensor, 2),
+                       doctest::Contains("in_proj_weight is a bundle, not a tensor"), Error);
+}
+
+TEST_CASE("fused multi-head forward = op by op (project, heads attention, project) for every weight form and mask") {
+  Rng rng(23);
+  const int64_t N = 2, T = 37, S = 29, E = 16, NH = 4;
+  io::Value in = io::Value::bundle();
+  in.set("in_proj_weight", rand_normal({3 * E, E}, rng, 0, 0.3f)).set("in_proj_bias", rand_normal({3 * E}, rng, 0, 0.1f));
+  in.set("out_proj.weight", rand_normal({E, E}, rng, 0, 0.3f)).set("out_proj.bias", rand_normal({E}, rng, 0, 0.1f));
+  io::Value kv = io::Value::bundle();
+  kv.set("q_proj_weight", rand_normal({E, E}, rng, 0, 0.3f)).set("k_proj_weight", rand_normal({E, 6}, rng, 0, 0.3f));
+  kv.set("v_proj_weight", rand_normal({E, 10}, rng, 0, 0.3f)).set("out_proj.weight", rand_normal({E, E}, rng, 0, 0.3f));
+  io::Value doc = io::Value::bundle();
+  doc.set("W_Q", rand_normal({E, 12}, rng, 0, 0.3f)).set("W_K", rand_normal({E, 12}, rng, 0, 0.3f));
+  doc.set("W_V", rand_normal({E, 8}, rng, 0, 0.3f)).set("W_O", rand_normal({8, 5}, rng, 0, 0.3f));
+  for (const io::Value* w : {&in, &kv, &doc}) {
+    const nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(*w, NH);
+    const bool kvdim = w == &kv;
+    const Tensor q = rand_normal({N, T, E}, rng), k = rand_normal({N, S, kvdim ? 6 : E}, rng),
+                 v = rand_normal({N, S, kvdim ? 10 : E}, rng);
+    for (int mask = 0; mask < 3; ++mask) {
+      nn::MhaOptions o;
+      if (mask == 1) o.mask.causal = ops::CausalKind::LowerRight;
+      if (mask == 2) o.mask.key_lengths = {S, 11};
+      for (auto hw : {nn::HeadWeights::None, nn::HeadWeights::PerHead}) {
+        o.weights = hw;
+        const nn::MhaResult fused = nn::multihead_attention_forward(m, q, k, v, o);
+        const nn::MhaResult by_ops = nn::multihead_attention_forward_ops(m, q, k, v, o);
+        check_close(fused.output, by_ops.output, "fused vs op by op", 1e-5, 1e-6);
+        if (hw == nn::HeadWeights::PerHead) check_close(fused.weights, by_ops.weights, "weights", 1e-5, 1e-7);
+        if (!kvdim) {  // self-attention: the fused Q | K | V projection
+          check_close(nn::multihead_attention_forward(m, q, q, q, o).output,
+                      nn::multihead_attention_forward_ops(m, q, q, q, o).output, "fused self vs op by op", 1e-5, 1e-6);
+        }
+        // cross-attention over keys and values projected once (a decoder's cache)
+        const Tensor K = nn::project(m.k_projection(), k, "key projection");
+        const Tensor V = nn::project(m.v_projection(), v, "value projection");
+        check_close(nn::multihead_attention_forward_projected(m, q, K, V, o).output, fused.output, "pre-projected K, V",
+                    1e-5, 1e-6);
+      }
+    }
+  }
+  // a broken piece is seen: the fused path against a module whose output projection differs
+  nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(in, NH);
+  const Tensor x = rand_normal({N, T, E}, rng);
+  const Tensor y = nn::multihead_attention_forward_ops(m, x, x, x, {}).output;
+  m.out_proj_weight.value[3] += 0.01f;
+  CHECK_FALSE(compare(nn::multihead_attention_forward(m, x, x, x, {}).output, y, Tolerance{1e-5, 1e-6}).close);
+}

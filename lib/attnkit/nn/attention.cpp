@@ -1,4 +1,5 @@
-// Legend: N batch, T queries, S keys, E model size, Ev value projection size, NH heads, HS head size.
+// Legend: N batch, T queries, S keys, E model size, Ev value projection size, Eo output size,
+// NH heads, HS head size, P = 2E + Ev (the fused Q | K | V row).
 #include "attnkit/nn/attention.hpp"
 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // Eigen AVX-512, GCC 12 false positive
@@ -8,54 +9,28 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <exception>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/io/weight_checks.hpp"
+#include "attnkit/ops/matmul.hpp"
 #include "attnkit/tensor/barrier.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
-#include "attnkit/tensor/large_buffer.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/large_buffer.hpp"
+#include "attnkit/tensor/threads.hpp"
 
 namespace attnkit::nn {
 namespace {
 
-
-// A member of the bundle by its state_dict name, also found nested ("out_proj.weight" or out_proj/weight).
-const Tensor* member(const io::Value& bundle, const std::string& name, std::string_view op) {
-  const io::Value* v = bundle.find(name);
-  if (!v) {
-    const size_t dot = name.find('.');
-    if (dot != std::string::npos) {
-      const io::Value* outer = bundle.find(name.substr(0, dot));
-      if (outer && outer->is_bundle()) v = outer->find(name.substr(dot + 1));
-    }
-  }
-  if (!v) return nullptr;
-  AK_CHECK(v->is_tensor(), "{}: weights member {} is not a tensor: {}", op, name, v->why());
-  return &v->tensor();
-}
-
-void expect_shape(const Tensor& t, const std::string& name, const Shape& expected, const std::string& legend,
-                  std::string_view op) {
-  AK_CHECK(t.shape() == expected, "{}: {} has shape {}, expected {} = {}", op, name, t.shape_str(), legend,
-           shape_str(expected));
-}
-
-Tensor transposed2(const Tensor& w) {
-  Tensor t({w.dim(1), w.dim(0)});
-  as_matrix(t) = as_matrix(w).transpose();
-  return t;
-}
-
-Tensor rows_of(const Tensor& w, int64_t r0, int64_t rows) {
-  const int64_t cols = w.rank() == 2 ? w.dim(1) : 1;
-  Tensor t(w.rank() == 2 ? Shape{rows, cols} : Shape{rows});
-  std::copy(w.data() + r0 * cols, w.data() + (r0 + rows) * cols, t.data());
-  return t;
-}
+using ops::GemmThreads;
+using ops::Trans;
 
 struct Dims {
   bool batched = false;
@@ -82,27 +57,64 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, std::string
   return d;
 }
 
-// y [rows, out] (row stride ldy) = x [rows, in] W^T + b for W [out, in], as tasks: blocks of rows
-// x output columns, each an independent single-threaded GEMM (Eigen's own parallel GEMM makes its
-// threads wait on each other's packed panels).
-struct Linear {
+void check_feature(const Tensor& x, const char* name, const Projection& p, const char* proj, std::string_view op) {
+  AK_CHECK(x.dim(-1) == p.in, "{}: {} has shape {}, expected feature size {} ({} input size)", op, name, x.shape_str(),
+           p.in, proj);
+}
+
+// ---- projections through ops::gemm ----
+
+// y [rows, out] (row stride ldy) = x [rows, in] (row stride ldx) W^T + b  (or x W)
+void project_rows(const Projection& p, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
+                  GemmThreads threads, int64_t c0 = 0, int64_t cols = -1) {
+  if (cols < 0) cols = p.out;
+  if (p.in_out)  // W [in, out]: columns c0 .. c0 + cols
+    ops::gemm(Trans::No, Trans::No, rows, cols, p.in, 1.0f, x, ldx, p.W + c0, p.out, 0.0f, y + c0, ldy, threads);
+  else  // W [out, in]: rows c0 .. c0 + cols
+    ops::gemm(Trans::No, Trans::Yes, rows, cols, p.in, 1.0f, x, ldx, p.W + c0 * p.in, p.in, 0.0f, y + c0, ldy, threads);
+  if (p.b)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* yr = y + r * ldy + c0;
+      const float* b = p.b + c0;
+      for (int64_t c = 0; c < cols; ++c) yr[c] += b[c];
+    }
+}
+
+// Backward of y = x W^T + b (or x W) for dy [rows, out] (row stride ldy): adds into dx [rows, in],
+// dW (W's layout and size) and db [out]; null pointers skip one.
+void project_rows_backward(const Projection& p, const float* x, int64_t rows, const float* dy, int64_t ldy, float* dx,
+                           float* dW, float* db) {
+  if (p.in_out) {
+    // y = x W:  dx += dy W^T [rows, in];  dW [in, out] += x^T dy
+    if (dx) ops::gemm(Trans::No, Trans::Yes, rows, p.in, p.out, 1.0f, dy, ldy, p.W, p.out, 1.0f, dx, p.in);
+    if (dW) ops::gemm(Trans::Yes, Trans::No, p.in, p.out, rows, 1.0f, x, p.in, dy, ldy, 1.0f, dW, p.out);
+  } else {
+    // y = x W^T:  dx += dy W [rows, in];  dW [out, in] += dy^T x
+    if (dx) ops::gemm(Trans::No, Trans::No, rows, p.in, p.out, 1.0f, dy, ldy, p.W, p.in, 1.0f, dx, p.in);
+    if (dW) ops::gemm(Trans::Yes, Trans::No, p.out, p.in, rows, 1.0f, dy, ldy, x, p.in, 1.0f, dW, p.in);
+  }
+  // y += b:  db += sum over rows of dy
+  if (db && p.b)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < p.out; ++c) db[c] += dy[r * ldy + c];
+}
+
+// y [rows, out] = x [rows, in] W^T + b as tasks for one thread team: blocks of rows x output
+// columns, each an independent single-threaded GEMM (a threaded GEMM's threads would wait on each
+// other's packed panels).
+struct LinearJob {
   const float* x;
-  int64_t rows, in;
-  const float* W;
-  int64_t out;
-  const float* b;  // may be null
+  int64_t rows, ldx;
+  Projection p;
   float* y;
   int64_t ldy;
   static constexpr int64_t kRows = 512, kCols = 384;
-  int64_t col_blocks() const { return (out + kCols - 1) / kCols; }
+  int64_t col_blocks() const { return (p.out + kCols - 1) / kCols; }
   int64_t tasks() const { return (rows + kRows - 1) / kRows * col_blocks(); }
   void run(int64_t task) const {
-    using StridedMap = Eigen::Map<MatrixRM, Eigen::Unaligned, Eigen::OuterStride<>>;
     const int64_t r0 = (task / col_blocks()) * kRows, c0 = (task % col_blocks()) * kCols;
-    const int64_t br = std::min(kRows, rows - r0), bc = std::min(kCols, out - c0);
-    StridedMap yb(y + r0 * ldy + c0, br, bc, Eigen::OuterStride<>(ldy));
-    yb.noalias() = as_matrix(x + r0 * in, br, in) * as_matrix(W + c0 * in, bc, in).transpose();
-    if (b) yb.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b + c0, bc);
+    const int64_t br = std::min(kRows, rows - r0), bc = std::min(kCols, p.out - c0);
+    project_rows(p, x + r0 * ldx, br, ldx, y + r0 * ldy, ldy, GemmThreads::This, c0, bc);
   }
 };
 
@@ -112,11 +124,11 @@ struct Stage {
   std::function<void(int, int64_t)> run;
 };
 
-Stage linear_stage(std::vector<Linear> jobs) {
+Stage linear_stage(std::vector<LinearJob> jobs) {
   Stage st;
-  for (const Linear& j : jobs) st.tasks += j.tasks();
+  for (const LinearJob& j : jobs) st.tasks += j.tasks();
   st.run = [jobs = std::move(jobs)](int, int64_t task) {
-    for (const Linear& j : jobs) {
+    for (const LinearJob& j : jobs) {
       if (task < j.tasks()) return j.run(task);
       task -= j.tasks();
     }
@@ -129,6 +141,8 @@ Stage linear_stage(std::vector<Linear> jobs) {
 // forward rather than one per kernel: libgomp's barriers and idle pool threads spin for
 // milliseconds, and on cores shared with other work that spinning made a 2-thread forward slower
 // than a 1-thread one (T = 1024: 96 ms against 59 ms; with OMP_WAIT_POLICY=passive 59 ms).
+// A task that throws (a GEMM's workspace allocation) does not escape the region: the first
+// exception is kept, the remaining tasks are skipped, and it is rethrown after the team ends.
 void run_stages(const std::vector<Stage>& stages, int team) {
   if (team <= 1) {
     for (const Stage& st : stages)
@@ -138,6 +152,9 @@ void run_stages(const std::vector<Stage>& stages, int team) {
   std::vector<std::atomic<int64_t>> next(stages.size());
   for (auto& c : next) c.store(0);
   StepBarrier barrier(team);
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
 #pragma omp parallel num_threads(team)
   {
 #pragma omp single
@@ -145,9 +162,19 @@ void run_stages(const std::vector<Stage>& stages, int team) {
     const int id = omp_get_thread_num();
     for (size_t i = 0; i < stages.size(); ++i) {
       if (i) barrier.wait();
-      for (int64_t t; (t = next[i].fetch_add(1, std::memory_order_relaxed)) < stages[i].tasks;) stages[i].run(id, t);
+      for (int64_t t; (t = next[i].fetch_add(1, std::memory_order_relaxed)) < stages[i].tasks;) {
+        if (failed.load(std::memory_order_relaxed)) continue;
+        try {
+          stages[i].run(id, t);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(error_mutex);
+          if (!error) error = std::current_exception();
+          failed.store(true);
+        }
+      }
     }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 // The attention problem over NH heads read in place from [N*T, ld] buffers, writing the
@@ -165,15 +192,17 @@ ops::SdpaProblem heads_problem(const float* Q, int64_t ldq, const float* K, int6
   return p;
 }
 
-// Weights [N, NH, T, S] through sdpa_full (or sdpa_naive), kept per head or averaged as asked.
-Tensor head_weights(const ops::SdpaProblem& p, const Dims& d, const MhaOptions& o, bool naive, std::string_view op) {
+// Weights [N, NH, T, S] through sdpa_full (or sdpa_naive), kept per head or averaged as asked;
+// also writes the contexts (p.out) and row_lse (may be null).
+Tensor head_weights(const ops::SdpaProblem& p, const Dims& d, const MhaOptions& o, bool naive, float* row_lse,
+                    std::string_view op) {
   const int64_t NH = p.NH;
   AK_CHECK(d.N * NH * d.T * d.S <= ops::kMaxWeightElements,
            "{}: the attention weights would be [N, NH, T, S] = {} ({:.1f} GiB); ask for no weights (the tiled kernel "
            "never holds them)", op, shape_str({d.N, NH, d.T, d.S}), d.N * NH * d.T * d.S * 4.0 / (1 << 30));
   Tensor per_head({d.N, NH, d.T, d.S});
-  if (naive) ops::sdpa_naive(p, nullptr, per_head.data(), nullptr);
-  else ops::sdpa_full(p, nullptr, per_head.data(), nullptr);
+  if (naive) ops::sdpa_naive(p, nullptr, per_head.data(), row_lse);
+  else ops::sdpa_full(p, nullptr, per_head.data(), row_lse);
   Tensor weights;
   if (o.weights == HeadWeights::PerHead) {
     weights = std::move(per_head);
@@ -198,23 +227,21 @@ Tensor head_weights(const ops::SdpaProblem& p, const Dims& d, const MhaOptions& 
 // r.output: one team for the lot when no weights are asked for (the tiled kernel), else the
 // weights kernels between the projections. Without an output projection ctx is r.output's data.
 void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d, const MhaOptions& o, bool naive,
-            const float* ctx, const Tensor& out_weight, const Tensor& out_bias, MhaResult& r, std::string_view op) {
+            const float* ctx, const Projection& out, MhaResult& r, float* row_lse, std::string_view op) {
   ops::check_mask(o.mask, d.N, p.NH, d.T, d.S, op);
   Stage out_stage;
-  if (!out_weight.empty())
-    out_stage = linear_stage({Linear{ctx, d.N * d.T, out_weight.dim(1), out_weight.data(), out_weight.dim(0),
-                                     out_bias.empty() ? nullptr : out_bias.data(), r.output.data(), out_weight.dim(0)}});
-  const int team = static_cast<int>(
-      std::max<int64_t>(1, std::min<int64_t>(omp_get_max_threads(), ops::TiledWorker::tasks(p))));
+  if (!out.empty()) out_stage = linear_stage({LinearJob{ctx, d.N * d.T, p.NH * p.Dv, out, r.output.data(), out.out}});
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), ops::TiledWorker::tasks(p))));
   if (o.weights == HeadWeights::None && !naive) {
     std::vector<ops::TiledWorker> workers;  // allocated before the team: nothing throws inside it
     for (int i = 0; i < team; ++i) workers.emplace_back(p);
-    stages.push_back({ops::TiledWorker::tasks(p), [&](int id, int64_t t) { workers[static_cast<size_t>(id)].run(t, nullptr); }});
+    stages.push_back({ops::TiledWorker::tasks(p),
+                      [&](int id, int64_t t) { workers[static_cast<size_t>(id)].run(t, row_lse); }});
     stages.push_back(std::move(out_stage));
     run_stages(stages, team);
   } else {
     run_stages(stages, team);
-    r.weights = head_weights(p, d, o, naive, op);
+    r.weights = head_weights(p, d, o, naive, row_lse, op);
     run_stages({out_stage}, team);
   }
 }
@@ -226,49 +253,201 @@ MhaResult make_output(const Dims& d, int64_t cols) {
   return r;
 }
 
+// Whether the three inputs are one tensor read by three projections of one input size (the
+// fused Q | K | V projection).
+bool is_self_attention(const MultiheadAttention& m, const Tensor& q, const Tensor& k, const Tensor& v) {
+  return q.data() == k.data() && k.data() == v.data() && m.q_projection().in == m.k_projection().in &&
+         m.k_projection().in == m.v_projection().in;
+}
+
+void check_projection_inputs(const MultiheadAttention& m, const Tensor& q, const Tensor& k, const Tensor& v,
+                             std::string_view op) {
+  check_feature(q, "query", m.q_projection(), "query projection", op);
+  check_feature(k, "key", m.k_projection(), "key projection", op);
+  check_feature(v, "value", m.v_projection(), "value projection", op);
+}
+
 MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, const Tensor& v, const MhaOptions& o,
-              bool naive) {
+              bool naive, MhaCache* cache) {
   constexpr std::string_view op = "multi-head attention";
+  m.check(op);
   const Dims d = check_inputs(q, k, v, op);
-  AK_CHECK(q.dim(-1) == m.q_weight.dim(1), "{}: query has shape {}, expected feature size {} (query projection {})",
-           op, q.shape_str(), m.q_weight.dim(1), m.q_weight.shape_str());
-  AK_CHECK(k.dim(-1) == m.k_weight.dim(1), "{}: key has shape {}, expected feature size {} (key projection {})", op,
-           k.shape_str(), m.k_weight.dim(1), m.k_weight.shape_str());
-  AK_CHECK(v.dim(-1) == m.v_weight.dim(1), "{}: value has shape {}, expected feature size {} (value projection {})",
-           op, v.shape_str(), m.v_weight.dim(1), m.v_weight.shape_str());
+  check_projection_inputs(m, q, k, v, op);
   const int64_t NH = m.num_heads, E = m.embed_dim(), Ev = m.value_dim();
-  auto bias = [](const Tensor& b) { return b.empty() ? nullptr : b.data(); };
-  const bool has_out = !m.out_weight.empty();
-  MhaResult r = make_output(d, has_out ? m.out_weight.dim(0) : Ev);
-  LargeBuffer ctx_buf(has_out ? d.N * d.T * Ev : 0);
-  float* ctx = has_out ? ctx_buf.data() : r.output.data();  // [N*T, Ev] heads concatenated
-  const bool self_attention = q.data() == k.data() && k.data() == v.data() && m.q_weight.dim(1) == m.k_weight.dim(1) &&
-                              m.k_weight.dim(1) == m.v_weight.dim(1);
-  if (self_attention) {
-    // Q, K, V side by side in one [N*T, 2E + Ev] buffer (heads read in place, row stride P), each
-    // projection writing its column slice: no concatenated copy of the weights per call.
-    const int64_t P = 2 * E + Ev, rows = d.N * d.T, in = m.q_weight.dim(1);
-    LargeBuffer QKV(rows * P);
-    const ops::SdpaProblem p =
-        heads_problem(QKV.data(), P, QKV.data() + E, P, QKV.data() + 2 * E, P, d, NH, E / NH, Ev / NH, o, ctx);
-    attend(p,
-           {linear_stage({Linear{q.data(), rows, in, m.q_weight.data(), E, bias(m.q_bias), QKV.data(), P},
-                          Linear{q.data(), rows, in, m.k_weight.data(), E, bias(m.k_bias), QKV.data() + E, P},
-                          Linear{q.data(), rows, in, m.v_weight.data(), Ev, bias(m.v_bias), QKV.data() + 2 * E, P}})},
-           d, o, naive, ctx, m.out_weight, m.out_bias, r, op);
-    return r;
+  const Projection pq = m.q_projection(), pk = m.k_projection(), pv = m.v_projection(), po = m.out_projection();
+  const bool has_out = !po.empty();
+  MhaResult r = make_output(d, m.output_dim());
+  LargeBuffer ctx_buf(has_out && !cache ? d.N * d.T * Ev : 0);
+  if (cache) {
+    cache->row_lse = Tensor({d.N, NH, d.T});
+    cache->context = has_out ? Tensor({d.N, d.T, Ev}) : Tensor();
   }
-  LargeBuffer Q(d.N * d.T * E), K(d.N * d.S * E), V(d.N * d.S * Ev);  // [N*T, E], [N*S, E], [N*S, Ev]
-  const ops::SdpaProblem p = heads_problem(Q.data(), E, K.data(), E, V.data(), Ev, d, NH, E / NH, Ev / NH, o, ctx);
-  attend(p,
-         {linear_stage({Linear{q.data(), d.N * d.T, m.q_weight.dim(1), m.q_weight.data(), E, bias(m.q_bias), Q.data(), E},
-                        Linear{k.data(), d.N * d.S, m.k_weight.dim(1), m.k_weight.data(), E, bias(m.k_bias), K.data(), E},
-                        Linear{v.data(), d.N * d.S, m.v_weight.dim(1), m.v_weight.data(), Ev, bias(m.v_bias), V.data(), Ev}})},
-         d, o, naive, ctx, m.out_weight, m.out_bias, r, op);
+  float* ctx = !has_out ? r.output.data() : cache ? cache->context.data() : ctx_buf.data();  // [N*T, Ev]
+  float* lse = cache ? cache->row_lse.data() : nullptr;
+  const int64_t rows = d.N * d.T;
+  if (is_self_attention(m, q, k, v)) {
+    // Q, K, V side by side in one [N*T, P] buffer (heads read in place, row stride P), each
+    // projection writing its column slice.
+    const int64_t P = 2 * E + Ev, in = pq.in;
+    LargeBuffer qkv_buf(cache ? 0 : rows * P);
+    if (cache) cache->Q = Tensor({d.N, d.T, P}), cache->K = Tensor(), cache->V = Tensor();
+    float* QKV = cache ? cache->Q.data() : qkv_buf.data();
+    const ops::SdpaProblem p = heads_problem(QKV, P, QKV + E, P, QKV + 2 * E, P, d, NH, E / NH, Ev / NH, o, ctx);
+    attend(p,
+           {linear_stage({LinearJob{q.data(), rows, in, pq, QKV, P}, LinearJob{q.data(), rows, in, pk, QKV + E, P},
+                          LinearJob{q.data(), rows, in, pv, QKV + 2 * E, P}})},
+           d, o, naive, ctx, po, r, lse, op);
+  } else {
+    LargeBuffer Qb(cache ? 0 : d.N * d.T * E), Kb(cache ? 0 : d.N * d.S * E), Vb(cache ? 0 : d.N * d.S * Ev);
+    if (cache) cache->Q = Tensor({d.N, d.T, E}), cache->K = Tensor({d.N, d.S, E}), cache->V = Tensor({d.N, d.S, Ev});
+    float* Q = cache ? cache->Q.data() : Qb.data();  // [N*T, E]
+    float* K = cache ? cache->K.data() : Kb.data();  // [N*S, E]
+    float* V = cache ? cache->V.data() : Vb.data();  // [N*S, Ev]
+    const ops::SdpaProblem p = heads_problem(Q, E, K, E, V, Ev, d, NH, E / NH, Ev / NH, o, ctx);
+    attend(p,
+           {linear_stage({LinearJob{q.data(), rows, pq.in, pq, Q, E}, LinearJob{k.data(), d.N * d.S, pk.in, pk, K, E},
+                          LinearJob{v.data(), d.N * d.S, pv.in, pv, V, Ev}})},
+           d, o, naive, ctx, po, r, lse, op);
+  }
+  if (cache && !has_out) cache->context = r.output.reshaped({d.N, d.T, Ev});
   return r;
 }
 
+// Rows r0 .. r0 + rows of a PyTorch weight [out, in], bias from b0 in b (may be empty).
+Projection pytorch_rows(const Parameter& w, int64_t r0, int64_t rows, const Parameter& b, int64_t b0) {
+  Projection p;
+  p.W = w.value.data() + r0 * w.value.dim(1);
+  p.out = rows;
+  p.in = w.value.dim(1);
+  p.b = b.value.empty() ? nullptr : b.value.data() + b0;
+  return p;
+}
+
+Projection documents(const Parameter& w) {
+  Projection p;
+  p.W = w.value.data();
+  p.in = w.value.dim(0);
+  p.out = w.value.dim(1);
+  p.in_out = true;
+  return p;
+}
+
+void expect_shape(const Tensor& t, const std::string& name, const Shape& expected, const std::string& legend,
+                  std::string_view op) {
+  AK_CHECK(t.shape() == expected, "{}: {} has shape {}, expected {} = {}", op, name, t.shape_str(), legend,
+           shape_str(expected));
+}
+
 }  // namespace
+
+// ---- the module ----
+
+std::vector<Parameter*> MultiheadAttention::named_parameters() {
+  std::vector<Parameter*> out;
+  auto add = [&](Parameter& p) {
+    if (!p.value.empty()) out.push_back(&p);
+  };
+  switch (form) {
+    case MhaWeightForm::InProj: add(in_proj_weight); break;
+    case MhaWeightForm::SeparateProj: add(q_proj_weight), add(k_proj_weight), add(v_proj_weight); break;
+    case MhaWeightForm::Documents: add(W_Q), add(W_K), add(W_V), add(W_O); return out;
+  }
+  add(in_proj_bias), add(out_proj_weight), add(out_proj_bias);
+  return out;
+}
+
+Projection MultiheadAttention::q_projection() const {
+  switch (form) {
+    case MhaWeightForm::InProj: return pytorch_rows(in_proj_weight, 0, in_proj_weight.value.dim(1), in_proj_bias, 0);
+    case MhaWeightForm::SeparateProj: return pytorch_rows(q_proj_weight, 0, q_proj_weight.value.dim(0), in_proj_bias, 0);
+    case MhaWeightForm::Documents: break;
+  }
+  return documents(W_Q);
+}
+
+Projection MultiheadAttention::k_projection() const {
+  switch (form) {
+    case MhaWeightForm::InProj: {
+      const int64_t E = in_proj_weight.value.dim(1);
+      return pytorch_rows(in_proj_weight, E, E, in_proj_bias, E);
+    }
+    case MhaWeightForm::SeparateProj: {
+      const int64_t E = k_proj_weight.value.dim(0);
+      return pytorch_rows(k_proj_weight, 0, E, in_proj_bias, E);
+    }
+    case MhaWeightForm::Documents: break;
+  }
+  return documents(W_K);
+}
+
+Projection MultiheadAttention::v_projection() const {
+  switch (form) {
+    case MhaWeightForm::InProj: {
+      const int64_t E = in_proj_weight.value.dim(1);
+      return pytorch_rows(in_proj_weight, 2 * E, E, in_proj_bias, 2 * E);
+    }
+    case MhaWeightForm::SeparateProj: {
+      const int64_t E = v_proj_weight.value.dim(0);
+      return pytorch_rows(v_proj_weight, 0, E, in_proj_bias, 2 * E);
+    }
+    case MhaWeightForm::Documents: break;
+  }
+  return documents(W_V);
+}
+
+Projection MultiheadAttention::out_projection() const {
+  if (form == MhaWeightForm::Documents) return W_O.value.empty() ? Projection{} : documents(W_O);
+  if (out_proj_weight.value.empty()) return {};
+  return pytorch_rows(out_proj_weight, 0, out_proj_weight.value.dim(0), out_proj_bias, 0);
+}
+
+void MultiheadAttention::check(std::string_view op) const {
+  AK_CHECK(num_heads >= 1, "{}: the number of heads must be at least 1, not {}", op, num_heads);
+  int64_t E = 0, Ev = 0;
+  switch (form) {
+    case MhaWeightForm::InProj: {
+      const Tensor& w = in_proj_weight.value;
+      AK_CHECK(w.rank() == 2 && w.dim(0) == 3 * w.dim(1),
+               "{}: in_proj_weight has shape {}, expected [3E, E] (rows: q, k, v projections)", op, w.shape_str());
+      E = Ev = w.dim(1);
+      break;
+    }
+    case MhaWeightForm::SeparateProj: {
+      const Tensor &wq = q_proj_weight.value, &wk = k_proj_weight.value, &wv = v_proj_weight.value;
+      AK_CHECK(wq.rank() == 2 && wq.dim(0) == wq.dim(1), "{}: q_proj_weight has shape {}, expected [E, E]", op,
+               wq.shape_str());
+      E = Ev = wq.dim(0);
+      AK_CHECK(wk.rank() == 2 && wk.dim(0) == E, "{}: k_proj_weight has shape {}, expected [E, kdim] with E = {}", op,
+               wk.shape_str(), E);
+      AK_CHECK(wv.rank() == 2 && wv.dim(0) == E, "{}: v_proj_weight has shape {}, expected [E, vdim] with E = {}", op,
+               wv.shape_str(), E);
+      break;
+    }
+    case MhaWeightForm::Documents: {
+      const Tensor &wq = W_Q.value, &wk = W_K.value, &wv = W_V.value, &wo = W_O.value;
+      AK_CHECK(wq.rank() == 2, "{}: W_Q has shape {}, expected [Dq, E]", op, wq.shape_str());
+      E = wq.dim(1);
+      AK_CHECK(wk.rank() == 2 && wk.dim(1) == E, "{}: W_K has shape {}, expected [Dk, E] with E = {} (from W_Q {})", op,
+               wk.shape_str(), E, wq.shape_str());
+      AK_CHECK(wv.rank() == 2 && wv.dim(0) == wk.dim(0),
+               "{}: W_V has shape {}, expected [Dk, Ev] with Dk = {} (from W_K {})", op, wv.shape_str(), wk.dim(0),
+               wk.shape_str());
+      Ev = wv.dim(1);
+      if (!wo.empty())
+        AK_CHECK(wo.rank() == 2 && wo.dim(0) == Ev, "{}: W_O has shape {}, expected [Ev, Eo] with Ev = {}", op,
+                 wo.shape_str(), Ev);
+      break;
+    }
+  }
+  if (form != MhaWeightForm::Documents) {
+    if (!in_proj_bias.value.empty()) expect_shape(in_proj_bias.value, "in_proj_bias", {3 * E}, "[3E]", op);
+    AK_CHECK(!out_proj_weight.value.empty(), "{}: out_proj.weight [E, E] = [{}, {}] is missing", op, E, E);
+    expect_shape(out_proj_weight.value, "out_proj.weight", {E, E}, "[E, E]", op);
+    if (!out_proj_bias.value.empty()) expect_shape(out_proj_bias.value, "out_proj.bias", {E}, "[E]", op);
+  }
+  AK_CHECK(E % num_heads == 0, "{}: NH = {} heads do not divide the embedding size E = {}", op, num_heads, E);
+  AK_CHECK(Ev % num_heads == 0, "{}: NH = {} heads do not divide the value size Ev = {}", op, num_heads, Ev);
+}
 
 MultiheadAttention MultiheadAttention::from_bundle(const io::Value& bundle, int64_t num_heads, std::string_view op) {
   AK_CHECK(bundle.is_bundle(), "{}: the weights are not a bundle of named tensors{}", op,
@@ -278,89 +457,120 @@ MultiheadAttention MultiheadAttention::from_bundle(const io::Value& bundle, int6
   m.num_heads = num_heads;
   std::set<std::string> used;  // every tensor member must be one of these (check_no_extra_weights)
   auto get = [&](const char* name) {
-    const Tensor* t = member(bundle, name, op);
-    if (t) {
-      used.insert(name);
-    }
+    const Tensor* t = io::find_tensor(bundle, name, op);
+    if (t) used.insert(name);
     return t;
   };
   for (const char* unsupported : {"bias_k", "bias_v"})
     AK_CHECK(!get(unsupported), "{}: weights member {} (add_bias_kv=True) is not supported", op, unsupported);
   if (const Tensor* w = get("in_proj_weight")) {
-    AK_CHECK(w->rank() == 2 && w->dim(0) % 3 == 0 && w->dim(0) == 3 * w->dim(1),
-             "{}: in_proj_weight has shape {}, expected [3E, E] (rows: q, k, v projections)", op, w->shape_str());
-    const int64_t E = w->dim(1);
-    m.q_weight = rows_of(*w, 0, E), m.k_weight = rows_of(*w, E, E), m.v_weight = rows_of(*w, 2 * E, E);
+    m.form = MhaWeightForm::InProj;
+    m.in_proj_weight.value = *w;
   } else if (const Tensor* wq = get("q_proj_weight")) {
     const Tensor* wk = get("k_proj_weight");
     const Tensor* wv = get("v_proj_weight");
     AK_CHECK(wk && wv, "{}: q_proj_weight needs k_proj_weight and v_proj_weight too ({} is missing)", op,
              wk ? "v_proj_weight" : "k_proj_weight");
-    AK_CHECK(wq->rank() == 2 && wq->dim(0) == wq->dim(1), "{}: q_proj_weight has shape {}, expected [E, E]", op,
-             wq->shape_str());
-    const int64_t E = wq->dim(0);
-    AK_CHECK(wk->rank() == 2 && wk->dim(0) == E, "{}: k_proj_weight has shape {}, expected [E, kdim] with E = {}", op,
-             wk->shape_str(), E);
-    AK_CHECK(wv->rank() == 2 && wv->dim(0) == E, "{}: v_proj_weight has shape {}, expected [E, vdim] with E = {}", op,
-             wv->shape_str(), E);
-    m.q_weight = *wq, m.k_weight = *wk, m.v_weight = *wv;
+    m.form = MhaWeightForm::SeparateProj;
+    m.q_proj_weight.value = *wq, m.k_proj_weight.value = *wk, m.v_proj_weight.value = *wv;
   } else if (const Tensor* wq = get("W_Q")) {
     const Tensor* wk = get("W_K");
     const Tensor* wv = get("W_V");
     AK_CHECK(wk && wv, "{}: W_Q needs W_K and W_V too ({} is missing)", op, wk ? "W_V" : "W_K");
-    AK_CHECK(wq->rank() == 2, "{}: W_Q has shape {}, expected [Dq, E]", op, wq->shape_str());
-    const int64_t E = wq->dim(1);
-    AK_CHECK(wk->rank() == 2 && wk->dim(1) == E, "{}: W_K has shape {}, expected [Dk, E] with E = {} (from W_Q {})",
-             op, wk->shape_str(), E, wq->shape_str());
-    AK_CHECK(wv->rank() == 2 && wv->dim(0) == wk->dim(0), "{}: W_V has shape {}, expected [Dk, Ev] with Dk = {} (from W_K {})",
-             op, wv->shape_str(), wk->dim(0), wk->shape_str());
-    m.q_weight = transposed2(*wq), m.k_weight = transposed2(*wk), m.v_weight = transposed2(*wv);
-    if (const Tensor* wo = get("W_O")) {
-      AK_CHECK(wo->rank() == 2 && wo->dim(0) == wv->dim(1), "{}: W_O has shape {}, expected [Ev, Eo] with Ev = {}", op,
-               wo->shape_str(), wv->dim(1));
-      m.out_weight = transposed2(*wo);
-    }
+    m.form = MhaWeightForm::Documents;
+    m.W_Q.value = *wq, m.W_K.value = *wk, m.W_V.value = *wv;
+    if (const Tensor* wo = get("W_O")) m.W_O.value = *wo;
   } else {
     std::string names;
     for (const auto& n : bundle.names()) names += (names.empty() ? "" : ", ") + n;
     fail("{}: the weights have none of in_proj_weight, q_proj_weight or W_Q (members: {})", op,
          names.empty() ? "none" : names);
   }
-  const int64_t E = m.embed_dim(), Ev = m.value_dim();
-  if (const Tensor* b = get("in_proj_bias")) {
-    expect_shape(*b, "in_proj_bias", {3 * E}, "[3E]", op);
-    m.q_bias = rows_of(*b, 0, E), m.k_bias = rows_of(*b, E, E), m.v_bias = rows_of(*b, 2 * E, E);
+  if (m.form != MhaWeightForm::Documents) {
+    if (const Tensor* b = get("in_proj_bias")) m.in_proj_bias.value = *b;
+    if (const Tensor* w = get("out_proj.weight")) m.out_proj_weight.value = *w;
+    if (const Tensor* b = get("out_proj.bias")) m.out_proj_bias.value = *b;
   }
-  if (!get("W_Q")) {
-    const Tensor* wo = get("out_proj.weight");
-    AK_CHECK(wo, "{}: out_proj.weight [E, E] = [{}, {}] is missing", op, E, E);
-    expect_shape(*wo, "out_proj.weight", {E, E}, "[E, E]", op);
-    m.out_weight = *wo;
-    if (const Tensor* bo = get("out_proj.bias")) {
-      expect_shape(*bo, "out_proj.bias", {E}, "[E]", op);
-      m.out_bias = *bo;
-    }
-  }
-  AK_CHECK(E % num_heads == 0, "{}: NH = {} heads do not divide the embedding size E = {}", op, num_heads, E);
-  AK_CHECK(Ev % num_heads == 0, "{}: NH = {} heads do not divide the value size Ev = {}", op, num_heads, Ev);
+  m.check(op);
   io::check_no_extra_weights(bundle, used, op);
   return m;
 }
 
+// ---- forward ----
+
 MhaResult multihead_attention_forward(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
-                                      const Tensor& value, const MhaOptions& options) {
-  return mha(m, query, key, value, options, false);
+                                      const Tensor& value, const MhaOptions& options, MhaCache* cache) {
+  return mha(m, query, key, value, options, false, cache);
 }
 
 MhaResult multihead_attention_forward_naive(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
                                             const Tensor& value, const MhaOptions& options) {
-  return mha(m, query, key, value, options, true);
+  return mha(m, query, key, value, options, true, nullptr);
 }
 
-MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, const Tensor& value,
-                                        int64_t num_heads, const MhaOptions& options) {
-  constexpr std::string_view op = "split-heads attention";
-  const Dims d = check_inputs(query, key, value, op);
+Tensor project(const Projection& p, const Tensor& x, std::string_view what) {
+  AK_CHECK(x.rank() >= 1 && x.dim(-1) == p.in, "{}: input has shape {}, expected [.., {}]", what, x.shape_str(), p.in);
+  Shape s = x.shape();
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < s.size(); ++i) rows *= s[i];
+  s.back() = p.out;
+  Tensor y(s);  // [.., out]
+  project_rows(p, x.data(), rows, p.in, y.data(), p.out, GemmThreads::Policy);
+  return y;
+}
+
+MhaResult heads_attention_forward(const Tensor& Q, const Tensor& K, const Tensor& V, int64_t num_heads,
+                                  const MhaOptions& o, Tensor* row_lse, std::string_view op) {
+  const Dims d = check_inputs(Q, K, V, op);
+  const int64_t E = Q.dim(-1), Ev = V.dim(-1), NH = num_heads;
+  AK_CHECK(NH >= 1, "{}: the number of heads must be at least 1, not {}", op, NH);
+  AK_CHECK(K.dim(-1) == E, "{}: key {} and query {} disagree on the feature size", op, K.shape_str(), Q.shape_str());
+  AK_CHECK(E % NH == 0, "{}: NH = {} heads do not divide the feature size E = {} of query {}", op, NH, E,
+           Q.shape_str());
+  AK_CHECK(Ev % NH == 0, "{}: NH = {} heads do not divide the feature size {} of value {}", op, NH, Ev,
+           V.shape_str());
+  ops::check_mask(o.mask, d.N, NH, d.T, d.S, op);
+  MhaResult r = make_output(d, Ev);  // the heads' contexts, concatenated [.., T, Ev]
+  const ops::SdpaProblem p = heads_problem(Q.data(), E, K.data(), E, V.data(), Ev, d, NH, E / NH, Ev / NH, o, r.output.data());
+  if (row_lse) *row_lse = Tensor({d.N, NH, d.T});
+  float* lse = row_lse ? row_lse->data() : nullptr;
+  if (o.weights == HeadWeights::None) ops::sdpa_tiled(p, lse);
+  else r.weights = head_weights(p, d, o, false, lse, op);
+  return r;
+}
+
+MhaResult multihead_attention_forward_ops(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
+                                          const Tensor& value, const MhaOptions& options) {
+  constexpr std::string_view op = "multi-head attention";
+  m.check(op);
+  check_inputs(query, key, value, op);
+  check_projection_inputs(m, query, key, value, op);
+  const Tensor Q = project(m.q_projection(), query, "query projection");  // [.., T, E]
+  const Tensor K = project(m.k_projection(), key, "key projection");      // [.., S, E]
+  const Tensor V = project(m.v_projection(), value, "value projection");  // [.., S, Ev]
+  MhaResult r = heads_attention_forward(Q, K, V, m.num_heads, options, nullptr, op);  // [.., T, Ev]
+  if (!m.out_projection().empty()) r.output = project(m.out_projection(), r.output, "output projection");  // [.., T, Eo]
+  return r;
+}
+
+MhaResult multihead_attention_forward_projected(const MultiheadAttention& m, const Tensor& query, const Tensor& K,
+                                                const Tensor& V, const MhaOptions& options) {
+  constexpr std::string_view op = "multi-head attention";
+  m.check(op);
+  check_feature(query, "query", m.q_projection(), "query projection", op);
+  AK_CHECK(K.rank() >= 1 && K.dim(-1) == m.embed_dim(), "{}: projected keys have shape {}, expected [.., S, E] with E = {}",
+           op, K.shape_str(), m.embed_dim());
+  AK_CHECK(V.rank() >= 1 && V.dim(-1) == m.value_dim(),
+           "{}: projected values have shape {}, expected [.., S, Ev] with Ev = {}", op, V.shape_str(), m.value_dim());
+  const Tensor Q = project(m.q_projection(), query, "query projection");  // [.., T, E]
+  MhaResult r = heads_attention_forward(Q, K, V, m.num_heads, options, nullptr, op);  // [.., T, Ev]
+  if (!m.out_projection().empty()) r.output = project(m.out_projection(), r.output, "output projection");  // [.., T, Eo]
+  return r;
+}
+
+namespace {
+
+void check_split(const Tensor& query, const Tensor& key, const Tensor& value, int64_t num_heads, std::string_view op) {
   const int64_t Dq = query.dim(-1), Dk = key.dim(-1), Dv = value.dim(-1);
   AK_CHECK(num_heads >= 1, "{}: the number of heads must be at least 1, not {}", op, num_heads);
   AK_CHECK(Dq == Dk, "{}: key {} and query {} disagree on the feature size", op, key.shape_str(), query.shape_str());
@@ -368,11 +578,177 @@ MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, 
            Dq, query.shape_str());
   AK_CHECK(Dv % num_heads == 0, "{}: NH = {} heads do not divide the feature size {} of value {}", op, num_heads, Dv,
            value.shape_str());
-  MhaResult r = make_output(d, Dv);  // the heads' contexts, concatenated, are the output
-  const ops::SdpaProblem p = heads_problem(query.data(), Dq, key.data(), Dk, value.data(), Dv, d, num_heads,
-                                           Dq / num_heads, Dv / num_heads, options, r.output.data());
-  attend(p, {}, d, options, false, r.output.data(), Tensor(), Tensor(), r, op);
+}
+
+}  // namespace
+
+MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                        int64_t num_heads, const MhaOptions& options, MhaCache* cache) {
+  constexpr std::string_view op = "split-heads attention";
+  const Dims d = check_inputs(query, key, value, op);
+  check_split(query, key, value, num_heads, op);
+  MhaResult r = heads_attention_forward(query, key, value, num_heads, options, cache ? &cache->row_lse : nullptr, op);
+  if (cache) {
+    cache->Q = cache->K = cache->V = Tensor();
+    cache->context = r.output.reshaped({d.N, d.T, value.dim(-1)});
+  }
   return r;
+}
+
+namespace {
+
+void check_grad_buffer(const Tensor* g, const Tensor& x, const char* name, std::string_view op) {
+  if (g)
+    AK_CHECK(g->shape() == x.shape(), "{}: the gradient buffer of {} has shape {}, expected {}", op, name,
+             g->shape_str(), x.shape_str());
+}
+
+// The sdpa backward behind both layers: tiled (recomputes the weights tile by tile from row_lse,
+// never a T x S matrix: O(T) memory), whatever forward kernel ran.
+void sdpa_backward(const ops::SdpaProblem& p, const float* row_lse, ops::StridedIn dout, const ops::SdpaGrads& g) {
+  ops::sdpa_backward_tiled(p, row_lse, dout, g);
+}
+
+ops::StridedOut strided(float* data, int64_t L, int64_t HS, int64_t ld) { return {data, L * ld, HS, ld}; }
+
+void add_into(Tensor& dst, const Tensor& src) {
+  float* d = dst.data();
+  const float* s = src.data();
+  for (int64_t i = 0, n = dst.numel(); i < n; ++i) d[i] += s[i];
+}
+
+}  // namespace
+
+// ---- backward ----
+
+void multihead_attention_backward(MultiheadAttention& m, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const MhaOptions& o, const MhaCache& cache, const Tensor& dY, Tensor* dq, Tensor* dk,
+                                  Tensor* dv, const std::vector<Tensor*>& dparams) {
+  constexpr std::string_view op = "multi-head attention backward";
+  m.check(op);
+  const Dims d = check_inputs(q, k, v, op);
+  check_projection_inputs(m, q, k, v, op);
+  const int64_t NH = m.num_heads, E = m.embed_dim(), Ev = m.value_dim(), Eo = m.output_dim();
+  const int64_t N = d.N, T = d.T, S = d.S, rows = N * T, HS = E / NH, HSv = Ev / NH, P = 2 * E + Ev;
+  const Shape out_shape = d.batched ? Shape{N, T, Eo} : Shape{T, Eo};
+  AK_CHECK(dY.shape() == out_shape, "{}: the output gradient has shape {}, expected the output's shape {}", op,
+           dY.shape_str(), shape_str(out_shape));
+  check_grad_buffer(dq, q, "query", op), check_grad_buffer(dk, k, "key", op), check_grad_buffer(dv, v, "value", op);
+  const bool self = is_self_attention(m, q, k, v);
+  const bool cache_fits = cache.row_lse.numel() == N * NH * T && cache.context.numel() == rows * Ev &&
+                          (self ? cache.Q.numel() == rows * P
+                                : cache.Q.numel() == rows * E && cache.K.numel() == N * S * E && cache.V.numel() == N * S * Ev);
+  AK_CHECK(cache_fits, "{}: the cache (Q {}, K {}, V {}, context {}, row_lse {}) is not from a forward with these inputs",
+           op, cache.Q.shape_str(), cache.K.shape_str(), cache.V.shape_str(), cache.context.shape_str(),
+           cache.row_lse.shape_str());
+  ops::check_mask(o.mask, N, NH, T, S, op);
+
+  // Where each parameter's gradient goes.
+  const std::vector<Parameter*> params = m.named_parameters();
+  AK_CHECK(dparams.empty() || dparams.size() == params.size(), "{}: {} parameter gradients given for {} parameters", op,
+           dparams.size(), params.size());
+  auto grad_of = [&](Parameter& p) -> float* {
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i] != &p) continue;
+      Tensor* g = dparams.empty() ? &p.grad_buffer() : dparams[i];
+      if (!g) return nullptr;
+      AK_CHECK(g->shape() == p.value.shape(), "{}: the gradient of {} has shape {}, expected {}", op, p.name,
+               g->shape_str(), p.value.shape_str());
+      return g->data();
+    }
+    return nullptr;  // absent (an optional bias)
+  };
+  float *gWq = nullptr, *gWk = nullptr, *gWv = nullptr, *gbq = nullptr, *gbk = nullptr, *gbv = nullptr;
+  float *gWo = nullptr, *gbo = nullptr;
+  if (m.form == MhaWeightForm::Documents) {
+    gWq = grad_of(m.W_Q), gWk = grad_of(m.W_K), gWv = grad_of(m.W_V), gWo = grad_of(m.W_O);
+  } else {
+    if (m.form == MhaWeightForm::InProj) {
+      float* g = grad_of(m.in_proj_weight);  // [3E, E]: rows q, k, v
+      if (g) gWq = g, gWk = g + E * E, gWv = g + 2 * E * E;
+    } else {
+      gWq = grad_of(m.q_proj_weight), gWk = grad_of(m.k_proj_weight), gWv = grad_of(m.v_proj_weight);
+    }
+    if (float* g = grad_of(m.in_proj_bias)) gbq = g, gbk = g + E, gbv = g + 2 * E;  // [3E]
+    gWo = grad_of(m.out_proj_weight), gbo = grad_of(m.out_proj_bias);
+  }
+
+  // output = context Wo^T + bo:  dcontext = doutput Wo, dWo += doutput^T context, dbo += sum doutput
+  const Projection po = m.out_projection();
+  Tensor dctx_buf;
+  const float* dctx = dY.data();  // [N*T, Ev]
+  if (!po.empty()) {
+    dctx_buf = Tensor({N, T, Ev});
+    project_rows_backward(po, cache.context.data(), rows, dY.data(), Eo, dctx_buf.data(), gWo, gbo);
+    dctx = dctx_buf.data();
+  }
+
+  // context = concat_h softmax(Q_h K_h^T / sqrt(HS)) V_h:  dQ, dK, dV through the tiled backward
+  const float *Q, *K, *V;
+  int64_t ldq = E, ldk = E, ldv = Ev;
+  Tensor dQKV, dQ_buf, dK_buf, dV_buf;
+  float *dQ, *dK, *dV;
+  if (self) {  // Q | K | V side by side [N*T, P], and their gradients likewise
+    Q = cache.Q.data(), K = Q + E, V = Q + 2 * E;
+    ldq = ldk = ldv = P;
+    dQKV = Tensor({N, T, P});
+    dQ = dQKV.data(), dK = dQ + E, dV = dQ + 2 * E;
+  } else {
+    Q = cache.Q.data(), K = cache.K.data(), V = cache.V.data();
+    dQ_buf = Tensor({N, T, E}), dK_buf = Tensor({N, S, E}), dV_buf = Tensor({N, S, Ev});
+    dQ = dQ_buf.data(), dK = dK_buf.data(), dV = dV_buf.data();
+  }
+  const ops::SdpaProblem p =
+      heads_problem(Q, ldq, K, ldk, V, ldv, d, NH, HS, HSv, o, const_cast<float*>(cache.context.data()));
+  ops::SdpaGrads g;
+  g.dq = strided(dQ, T, HS, ldq), g.dk = strided(dK, S, HS, ldk), g.dv = strided(dV, S, HSv, ldv);
+  sdpa_backward(p, cache.row_lse.data(), ops::StridedIn{dctx, T * Ev, HSv, Ev}, g);
+
+  // Q = q Wq^T + bq, K = k Wk^T + bk, V = v Wv^T + bv (or x W): each projection's backward
+  project_rows_backward(m.q_projection(), q.data(), rows, dQ, ldq, dq ? dq->data() : nullptr, gWq, gbq);
+  project_rows_backward(m.k_projection(), k.data(), N * S, dK, ldk, dk ? dk->data() : nullptr, gWk, gbk);
+  project_rows_backward(m.v_projection(), v.data(), N * S, dV, ldv, dv ? dv->data() : nullptr, gWv, gbv);
+}
+
+void split_heads_attention_backward(const Tensor& query, const Tensor& key, const Tensor& value, int64_t num_heads,
+                                    const MhaOptions& o, const MhaCache& cache, const Tensor& dY, Tensor* dq,
+                                    Tensor* dk, Tensor* dv) {
+  constexpr std::string_view op = "split-heads attention backward";
+  const Dims d = check_inputs(query, key, value, op);
+  check_split(query, key, value, num_heads, op);
+  const int64_t N = d.N, T = d.T, S = d.S, NH = num_heads, Dq = query.dim(-1), Dv = value.dim(-1);
+  const Shape out_shape = d.batched ? Shape{N, T, Dv} : Shape{T, Dv};
+  AK_CHECK(dY.shape() == out_shape, "{}: the output gradient has shape {}, expected the output's shape {}", op,
+           dY.shape_str(), shape_str(out_shape));
+  check_grad_buffer(dq, query, "query", op), check_grad_buffer(dk, key, "key", op),
+      check_grad_buffer(dv, value, "value", op);
+  AK_CHECK(cache.row_lse.numel() == N * NH * T && cache.context.numel() == N * T * Dv,
+           "{}: the cache (context {}, row_lse {}) is not from a forward with these inputs", op,
+           cache.context.shape_str(), cache.row_lse.shape_str());
+  ops::check_mask(o.mask, N, NH, T, S, op);
+  // One input tensor in several roles (self-attention): each role's gradient into its own buffer
+  // (the kernel may run roles in parallel), then added.
+  const bool alias = (dq && (dq == dk || dq == dv)) || (dk && dk == dv);
+  Tensor tq, tk, tv;
+  float* gq = dq ? dq->data() : nullptr;
+  float* gk = dk ? dk->data() : nullptr;
+  float* gv = dv ? dv->data() : nullptr;
+  if (alias) {
+    if (dq) tq = Tensor(query.shape()), gq = tq.data();
+    if (dk) tk = Tensor(key.shape()), gk = tk.data();
+    if (dv) tv = Tensor(value.shape()), gv = tv.data();
+  }
+  const ops::SdpaProblem p = heads_problem(query.data(), Dq, key.data(), Dq, value.data(), Dv, d, NH, Dq / NH, Dv / NH,
+                                           o, const_cast<float*>(cache.context.data()));
+  ops::SdpaGrads g;
+  g.dq = strided(gq, T, Dq / NH, Dq), g.dk = strided(gk, S, Dq / NH, Dq), g.dv = strided(gv, S, Dv / NH, Dv);
+  // context = concat_h softmax(q_h k_h^T / sqrt(HS)) v_h
+  sdpa_backward(p, cache.row_lse.data(), ops::StridedIn{dY.data(), T * Dv, Dv / NH, Dv}, g);
+  if (alias) {
+    if (dq) add_into(*dq, tq);
+    if (dk) add_into(*dk, tk);
+    if (dv) add_into(*dv, tv);
+  }
 }
 
 }  // namespace attnkit::nn

@@ -1,47 +1,88 @@
-// Self-attention and multi-head attention layers (inference forward; backward comes with autograd).
+// Multi-head attention and split-heads attention: forward, backward, and the pieces they are made of.
 //
-// Legend: N batch, T queries, S keys, E model size, NH heads, HS = E / NH head size,
-// Dq/Dk/Dv input sizes of query, key, value. Inputs are batch-first: [N, T, E] or unbatched [T, E]
-// (nn.MultiheadAttention(..., batch_first=True)).
+// Legend: N batch, T queries, S keys, E model size (query/key projection size), Ev value projection
+// size, Eo output size, NH heads, HS = E / NH head size, Dq/Dk/Dv input sizes of query, key, value.
+// Inputs are batch-first: [N, T, Dq] or unbatched [T, Dq] (nn.MultiheadAttention(..., batch_first=True)).
 //
-//   Q = q Wq^T + bq [N, T, E]   K = k Wk^T + bk [N, S, E]   V = v Wv^T + bv [N, S, E]
+//   Q = q Wq^T + bq [N, T, E]   K = k Wk^T + bk [N, S, E]   V = v Wv^T + bv [N, S, Ev]    (project)
 //   head h: O_h = softmax(Q_h K_h^T / sqrt(HS) + mask) V_h   (Q_h = columns h*HS .. (h+1)*HS)
-//   output = concat_h(O_h) Wo^T + bo [N, T, E]
+//   context = concat_h(O_h) [N, T, Ev]                                                   (heads_attention)
+//   output = context Wo^T + bo [N, T, Eo]                                                (project)
 //
-// Weights (PyTorch nn.MultiheadAttention state_dict names and layouts, [out, in]):
-//   in_proj_weight [3E, E] (rows q, k, v) + in_proj_bias [3E]          (kdim == vdim == E)
-//   q_proj_weight [E, E], k_proj_weight [E, kdim], v_proj_weight [E, vdim] (+ in_proj_bias)
-//   out_proj.weight [E, E], out_proj.bias [E]   (also nested: out_proj/weight)
-// or the documents' form (x W, [in, out]): W_Q [Dq, E], W_K [Dk, E], W_V [Dk, Ev], optional W_O [Ev, Eo];
-// with NH = 1 and no W_O this is the documents' single self-attention Q = X W_Q, K = X W_K, V = X W_V.
+// Parameters (nn::Module; named_parameters() in PyTorch state_dict order, [out, in] layout):
+//   in_proj_weight [3E, E] (rows q, k, v), in_proj_bias [3E]                        (kdim == vdim == E)
+//   q_proj_weight [E, E], k_proj_weight [E, kdim], v_proj_weight [E, vdim], in_proj_bias [3E]
+//   out_proj.weight [E, E], out_proj.bias [E]          (biases optional; out_proj.weight also nested)
+// or the documents' form under its own names (x W, [in, out]): W_Q [Dq, E], W_K [Dk, E], W_V [Dk, Ev],
+// optional W_O [Ev, Eo]; with NH = 1 and no W_O this is the documents' single self-attention
+// Q = X W_Q, K = X W_K, V = X W_V.
 //
 // The split-heads variant (the second document's "multi-head by splitting") has no weights:
 // Q, K, V are the inputs themselves, cut into NH equal column blocks; the output is the
-// concatenation of the heads' contexts.
+// concatenation of the heads' contexts (heads_attention on the inputs).
 //
-// Without weights requested the tiled kernel runs: no NH x T x S matrix is ever held.
+// Two forward paths, one result: multihead_attention_forward runs the projections, the tiled
+// attention and the output projection as stages of one thread team (fastest: see
+// docs/benchmarks.md); multihead_attention_forward_ops runs them op by op from the public pieces
+// (project, heads_attention_forward). Without weights requested the tiled kernel runs: no
+// NH x T x S matrix is ever held, in the forward or (sdpa_backward_tiled) in the backward.
 #pragma once
 #include <string_view>
+#include <vector>
 
 #include "attnkit/io/value.hpp"
+#include "attnkit/nn/parameter.hpp"
 #include "attnkit/ops/attention.hpp"
 #include "attnkit/tensor/tensor.hpp"
 
 namespace attnkit::nn {
 
-struct MultiheadAttention {
+// One projection read in place from a parameter: y = x W^T + b (W [out, in], PyTorch) or
+// y = x W (W [in, out], the documents' form). b may be null.
+struct Projection {
+  const float* W = nullptr;
+  int64_t out = 0, in = 0;
+  bool in_out = false;  // W stored [in, out]
+  const float* b = nullptr;
+  bool empty() const { return W == nullptr; }
+};
+
+enum class MhaWeightForm { InProj, SeparateProj, Documents };
+
+class MultiheadAttention : public Module {
+ public:
   int64_t num_heads = 1;
-  // y = x W^T + b (PyTorch layout [out, in]); biases may be empty.
-  Tensor q_weight, k_weight, v_weight;  // [E, Dq], [E, Dk], [Ev, Dk'] (Dk' = value input size)
-  Tensor q_bias, k_bias, v_bias;        // [E], [E], [Ev]
-  Tensor out_weight, out_bias;          // [Eo, Ev], [Eo]; empty weight: no output projection
+  MhaWeightForm form = MhaWeightForm::InProj;
+  // PyTorch forms (only the form's own are non-empty).
+  Parameter in_proj_weight{"in_proj_weight", {}}, q_proj_weight{"q_proj_weight", {}},
+      k_proj_weight{"k_proj_weight", {}}, v_proj_weight{"v_proj_weight", {}}, in_proj_bias{"in_proj_bias", {}},
+      out_proj_weight{"out_proj.weight", {}}, out_proj_bias{"out_proj.bias", {}};
+  // The documents' form.
+  Parameter W_Q{"W_Q", {}}, W_K{"W_K", {}}, W_V{"W_V", {}}, W_O{"W_O", {}};
 
-  int64_t embed_dim() const { return q_weight.dim(0); }  // E (query/key projection size)
-  int64_t value_dim() const { return v_weight.dim(0); }  // Ev
+  // From a bundle in either naming (see above); every tensor's presence and shape is checked
+  // (io::find_tensor). `op` prefixes messages. Throws attnkit::Error naming the weight, its shape
+  // and the expected one, or if NH does not divide E.
+  static MultiheadAttention from_bundle(const io::Value& bundle, int64_t num_heads,
+                                        std::string_view op = "multi-head attention");
 
-  // From a bundle in either naming (see above). `op` prefixes messages. Throws attnkit::Error
-  // naming the weight, its shape and the expected one, or if NH does not divide E.
-  static MultiheadAttention from_bundle(const io::Value& bundle, int64_t num_heads, std::string_view op = "multi-head attention");
+  // The non-empty parameters in state_dict order (in_proj_weight | q/k/v_proj_weight, in_proj_bias,
+  // out_proj.weight, out_proj.bias; or W_Q, W_K, W_V, W_O).
+  std::vector<Parameter*> named_parameters() override;
+  using Module::named_parameters;
+
+  // The views the kernels read (out_projection() is empty when there is none).
+  Projection q_projection() const;
+  Projection k_projection() const;
+  Projection v_projection() const;
+  Projection out_projection() const;
+  int64_t embed_dim() const { return q_projection().out; }  // E
+  int64_t value_dim() const { return v_projection().out; }  // Ev
+  int64_t output_dim() const { return out_projection().empty() ? value_dim() : out_projection().out; }  // Eo
+
+  // Throws unless the parameters agree with each other and NH >= 1 divides E and Ev (every
+  // forward and backward calls it first: a struct filled by hand is checked like a loaded one).
+  void check(std::string_view op = "multi-head attention") const;
 };
 
 enum class HeadWeights { None, Averaged, PerHead };
@@ -58,15 +99,58 @@ struct MhaResult {
   Tensor weights;  // [.., T, S] averaged over heads, or [.., NH, T, S] per head; empty if not asked
 };
 
+// What a backward pass needs from its forward (filled when a forward is given one).
+struct MhaCache {
+  // Projected Q [N, T, E], K [N, S, E], V [N, S, Ev]. Self-attention (one input tensor): Q holds
+  // [N, T, 2E + Ev], Q | K | V side by side, and K, V are empty.
+  Tensor Q, K, V;
+  Tensor context;  // [N, T, Ev] heads concatenated, before the output projection
+  Tensor row_lse;  // [N, NH, T] log-sum-exp of each query's scores (ops::sdpa_*)
+};
+
 // query [T, Dq] / [N, T, Dq]; key [S, Dk] / [N, S, Dk]; value [S, Dv] / [N, S, Dv].
+// With `cache`, keeps what multihead_attention_backward needs.
 MhaResult multihead_attention_forward(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
-                                      const Tensor& value, const MhaOptions& options);
-// The same, every head through ops::sdpa_naive (tests compare the two).
+                                      const Tensor& value, const MhaOptions& options, MhaCache* cache = nullptr);
+// The same, op by op from the public pieces below (tests compare it with the fused path).
+MhaResult multihead_attention_forward_ops(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
+                                          const Tensor& value, const MhaOptions& options);
+// The same, every head through ops::sdpa_naive (double precision attention).
 MhaResult multihead_attention_forward_naive(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
                                             const Tensor& value, const MhaOptions& options);
+// Cross-attention over keys and values already projected (a decoder's cache): K [.., S, E],
+// V [.., S, Ev] as the key/value projections made them; the query is projected here.
+MhaResult multihead_attention_forward_projected(const MultiheadAttention& m, const Tensor& query, const Tensor& K,
+                                                const Tensor& V, const MhaOptions& options);
+
+// ---- the pieces ----
+// y [.., out] = x [.., in] W^T + b (or x W), through ops::gemm. `what` names the projection in messages.
+Tensor project(const Projection& p, const Tensor& x, std::string_view what);
+// Scaled dot-product attention of NH heads read in place from Q [.., T, E], K [.., S, E],
+// V [.., S, Ev] (head h = columns h*HS ..): output = the heads' contexts concatenated [.., T, Ev].
+// row_lse (may be null) receives the [N, NH, T] log-sum-exp a backward pass needs.
+MhaResult heads_attention_forward(const Tensor& Q, const Tensor& K, const Tensor& V, int64_t num_heads,
+                                  const MhaOptions& options, Tensor* row_lse = nullptr, std::string_view op = "attention heads");
 
 // No projections: heads are NH equal column blocks of query/key/value (scale 1/sqrt(Dk / NH)).
+// With `cache`, keeps the output (as context) and row_lse for split_heads_attention_backward.
 MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, const Tensor& value,
-                                        int64_t num_heads, const MhaOptions& options);
+                                        int64_t num_heads, const MhaOptions& options, MhaCache* cache = nullptr);
+
+// ---- backward ----
+// Gradients of multihead_attention_forward for the upstream gradient doutput (shaped like the
+// output), through ops::sdpa_backward_tiled (O(T) memory: no T x S matrix). `cache` is what the
+// forward with the same module, inputs and options filled. Adds (+=) into dquery, dkey, dvalue
+// (shaped like the inputs; null skips one; they may be one tensor for self-attention) and into
+// the parameter gradients: dparams[i] for named_parameters()[i] (null skips one), or, with
+// dparams empty, into each parameter's grad_buffer(). The returned weights get no gradient.
+void multihead_attention_backward(MultiheadAttention& m, const Tensor& query, const Tensor& key, const Tensor& value,
+                                  const MhaOptions& options, const MhaCache& cache, const Tensor& doutput,
+                                  Tensor* dquery, Tensor* dkey, Tensor* dvalue,
+                                  const std::vector<Tensor*>& dparams = {});
+// Gradients of split_heads_attention_forward (cache from it), added into dquery, dkey, dvalue.
+void split_heads_attention_backward(const Tensor& query, const Tensor& key, const Tensor& value, int64_t num_heads,
+                                    const MhaOptions& options, const MhaCache& cache, const Tensor& doutput,
+                                    Tensor* dquery, Tensor* dkey, Tensor* dvalue);
 
 }  // namespace attnkit::nn
