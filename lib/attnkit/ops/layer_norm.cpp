@@ -4,6 +4,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // Eigen AVX-512, GCC 12 false positive
 
 #include <cmath>
+#include <vector>
+
+#include <omp.h>
 
 #include "attnkit/ops/row_loop.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
