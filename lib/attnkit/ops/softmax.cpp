@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attnkit/ops/row_loop.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
 
@@ -51,6 +52,29 @@ Tensor softmax_forward(const Tensor& x, SoftmaxStats* stats) {
   return y;
 }
 
+namespace {
+// Shapes of a row-wise backward: dy, y and dx all [..., C].
+int64_t check_backward(const Tensor& dy, const Tensor& y, const Tensor& dx, const char* op) {
+  check_rank(y, op);
+  AK_CHECK(dy.shape() == y.shape(), "{}: output gradient has shape {}, expected {} like the output", op,
+           dy.shape_str(), y.shape_str());
+  AK_CHECK(dx.shape() == y.shape(), "{}: input gradient has shape {}, expected {}", op, dx.shape_str(),
+           y.shape_str());
+  return y.dim(-1);
+}
+}  // namespace
+
+void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
+  const int64_t C = check_backward(dy, y, dx, "softmax"), rows = C ? y.numel() / C : 0;
+  detail::for_rows(rows, C, [&](int64_t r) {
+    const Eigen::Map<const Eigen::ArrayXf> yr(y.data() + r * C, C), g(dy.data() + r * C, C);
+    // forward: y_j = exp(x_j - m) / sum_k exp(x_k - m)  ->  dx_j += y_j (dy_j - sum_k dy_k y_k)
+    // (a fully masked row has y = 0: its gradient is 0)
+    const float s = (g * yr).sum();
+    Eigen::Map<Eigen::ArrayXf>(dx.data() + r * C, C) += yr * (g - s);
+  });
+}
+
 Tensor log_softmax_forward(const Tensor& x) {
   check_rank(x, "log_softmax");
   Tensor y = x;
@@ -65,13 +89,24 @@ Tensor log_softmax_forward(const Tensor& x) {
   return y;
 }
 
+void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
+  const int64_t C = check_backward(dy, y, dx, "log_softmax"), rows = C ? y.numel() / C : 0;
+  detail::for_rows(rows, C, [&](int64_t r) {
+    const Eigen::Map<const Eigen::ArrayXf> yr(y.data() + r * C, C), g(dy.data() + r * C, C);
+    if (yr.maxCoeff() == kNegInf) return;  // a fully masked row: zero gradient, not NaN
+    // forward: y_j = x_j - m - log(sum_k exp(x_k - m))  ->  dx_j += dy_j - exp(y_j) sum_k dy_k
+    const float s = g.sum();
+    Eigen::Map<Eigen::ArrayXf>(dx.data() + r * C, C) += g - yr.exp() * s;
+  });
+}
+
 namespace {
 // The naive references: per row, in double, y = f(x_j, m, sum_k exp(x_k - m)); rows of -inf are
 // left as `masked` values (0 for softmax, -inf for log-softmax).
 template <typename F>
-Tensor naive_rows(const Tensor& x, const char* op, float masked, F f) {
+std::vector<double> naive_rows(const Tensor& x, const char* op, double masked, F f) {
   check_rank(x, op);
-  Tensor y = Tensor::filled(x.shape(), masked);
+  std::vector<double> y(static_cast<size_t>(x.numel()), masked);
   const int64_t cols = x.dim(-1), rows = cols ? x.numel() / cols : 0;
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = x.data() + r * cols;
@@ -79,19 +114,27 @@ Tensor naive_rows(const Tensor& x, const char* op, float masked, F f) {
     for (int64_t j = 0; j < cols; ++j) m = std::max(m, double(in[j]));
     if (std::isinf(m) && m < 0) continue;
     for (int64_t j = 0; j < cols; ++j) sum += std::exp(double(in[j]) - m);
-    for (int64_t j = 0; j < cols; ++j) y[r * cols + j] = static_cast<float>(f(double(in[j]), m, sum));
+    for (int64_t j = 0; j < cols; ++j) y[static_cast<size_t>(r * cols + j)] = f(double(in[j]), m, sum);
   }
+  return y;
+}
+Tensor to_float(const Shape& shape, const std::vector<double>& v) {
+  Tensor y(shape);
+  for (int64_t i = 0; i < y.numel(); ++i) y[i] = static_cast<float>(v[static_cast<size_t>(i)]);
   return y;
 }
 }  // namespace
 
-Tensor softmax_naive(const Tensor& x) {
-  return naive_rows(x, "softmax", 0.0f, [](double xj, double m, double sum) { return std::exp(xj - m) / sum; });
+std::vector<double> softmax_reference(const Tensor& x) {
+  return naive_rows(x, "softmax", 0.0, [](double xj, double m, double sum) { return std::exp(xj - m) / sum; });
 }
 
-Tensor log_softmax_naive(const Tensor& x) {
-  return naive_rows(x, "log_softmax", kNegInf,
+std::vector<double> log_softmax_reference(const Tensor& x) {
+  return naive_rows(x, "log_softmax", -std::numeric_limits<double>::infinity(),
                     [](double xj, double m, double sum) { return xj - m - std::log(sum); });
 }
+
+Tensor softmax_naive(const Tensor& x) { return to_float(x.shape(), softmax_reference(x)); }
+Tensor log_softmax_naive(const Tensor& x) { return to_float(x.shape(), log_softmax_reference(x)); }
 
 }  // namespace attnkit::ops

@@ -1,0 +1,35 @@
+// Legend: I in features, O out features.
+#include "attnkit/nn/linear.hpp"
+
+#include <cmath>
+
+#include "attnkit/autograd/functional.hpp"
+#include "attnkit/nn/state_dict.hpp"
+#include "attnkit/tensor/error.hpp"
+
+namespace attnkit::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, Rng& rng, bool bias, const std::string& prefix)
+    : has_bias_(bias), what_(prefix.empty() ? "linear" : prefix) {
+  AK_CHECK(in_features >= 0 && out_features >= 0, "{}: in_features {} and out_features {} must be >= 0", what_,
+           in_features, out_features);
+  // PyTorch: bound = 1 / sqrt(fan_in) for both (0 when fan_in is 0)
+  const float bound = in_features > 0 ? 1.0f / std::sqrt(static_cast<float>(in_features)) : 0.0f;
+  weight = Parameter(qualified(prefix, "weight"), rand_uniform({out_features, in_features}, rng, -bound, bound));
+  if (bias) this->bias = Parameter(qualified(prefix, "bias"), rand_uniform({out_features}, rng, -bound, bound));
+  else this->bias = Parameter(qualified(prefix, "bias"), Tensor());
+}
+
+autograd::Var Linear::forward(const autograd::Var& x) {
+  using autograd::Var;
+  return autograd::linear(x, Var::param(weight), has_bias_ ? Var::param(bias) : Var());  // [..., O]
+}
+
+std::vector<Parameter*> Linear::named_parameters() {
+  if (has_bias_) return {&weight, &bias};
+  return {&weight};
+}
+
+void Linear::load(const io::Value& bundle) { load_parameters(*this, bundle, what_); }
+
+}  // namespace attnkit::nn

@@ -1,0 +1,44 @@
+// nn::Linear: y = x W^T + b (PyTorch's nn.Linear, ops/linear.hpp).
+// Legend: I in features, O out features.
+//   weight [O, I]  "weight" (or "<prefix>.weight")     bias [O]  "bias"   (state_dict order)
+// Init, PyTorch's default (kaiming_uniform_(a = sqrt 5) reduces to it): weight and bias both
+// ~ U(-1/sqrt(I), 1/sqrt(I)), drawn from the attnkit::Rng given, weight row-major first, then bias.
+// (The values differ from PyTorch's, whose generator is not reproduced; the distribution is the same.)
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnkit/autograd/var.hpp"
+#include "attnkit/io/value.hpp"
+#include "attnkit/nn/parameter.hpp"
+#include "attnkit/tensor/random.hpp"
+
+namespace attnkit::nn {
+
+class Linear : public Module {
+ public:
+  // prefix: the layer's name inside a bigger model ("linear1"), "" for a standalone layer.
+  Linear(int64_t in_features, int64_t out_features, Rng& rng, bool bias = true, const std::string& prefix = "");
+
+  Parameter weight;  // [O, I]
+  Parameter bias;    // [O]; an empty value (and absent from named_parameters) when built without bias
+
+  int64_t in_features() const { return weight.value.dim(1); }
+  int64_t out_features() const { return weight.value.dim(0); }
+  bool has_bias() const { return has_bias_; }
+
+  // x [..., I] -> [..., O]; recorded unless under autograd::NoGrad (gradients land in weight.grad,
+  // bias.grad). The module must outlive the backward pass and not move before it.
+  autograd::Var forward(const autograd::Var& x);
+
+  std::vector<Parameter*> named_parameters() override;
+  // weight (and bias) from a bundle by name, presence and shape checked (nn/state_dict.hpp).
+  void load(const io::Value& bundle);
+
+ private:
+  bool has_bias_;
+  std::string what_;  // for messages: the prefix, or "linear"
+};
+
+}  // namespace attnkit::nn
