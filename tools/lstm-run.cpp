@@ -1,9 +1,11 @@
 // lstm-run: run a stacked (bi)directional RNN / LSTM / GRU over JSON sequences (docs/lstm-run.md).
 #include <iostream>
 
+#include "attnkit/app/recurrent_request.hpp"
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/nn/recurrent.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/threads.hpp"
 #include "common/common.hpp"
 
 using namespace attnkit;
@@ -59,6 +61,7 @@ int main(int argc, char** argv) {
   tools::add_threads_option(app, threads);
 
   return tools::run(app, argc, argv, [&]() -> int {
+    set_num_threads(threads);  // the one thread policy: every kernel reads num_threads()
     const ops::CellKind cell = cell_name == "lstm"  ? ops::CellKind::Lstm
                                : cell_name == "gru" ? ops::CellKind::Gru
                                : cell_name == "rnn" ? ops::CellKind::RnnTanh
@@ -101,15 +104,14 @@ int main(int argc, char** argv) {
       if (!h0_ref.empty()) h0 = tensor(h0_ref, "h0");
       if (!c0_ref.empty()) c0 = tensor(c0_ref, "c0");
       if (!lengths_ref.empty()) lengths = tensor(lengths_ref, "lengths");
-      nn::SequenceRequest req;
+      app::SequenceRequest req;
       req.x = tensor(input_ref, "input");
       req.h0 = h0 ? &*h0 : nullptr;
       req.c0 = c0 ? &*c0 : nullptr;
       req.lengths = lengths ? &*lengths : nullptr;
       req.trace = trace;
-      req.threads = threads;
       req.layout = layout;
-      return nn::run_sequence(*model, req);
+      return app::run_sequence(*model, req);
     }));
     return 0;
   });

@@ -103,9 +103,9 @@ expect_error 1 "c0 has shape [1, 2, 5], expected [1, 2, 4]" lstm-run x3.json --w
 tensor randn --shape 2,5,2 > x2.json
 expect_error 1 "c0 is given, but a gru has no cell state" lstm-run x2.json --weights w_gru.json --cell gru --c0 h05.json
 echo '[5, 6]' > len_big.json
-expect_error 1 "lengths[1] is 6, expected 0 <= length <= T = 5" lstm-run x3.json --weights w1.json --lengths len_big.json
+expect_error 1 "lengths[1] is 6, expected 0 <= length <= 5" lstm-run x3.json --weights w1.json --lengths len_big.json
 echo '[5, -1]' > len_neg.json
-expect_error 1 "lengths[1] is -1, expected 0 <= length <= T = 5" lstm-run x3.json --weights w1.json --lengths len_neg.json
+expect_error 1 "lengths[1] is -1, expected 0 <= length <= 5" lstm-run x3.json --weights w1.json --lengths len_neg.json
 echo '[5, 2.5]' > len_frac.json
 expect_error 1 "lengths[1] is 2.5, expected a whole number" lstm-run x3.json --weights w1.json --lengths len_frac.json
 echo '[5, 2, 1]' > len_n.json

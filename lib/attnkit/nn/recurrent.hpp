@@ -20,7 +20,7 @@
 namespace attnkit::nn {
 
 using ops::CellKind;
-struct PackCache;  // recurrent.cpp: W_hh packed for the GEMM micro-kernel, per team size
+struct PackCache;  // recurrent_packed.hpp: W_hh packed for the GEMM micro-kernel, per team size
 
 // torch:  weight_ih_l{k}[_reverse] [G*H, D_k], weight_hh_l{k} [G*H, H], bias_ih_l{k} [G*H],
 //         bias_hh_l{k} [G*H]; LSTM gates i, f, g, o; GRU r, z, n. Biases optional (bias=False).
@@ -28,6 +28,8 @@ struct PackCache;  // recurrent.cpp: W_hh packed for the GEMM micro-kernel, per 
 //         *_reverse for the backward direction; LSTM gates i, f, o, g. RNN and LSTM only.
 enum class WeightLayout { Torch, Cs231n };
 const char* layout_name(WeightLayout layout);
+// The cs231n column block of PyTorch gate `torch_gate` (LSTM i, f, g, o -> i, f, o, g; else itself).
+int cs231n_gate(CellKind cell, int torch_gate);
 
 struct RecurrentConfig {
   CellKind cell = CellKind::Lstm;
@@ -46,8 +48,8 @@ struct DirectionWeights {
   Tensor b_hh;  // [G*H]
 };
 
+// Threads: the library's policy, attnkit::num_threads() (tensor/threads.hpp), decides.
 struct RunOptions {
-  int threads = 1;          // threads for the GEMMs and the time loop (0: one per core)
   bool trace = false;       // keep the first layer's per-step values (RecurrentResult::trace)
   bool keep_cache = false;  // keep every layer's RecurrentCache (for a backward pass)
   // A time loop uses a second thread only with this many multiply-adds a step per thread (a
@@ -101,27 +103,5 @@ class Recurrent {
   std::vector<Packed> packed_;
   std::shared_ptr<PackCache> pack_cache_;  // built on first use; shared by copies (same weights)
 };
-
-// The documents' trace of one direction of the first layer, batch-first: a [N, T, G*H] in the
-// layout's gate order; LSTM i, f, o, g, c, h; GRU r, z, n, h; RNN h — each [N, T, H]. Every value
-// of a padded step (t >= lengths[n]) is zero.
-io::Value trace_bundle(const ops::RecurrentCache& cache, CellKind cell, WeightLayout layout,
-                       const std::vector<int64_t>* lengths = nullptr);
-
-// What lstm-run computes: x [N, T, D] or [T, D] (then N is dropped from every shape in and out,
-// h0 and c0 are [L*dirs, H]) -> {output, h_n, c_n (LSTM), trace (+ trace_reverse) with --trace}.
-struct SequenceRequest {
-  Tensor x;
-  const Tensor* h0 = nullptr;
-  const Tensor* c0 = nullptr;
-  const Tensor* lengths = nullptr;
-  bool trace = false;
-  int threads = 1;
-  WeightLayout layout = WeightLayout::Torch;  // the gate order of the trace's `a`
-};
-io::Value run_sequence(const Recurrent& model, const SequenceRequest& request);
-
-// Integer lengths from a tensor of N values (each an integer in [0, T]); `what` names it in messages.
-std::vector<int64_t> lengths_from_tensor(const Tensor& t, int64_t batch, int64_t steps, const std::string& what);
 
 }  // namespace attnkit::nn
