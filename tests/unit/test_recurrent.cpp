@@ -147,14 +147,15 @@ TEST_CASE("recurrent: fast cells match the reference cells step by step") {
         nn::RunOptions opt;
         opt.min_macs_per_thread = 1, opt.trace = true;
         nn::RecurrentResult r = model.forward(in, opt);
-        const auto& w = model.weights()[0];
+        const auto& w = model.direction(0);
         Tensor h = h0.reshaped({N, H}), c = c0.reshaped({N, H});
         const ops::RecurrentCache& cache = r.caches[0];
         for (int64_t t = 0; t < T; ++t) {
           Tensor xt({N, D});
           for (int64_t n = 0; n < N; ++n)
             for (int64_t d = 0; d < D; ++d) xt[n * D + d] = x[(n * T + t) * D + d];
-          ops::CellReference ref = ops::cell_reference(cell, xt, h, c, w.w_ih, w.w_hh, w.b_ih, w.b_hh);
+          ops::CellReference ref = ops::cell_reference(cell, xt, h, c, w.w_ih.value, w.w_hh.value, w.b_ih.value,
+                                                     w.b_hh.value);
           const int64_t GH = ops::gate_count(cell) * H;
           Tensor pre({N, GH}), hs({N, H});
           std::copy(cache.pre.data() + t * N * GH, cache.pre.data() + (t + 1) * N * GH, pre.data());
@@ -229,7 +230,7 @@ TEST_CASE("recurrent: layers, directions and sizes follow from the names") {
   CHECK(back.config().bidirectional);
   CHECK(back.config().input_size == 3);
   CHECK(back.config().hidden_size == 4);
-  CHECK(back.weights()[5].w_ih.shape() == Shape{12, 8});
+  CHECK(back.direction(5).w_ih.value.shape() == Shape{12, 8});
 }
 
 TEST_CASE("recurrent: bad weights and inputs say what is wrong") {
@@ -366,4 +367,77 @@ TEST_CASE("recurrent: a batch sorted by length (the finished rows skip the hidde
       }
     }
   }
+}
+
+TEST_CASE("recurrent: one Parameter per state_dict tensor, in state_dict order") {
+  Rng rng(41);
+  nn::RecurrentConfig cfg;
+  cfg.cell = CellKind::Lstm, cfg.input_size = 3, cfg.hidden_size = 4, cfg.layers = 2, cfg.bidirectional = true;
+  Recurrent m = Recurrent::random(cfg, rng);
+  std::vector<std::string> names;
+  for (const nn::Parameter* p : m.named_parameters()) names.push_back(p->name);
+  // nn.LSTM(3, 4, num_layers=2, bidirectional=True).state_dict().keys()
+  const std::vector<std::string> torch_order = {
+      "weight_ih_l0",         "weight_hh_l0",         "bias_ih_l0",         "bias_hh_l0",
+      "weight_ih_l0_reverse", "weight_hh_l0_reverse", "bias_ih_l0_reverse", "bias_hh_l0_reverse",
+      "weight_ih_l1",         "weight_hh_l1",         "bias_ih_l1",         "bias_hh_l1",
+      "weight_ih_l1_reverse", "weight_hh_l1_reverse", "bias_ih_l1_reverse", "bias_hh_l1_reverse"};
+  CHECK(names == torch_order);
+  CHECK(m.named_parameters()[8]->value.shape() == Shape{16, 8});  // weight_ih_l1: [4*H, 2*H]
+  // The bundle holds the same tensors under the same names.
+  io::Value b = m.to_bundle(WeightLayout::Torch);
+  for (const nn::Parameter* p : m.named_parameters()) check_close(member(b, p->name), p->value, p->name, 0);
+  // A copy owns its parameters.
+  Recurrent copy = m;
+  copy.direction(0).w_hh.value[0] += 1.0f;
+  CHECK(copy.direction(0).w_hh.value[0] != m.direction(0).w_hh.value[0]);
+}
+
+TEST_CASE("recurrent: a forward after a parameter changed (touch) uses the new value") {
+  Rng rng(43);
+  for (CellKind cell : {CellKind::Lstm, CellKind::Gru, CellKind::RnnTanh}) {
+    CAPTURE(ops::cell_name(cell));
+    nn::RecurrentConfig cfg;
+    cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 20, cfg.layers = 2;
+    Recurrent m = Recurrent::random(cfg, rng);
+    Tensor x = rand_normal({2, 4, 3}, rng);
+    nn::RecurrentInputs in;
+    in.x = &x;
+    for (int threads : {1, 2}) {
+      ThreadsFor policy(threads);
+      nn::RunOptions opt;
+      opt.min_macs_per_thread = 1;
+      const Tensor before = m.forward(in, opt).output;  // packs every layer (and the team's W_hh)
+      // Change W_hh of layer 1 and b_ih of layer 0 in place, as an optimizer step does, then touch.
+      for (nn::Parameter* p : {&m.direction(1).w_hh, &m.direction(0).b_ih}) {
+        for (float& v : p->value.values()) v *= 0.5f;
+        p->touch();
+      }
+      const Tensor after = m.forward(in, opt).output;
+      // A model built from the changed weights from scratch gives the same output.
+      Recurrent fresh = Recurrent::from_bundle(m.to_bundle(WeightLayout::Torch), cell, WeightLayout::Torch);
+      check_close(after, fresh.forward(in, opt).output, "after touch", 0);
+      CHECK(compare(after, before, Tolerance{1e-4, 1e-4}).close == false);
+    }
+  }
+}
+
+TEST_CASE("recurrent: the constructor refuses wrong or empty weights and biases with a message") {
+  const int64_t D = 3, H = 4;
+  auto make = [&](Tensor b_ih, Tensor b_hh, Tensor w_hh = Tensor({16, 4})) {
+    nn::RecurrentConfig cfg;
+    cfg.cell = CellKind::Lstm, cfg.input_size = D, cfg.hidden_size = H;
+    std::vector<nn::DirectionWeights> w(1);
+    w[0].w_ih = Tensor({16, D}), w[0].w_hh = std::move(w_hh), w[0].b_ih = std::move(b_ih), w[0].b_hh = std::move(b_hh);
+    return error_of([&] { Recurrent m(cfg, std::move(w)); });
+  };
+  CHECK(make(Tensor({16}), Tensor({16})) == "(no error)");
+  CHECK(make(Tensor(), Tensor({16})) ==
+        "recurrent: bias_ih_l0 has shape [0], expected [16] (4*H) (a bias-free model passes zeros) for a lstm with D 3 "
+        "and H 4");
+  CHECK(make(Tensor({16}), Tensor({12})) ==
+        "recurrent: bias_hh_l0 has shape [12], expected [16] (4*H) (a bias-free model passes zeros) for a lstm with D 3 "
+        "and H 4");
+  CHECK(make(Tensor({16}), Tensor({16}), Tensor({16, 3})) ==
+        "recurrent: weight_hh_l0 has shape [16, 3], expected [16, 4] (4*H, H) for a lstm with D 3 and H 4");
 }

@@ -2,6 +2,7 @@
 // for the GEMM micro-kernel, split among a team of threads, and cached per team size.
 // Legend: N batch, H hidden size, G gates, GH = G*H pre-activation columns (blocked order).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -58,6 +59,15 @@ struct PackCache {
   void forget(int index);  // after the weights of `index` changed
   std::mutex mutex;
   std::map<std::pair<int, int>, TeamParts> built;  // (layer*dirs + dir, team) -> parts
+};
+
+// What a Recurrent derives from its parameters (guarded by `mutex`; rebuilt on a version change).
+struct Recurrent::Derived {
+  std::mutex mutex;
+  std::vector<Recurrent::Packed> packed;        // per layer*dirs + dir
+  std::vector<std::array<uint64_t, 4>> versions;  // the parameter versions packed[i] was built from
+  std::vector<bool> built;
+  PackCache cache;
 };
 
 }  // namespace attnkit::nn

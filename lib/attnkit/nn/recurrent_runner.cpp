@@ -256,7 +256,7 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
     for (int d = 0; d < dirs; ++d) {
       const int idx = k * dirs + d;
       DirectionJob& j = jobs[d];
-      j.packed = &packed_[idx];
+      j.packed = &packed(idx);
       j.cell = config_.cell;
       j.N = N, j.T = T, j.Din = input.dim(2), j.H = H;
       j.reverse = d == 1;
@@ -275,7 +275,10 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
     const bool side_by_side = dirs == 2 && threads >= 2;
     const int team = side_by_side ? 1 : team_size(threads, N, H, ops::gate_count(config_.cell), options.min_macs_per_thread);
     std::vector<const TeamParts*> parts(dirs);
-    for (int d = 0; d < dirs; ++d) parts[d] = &pack_cache_->parts(k * dirs + d, team, packed_[k * dirs + d], H, config_.cell);
+    for (int d = 0; d < dirs; ++d) {
+      const int idx = k * dirs + d;
+      parts[d] = &derived_->cache.parts(idx, team, packed(idx), H, config_.cell);
+    }
     if (side_by_side) {
       std::exception_ptr failed[2];  // an exception must not leave an OpenMP region
 #pragma omp parallel for num_threads(2) schedule(static, 1)

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/nn/recurrent_packed.hpp"
@@ -97,31 +98,114 @@ Tensor zeros_like_bias(int64_t n) { return Tensor({n}); }
 
 }  // namespace
 
+namespace {
+
+// "_l1_reverse": the state_dict suffix of direction `index`.
+std::string torch_suffix(int index, int dirs) {
+  return fmt::format("_l{}{}", index / dirs, index % dirs ? "_reverse" : "");
+}
+
+// The internal layout of one direction: transposed, blocked columns, folded biases.
+Recurrent::Packed pack_direction(const Recurrent::DirectionParams& w, CellKind cell, int64_t H) {
+  const int G = gate_count(cell);
+  const Tensor &w_ih = w.w_ih.value, &w_hh = w.w_hh.value, &b_ih = w.b_ih.value, &b_hh = w.b_hh.value;
+  const int64_t Din = w_ih.dim(1);
+  Recurrent::Packed p{Tensor({Din, G * H}), Tensor({H, G * H}), Tensor({G * H}), Tensor({H})};
+  for (int g = 0; g < G; ++g) {
+    for (int64_t u = 0; u < H; ++u) {
+      const int64_t col = ops::blocked_column(u, g, H, G), row = g * H + u;
+      for (int64_t d = 0; d < Din; ++d) p.wx[d * G * H + col] = w_ih[row * Din + d];
+      for (int64_t k = 0; k < H; ++k) p.wh[k * G * H + col] = w_hh[row * H + k];
+      const bool hn = cell == CellKind::Gru && g == 2;  // b_hn stays inside r ⊙ (W_hn h + b_hn)
+      p.bias[col] = b_ih[row] + (hn ? 0.0f : b_hh[row]);
+      if (hn) p.b_hn[u] = b_hh[row];
+    }
+  }
+  return p;
+}
+
+std::array<uint64_t, 4> versions_of(const Recurrent::DirectionParams& w) {
+  return {w.w_ih.version, w.w_hh.version, w.b_ih.version, w.b_hh.version};
+}
+
+}  // namespace
+
 Recurrent::Recurrent(RecurrentConfig config, std::vector<DirectionWeights> weights)
-    : config_(config), weights_(std::move(weights)), pack_cache_(std::make_shared<PackCache>()) {
-  const int G = gate_count(config_.cell), dirs = config_.directions();
+    : config_(config), derived_(std::make_unique<Derived>()) {
+  const int dirs = config_.directions();
   const int64_t H = config_.hidden_size;
   AK_CHECK(H > 0 && config_.input_size > 0 && config_.layers > 0, "recurrent: sizes must be positive (D {}, H {}, L {})",
            config_.input_size, H, config_.layers);
-  AK_CHECK(weights_.size() == size_t(config_.layers * dirs), "recurrent: {} weight sets for {} layers x {} directions",
-           weights_.size(), config_.layers, dirs);
-  // Convert once into the internal layout: transposed, blocked columns, folded biases.
-  for (size_t i = 0; i < weights_.size(); ++i) {
-    const DirectionWeights& w = weights_[i];
-    const int64_t Din = w.w_ih.dim(1);
-    Packed p{Tensor({Din, G * H}), Tensor({H, G * H}), Tensor({G * H}), Tensor({H})};
-    for (int g = 0; g < G; ++g) {
-      for (int64_t u = 0; u < H; ++u) {
-        const int64_t col = ops::blocked_column(u, g, H, G), row = g * H + u;
-        for (int64_t d = 0; d < Din; ++d) p.wx[d * G * H + col] = w.w_ih[row * Din + d];
-        for (int64_t k = 0; k < H; ++k) p.wh[k * G * H + col] = w.w_hh[row * H + k];
-        const bool hn = config_.cell == CellKind::Gru && g == 2;  // b_hn stays inside r ⊙ (W_hn h + b_hn)
-        p.bias[col] = w.b_ih[row] + (hn ? 0.0f : w.b_hh[row]);
-        if (hn) p.b_hn[u] = w.b_hh[row];
-      }
-    }
-    packed_.push_back(std::move(p));
+  AK_CHECK(weights.size() == size_t(config_.layers * dirs), "recurrent: {} weight sets for {} layers x {} directions",
+           weights.size(), config_.layers, dirs);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const std::string sfx = torch_suffix(int(i), dirs);
+    DirectionWeights& w = weights[i];
+    params_.push_back({Parameter("weight_ih" + sfx, std::move(w.w_ih)), Parameter("weight_hh" + sfx, std::move(w.w_hh)),
+                       Parameter("bias_ih" + sfx, std::move(w.b_ih)), Parameter("bias_hh" + sfx, std::move(w.b_hh))});
   }
+  check_parameters();
+  derived_->packed.resize(params_.size());
+  derived_->versions.resize(params_.size());
+  derived_->built.assign(params_.size(), false);
+}
+
+Recurrent::Recurrent(const Recurrent& other)
+    : config_(other.config_), params_(other.params_), derived_(std::make_unique<Derived>()) {
+  derived_->packed.resize(params_.size());
+  derived_->versions.resize(params_.size());
+  derived_->built.assign(params_.size(), false);
+}
+Recurrent& Recurrent::operator=(const Recurrent& other) {
+  if (this != &other) *this = Recurrent(other);
+  return *this;
+}
+Recurrent::Recurrent(Recurrent&&) noexcept = default;
+Recurrent& Recurrent::operator=(Recurrent&&) noexcept = default;
+Recurrent::~Recurrent() = default;
+
+std::vector<Parameter*> Recurrent::named_parameters() {
+  std::vector<Parameter*> out;
+  for (DirectionParams& w : params_)
+    for (Parameter* p : {&w.w_ih, &w.w_hh, &w.b_ih, &w.b_hh}) out.push_back(p);
+  return out;
+}
+
+// Every parameter's shape: w_ih [G*H, D_k], w_hh [G*H, H], b_ih and b_hh [G*H] (also after a caller
+// changed a value in place: checked again before each repack).
+void Recurrent::check_parameters() const {
+  const int G = gate_count(config_.cell), dirs = config_.directions();
+  const int64_t H = config_.hidden_size, GH = G * H;
+  const std::string gh = gates_str(G);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int k = int(i) / dirs;
+    const int64_t Din = k == 0 ? config_.input_size : dirs * H;
+    const std::string din = k == 0 ? "D" : dirs == 2 ? "2*H" : "H";
+    const DirectionParams& w = params_[i];
+    auto check = [&](const Parameter& p, const Shape& want, const std::string& legend) {
+      AK_CHECK(p.value.shape() == want, "recurrent: {} has shape {}, expected {} {} for a {} with D {} and H {}", p.name,
+               p.value.shape_str(), shape_str(want), legend, ops::cell_name(config_.cell), config_.input_size, H);
+    };
+    check(w.w_ih, {GH, Din}, fmt::format("({}, {})", gh, din));
+    check(w.w_hh, {GH, H}, fmt::format("({}, H)", gh));
+    check(w.b_ih, {GH}, fmt::format("({}) (a bias-free model passes zeros)", gh));
+    check(w.b_hh, {GH}, fmt::format("({}) (a bias-free model passes zeros)", gh));
+  }
+}
+
+const Recurrent::Packed& Recurrent::packed(int index) const {
+  AK_CHECK(derived_, "recurrent: the model was moved from");
+  Derived& d = *derived_;
+  std::lock_guard<std::mutex> lock(d.mutex);
+  const DirectionParams& w = params_[size_t(index)];
+  if (!d.built[size_t(index)] || d.versions[size_t(index)] != versions_of(w)) {
+    check_parameters();
+    d.packed[size_t(index)] = pack_direction(w, config_.cell, config_.hidden_size);
+    d.versions[size_t(index)] = versions_of(w);
+    d.built[size_t(index)] = true;
+    d.cache.forget(index);  // the W_hh packs of the old values
+  }
+  return d.packed[size_t(index)];
 }
 
 Recurrent Recurrent::from_bundle(const io::Value& bundle, CellKind cell, WeightLayout layout) {
@@ -263,15 +347,12 @@ io::Value Recurrent::to_bundle(WeightLayout layout) const {
   io::Value b = io::Value::bundle();
   for (int k = 0; k < config_.layers; ++k) {
     for (int d = 0; d < dirs; ++d) {
-      const DirectionWeights& w = weights_[k * dirs + d];
+      const DirectionParams& p = params_[k * dirs + d];
       if (layout == WeightLayout::Torch) {
-        const std::string sfx = fmt::format("_l{}{}", k, d ? "_reverse" : "");
-        b.set("weight_ih" + sfx, w.w_ih);
-        b.set("weight_hh" + sfx, w.w_hh);
-        b.set("bias_ih" + sfx, w.b_ih);
-        b.set("bias_hh" + sfx, w.b_hh);
+        for (const Parameter* q : {&p.w_ih, &p.w_hh, &p.b_ih, &p.b_hh}) b.set(q->name, q->value);
         continue;
       }
+      const DirectionWeights w{p.w_ih.value, p.w_hh.value, p.b_ih.value, p.b_hh.value};
       AK_CHECK(config_.cell != CellKind::Gru, "the cs231n layout has no GRU (GRU's b_hn cannot fold into b)");
       const std::string sfx = (k == 0 ? std::string() : fmt::format("_l{}", k)) + (d ? "_reverse" : "");
       const int64_t Din = w.w_ih.dim(1);
