@@ -73,6 +73,22 @@ struct RecurrentResult {
   Tensor c_n;     // [L*dirs, N, H] LSTM only
   // Index layer*dirs + dir. With keep_cache every layer; with only trace, the first layer's.
   std::vector<ops::RecurrentCache> caches;
+  // With keep_cache: the input of layer k (k >= 1) at index k-1, [N, T, dirs*H] (backward needs it).
+  std::vector<Tensor> layer_inputs;
+};
+
+// Upstream gradients for backward, each shaped like the result it belongs to; nullptr: zero.
+struct RecurrentGradOutputs {
+  const Tensor* output = nullptr;  // [N, T, dirs*H] (entries at padded steps are ignored: those outputs are constant 0)
+  const Tensor* h_n = nullptr;     // [L*dirs, N, H]
+  const Tensor* c_n = nullptr;     // [L*dirs, N, H] LSTM
+};
+
+// Where backward ADDS the input gradients; nullptr: not wanted. Shapes as the inputs.
+struct RecurrentGradInputs {
+  Tensor* x = nullptr;   // [N, T, D]
+  Tensor* h0 = nullptr;  // [L*dirs, N, H]
+  Tensor* c0 = nullptr;  // [L*dirs, N, H] LSTM
 };
 
 class Recurrent : public Module {
@@ -114,6 +130,11 @@ class Recurrent : public Module {
   // Runs the stack over x [N, T, D]. Throws attnkit::Error on shapes that disagree. Several
   // threads may run one model at once (as long as nobody changes its parameters meanwhile).
   RecurrentResult forward(const RecurrentInputs& inputs, const RunOptions& options = {}) const;
+  // The backward of forward(inputs, keep_cache = true), which gave `result`: adds d loss / d x, h0
+  // and c0 into `grads` and d loss / d (every weight) into each Parameter's grad (grad_buffer()).
+  // Packed-sequence semantics: a padded step carried the state and output a constant zero.
+  void backward(const RecurrentInputs& inputs, const RecurrentResult& result, const RecurrentGradOutputs& dy,
+                const RecurrentGradInputs& grads);
 
   struct Packed {  // internal layout (see the top of this file)
     Tensor wx;    // [D_k, G*H] blocked columns

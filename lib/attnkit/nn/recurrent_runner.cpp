@@ -213,6 +213,120 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   if (job.c_n) std::memcpy(job.c_n, c_at(T - 1), sizeof(float) * N * H);
 }
 
+// ---- backward of one layer and direction ----
+
+struct DirectionBackJob {
+  CellKind cell = CellKind::Lstm;
+  int64_t N = 0, T = 0, Din = 0, H = 0;
+  bool reverse = false;
+  const float* x = nullptr;          // [N, T, Din] the layer's input
+  const int64_t* lengths = nullptr;
+  const float* h0 = nullptr;         // [N, H] or nullptr (zeros)
+  const float* c0 = nullptr;
+  const ops::RecurrentCache* cache = nullptr;
+  const float* dout = nullptr;       // column dir*H of [N, T, dirs*H], or nullptr
+  int64_t dout_width = 0;
+  const float* dh_n = nullptr;       // [N, H] or nullptr
+  const float* dc_n = nullptr;
+  const Recurrent::DirectionParams* w = nullptr;
+  Tensor* g_w_ih = nullptr;          // [G*H, Din] (added into)
+  Tensor* g_w_hh = nullptr;          // [G*H, H]
+  Tensor* g_b_ih = nullptr;          // [G*H]
+  Tensor* g_b_hh = nullptr;          // [G*H]
+  float* dx = nullptr;               // [N, T, Din] (added into) or nullptr
+  float* dh0 = nullptr;              // [N, H] (added into) or nullptr
+  float* dc0 = nullptr;
+};
+
+// Back through the time loop (the forward's steps in reverse), then the weights in one GEMM each:
+// the forward hoisted the input projection out of the loop, so d W_ih, d x (and d W_hh, d b) are
+// products over all N*T rows at once; only dh_prev += da_h W_hh stays per step.
+void backward_direction(const DirectionBackJob& job) {
+  using ops::Trans;
+  const int G = gate_count(job.cell);
+  const int64_t N = job.N, T = job.T, H = job.H, GH = G * H, Din = job.Din;
+  const bool gru = job.cell == CellKind::Gru, lstm = job.cell == CellKind::Lstm;
+  const ops::RecurrentCache& cache = *job.cache;
+  // d loss / d gate arguments of every step, batch-first like x: row n*T + t.
+  Tensor dA({N * T, GH});                  // [N*T, G*H] the W_ih x + b_ih part
+  Tensor dAh(gru ? Shape{N * T, GH} : Shape{0});  // [N*T, G*H] GRU's W_hh h_prev + b_hh part
+  const float* dah = gru ? dAh.data() : dA.data();
+  Tensor dh({N, H}), dh_next({N, H}), dc({N, H}), dc_next({N, H}), zeros({N, H});  // [N, H] each
+  if (job.dh_n) std::memcpy(dh.data(), job.dh_n, sizeof(float) * N * H);
+  if (job.dc_n) std::memcpy(dc.data(), job.dc_n, sizeof(float) * N * H);
+  auto time_of = [&](int64_t i) { return job.reverse ? T - 1 - i : i; };
+  auto h_before = [&](int64_t i) -> const float* {  // h_prev of step i
+    if (i > 0) return cache.h.data() + time_of(i - 1) * N * H;
+    return job.h0 ? job.h0 : zeros.data();
+  };
+  auto c_before = [&](int64_t i) -> const float* {
+    if (i > 0) return cache.c.data() + time_of(i - 1) * N * H;
+    return job.c0 ? job.c0 : zeros.data();
+  };
+  const float* w_hh = job.w->w_hh.value.data();  // [G*H, H]
+  for (int64_t i = T - 1; i >= 0; --i) {
+    const int64_t t = time_of(i);
+    // output[n, t] = h_t for a real step (a padded step's output is a constant zero)
+    if (job.dout)
+      for (int64_t n = 0; n < N; ++n)
+        if (!job.lengths || t < job.lengths[n]) {
+          const float* src = job.dout + (n * T + t) * job.dout_width;
+          float* dst = dh.data() + n * H;
+          for (int64_t u = 0; u < H; ++u) dst[u] += src[u];
+        }
+    std::fill(dh_next.values().begin(), dh_next.values().end(), 0.0f);
+    std::fill(dc_next.values().begin(), dc_next.values().end(), 0.0f);
+    ops::CellBackStep s;
+    s.cell = job.cell, s.rows = N, s.hidden = H, s.lengths = job.lengths, s.t = t;
+    if (!cache.gates.empty()) s.gates = cache.gates.data() + t * N * GH, s.gates_stride = GH;
+    s.h = cache.h.data() + t * N * H, s.h_stride = H;
+    s.h_prev = h_before(i), s.h_prev_stride = H;
+    if (lstm) {
+      s.c_prev = c_before(i), s.c_prev_stride = H;
+      s.tanh_c = cache.tanh_c.data() + t * N * H, s.tanh_c_stride = H;
+      s.dc = dc.data(), s.dc_stride = H;
+      s.dc_prev = dc_next.data(), s.dc_prev_stride = H;
+    }
+    if (gru) {
+      s.hn = cache.hn.data() + t * N * H, s.hn_stride = H;
+      s.dha = dAh.data() + t * GH, s.dha_stride = T * GH;
+    }
+    s.dh = dh.data(), s.dh_stride = H;
+    s.da = dA.data() + t * GH, s.da_stride = T * GH;
+    s.dh_prev = dh_next.data(), s.dh_prev_stride = H;
+    ops::cell_backward(s);
+    // a = ... + h_prev W_hh^T:  dh_prev [N, H] += da_h [N, G*H] W_hh [G*H, H]
+    ops::gemm(Trans::No, Trans::No, N, H, GH, 1.0f, dah + t * GH, T * GH, w_hh, H, 1.0f, dh_next.data(), H);
+    std::swap(dh, dh_next);
+    std::swap(dc, dc_next);
+  }
+  if (job.dh0)
+    for (int64_t k = 0; k < N * H; ++k) job.dh0[k] += dh[k];
+  if (job.dc0 && lstm)
+    for (int64_t k = 0; k < N * H; ++k) job.dc0[k] += dc[k];
+
+  // h_prev of every step, batch-first: row n*T + t   [N*T, H]
+  Tensor hprev({N * T, H});
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t t = time_of(i);
+    const float* src = h_before(i);
+    for (int64_t n = 0; n < N; ++n) std::memcpy(hprev.data() + (n * T + t) * H, src + n * H, sizeof(float) * H);
+  }
+  // xproj = x W_ih^T + b_ih:  d W_ih [G*H, Din] += dA^T [G*H, N*T] x [N*T, Din];  d b_ih += sum of dA's rows
+  ops::gemm(Trans::Yes, Trans::No, GH, Din, N * T, 1.0f, dA.data(), GH, job.x, Din, 1.0f, job.g_w_ih->data(), Din);
+  // hproj = h_prev W_hh^T + b_hh:  d W_hh [G*H, H] += dA_h^T [G*H, N*T] h_prev [N*T, H]
+  ops::gemm(Trans::Yes, Trans::No, GH, H, N * T, 1.0f, dah, GH, hprev.data(), H, 1.0f, job.g_w_hh->data(), H);
+  for (int64_t row = 0; row < N * T; ++row)
+    for (int64_t j = 0; j < GH; ++j) {
+      (*job.g_b_ih)[j] += dA[row * GH + j];
+      (*job.g_b_hh)[j] += dah[row * GH + j];
+    }
+  // dx [N*T, Din] += dA [N*T, G*H] W_ih [G*H, Din]
+  if (job.dx)
+    ops::gemm(Trans::No, Trans::No, N * T, Din, GH, 1.0f, dA.data(), GH, job.w->w_ih.value.data(), Din, 1.0f, job.dx,
+              Din);
+}
+
 }  // namespace
 
 RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& options) const {
@@ -295,9 +409,76 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
       for (int d = 0; d < dirs; ++d) run_direction(jobs[d], *parts[d]);
     }
     layer_in = std::move(layer_out);
+    if (options.keep_cache && k + 1 < L) r.layer_inputs.push_back(layer_in);  // layer k+1's input, for backward
   }
   r.output = std::move(layer_in);
   return r;
+}
+
+void Recurrent::backward(const RecurrentInputs& in, const RecurrentResult& r, const RecurrentGradOutputs& dy,
+                         const RecurrentGradInputs& grads) {
+  const int dirs = config_.directions(), L = config_.layers;
+  const int64_t H = config_.hidden_size;
+  AK_CHECK(in.x, "recurrent backward: no input");
+  const Tensor& x = *in.x;
+  const int64_t N = x.dim(0), T = x.dim(1);
+  AK_CHECK(r.caches.size() == size_t(L * dirs) && r.layer_inputs.size() == size_t(L - 1),
+           "recurrent backward: the forward pass kept no cache (run it with RunOptions::keep_cache)");
+  const Shape out_shape{N, T, dirs * H}, state_shape{L * dirs, N, H};
+  auto check = [](const Tensor* t, const Shape& want, const char* name) {
+    AK_CHECK(!t || t->shape() == want, "recurrent backward: the gradient of {} has shape {}, expected {}", name,
+             t ? t->shape_str() : "", shape_str(want));
+  };
+  check(dy.output, out_shape, "output");
+  check(dy.h_n, state_shape, "h_n");
+  check(dy.c_n, state_shape, "c_n");
+  AK_CHECK(!dy.c_n || config_.cell == CellKind::Lstm, "recurrent backward: a gradient of c_n, but a {} has no c_n",
+           ops::cell_name(config_.cell));
+  check(grads.x, x.shape(), "input");
+  check(grads.h0, state_shape, "h0");
+  check(grads.c0, state_shape, "c0");
+
+  // d loss / d (layer k's output) -> d loss / d (its input) = the layer below's output
+  Tensor d_above;  // [N, T, dirs*H]
+  const float* dout = dy.output ? dy.output->data() : nullptr;
+  for (int k = L - 1; k >= 0; --k) {
+    const Tensor& input = k == 0 ? x : r.layer_inputs[size_t(k - 1)];
+    const int64_t Din = input.dim(2);
+    Tensor d_input;
+    float* dx = nullptr;
+    if (k > 0) {
+      d_input = Tensor({N, T, Din});
+      dx = d_input.data();
+    } else if (grads.x) {
+      dx = grads.x->data();
+    }
+    for (int d = 0; d < dirs; ++d) {
+      const int idx = k * dirs + d;
+      DirectionParams& w = params_[size_t(idx)];
+      DirectionBackJob j;
+      j.cell = config_.cell;
+      j.N = N, j.T = T, j.Din = Din, j.H = H;
+      j.reverse = d == 1;
+      j.x = input.data();
+      j.lengths = in.lengths ? in.lengths->data() : nullptr;
+      j.h0 = in.h0 ? in.h0->data() + idx * N * H : nullptr;
+      j.c0 = in.c0 ? in.c0->data() + idx * N * H : nullptr;
+      j.cache = &r.caches[size_t(idx)];
+      j.dout = dout ? dout + d * H : nullptr;
+      j.dout_width = dirs * H;
+      j.dh_n = dy.h_n ? dy.h_n->data() + idx * N * H : nullptr;
+      j.dc_n = dy.c_n ? dy.c_n->data() + idx * N * H : nullptr;
+      j.w = &w;
+      j.g_w_ih = &w.w_ih.grad_buffer(), j.g_w_hh = &w.w_hh.grad_buffer();
+      j.g_b_ih = &w.b_ih.grad_buffer(), j.g_b_hh = &w.b_hh.grad_buffer();
+      j.dx = dx;
+      j.dh0 = grads.h0 ? grads.h0->data() + idx * N * H : nullptr;
+      j.dc0 = grads.c0 ? grads.c0->data() + idx * N * H : nullptr;
+      backward_direction(j);
+    }
+    d_above = std::move(d_input);
+    dout = d_above.empty() ? nullptr : d_above.data();
+  }
 }
 
 }  // namespace attnkit::nn
