@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/app/recurrent_request.hpp"
 #include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/nn/recurrent.hpp"
@@ -354,4 +355,43 @@ TEST_CASE("recurrent layer backward: refuses a forward without a cache and missh
   dy.output = &bad;
   CHECK(test::error_of([&] { m.backward(in, r, dy, {}); }) ==
         "recurrent backward: the gradient of output has shape [2, 3, 4], expected [2, 3, 3]");
+}
+
+TEST_CASE("run_sequence with grad_output: cs231n weights get gradients named Wx, Wh, b in their layout") {
+  // The documents' sequence (cs231n layout); loss = sum(dy ⊙ output) through lstm-run's path; the
+  // gradient of each cs231n tensor against central differences of that loss.
+  const std::string path = std::string(ATTNKIT_FIXTURES) + "/recurrent/cs231n_lstm_sequence.json";
+  io::Value f = io::parse_json(test::fixture_text("recurrent/cs231n_lstm_sequence.json"), path);
+  io::Value weights = *f.find("weights");
+  const Tensor x = *io::find_tensor(f, "x", "fixture");
+  Rng rng(5);
+  io::Value dy(rand_normal({x.dim(0), x.dim(1), 4}, rng));
+  app::SequenceRequest req;
+  req.x = x;
+  req.layout = nn::WeightLayout::Cs231n;
+  req.grad_output = &dy;
+  Recurrent m = Recurrent::from_bundle(weights, CellKind::Lstm, nn::WeightLayout::Cs231n);
+  io::Value out = app::run_sequence(m, req);
+  const io::Value& grad = *out.find("grad");
+  std::vector<std::string> names;
+  for (const auto& [name, v] : grad.members()) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"input", "Wx", "Wh", "b"});
+  // nudge the cs231n tensors themselves
+  Tensor wx = *io::find_tensor(weights, "Wx", "w"), wh = *io::find_tensor(weights, "Wh", "w"),
+         b = *io::find_tensor(weights, "b", "w");
+  auto loss = [&] {
+    io::Value w = io::Value::bundle();
+    w.set("Wx", wx), w.set("Wh", wh), w.set("b", b);
+    Recurrent n = Recurrent::from_bundle(w, CellKind::Lstm, nn::WeightLayout::Cs231n);
+    app::SequenceRequest plain;
+    plain.x = x;
+    return test::dot(dy.tensor(), *io::find_tensor(app::run_sequence(n, plain), "output", "result"));
+  };
+  const Tensor& gwx = *io::find_tensor(grad, "Wx", "grad");
+  CHECK(test::gradient_mismatch({&wx, &wh, &b}, {"Wx", "Wh", "b"}, loss,
+                                {&gwx, io::find_tensor(grad, "Wh", "grad"), io::find_tensor(grad, "b", "grad")}) == "");
+  Tensor wrong = gwx;  // torch gate order instead of cs231n's (g and o swapped) is caught
+  for (int64_t d = 0; d < wrong.dim(0); ++d)
+    for (int64_t u = 0; u < 4; ++u) std::swap(wrong[d * 16 + 8 + u], wrong[d * 16 + 12 + u]);
+  CHECK(test::gradient_mismatch({&wx}, {"Wx"}, loss, {&wrong}) != "");
 }

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "attnkit/io/bundle_lookup.hpp"
+#include "attnkit/io/reference.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::app {
@@ -56,7 +57,7 @@ io::Value trace_bundle(const ops::RecurrentCache& cache, CellKind cell, WeightLa
   return b;
 }
 
-io::Value run_sequence(const nn::Recurrent& model, const SequenceRequest& req) {
+io::Value run_sequence(nn::Recurrent& model, const SequenceRequest& req) {
   const nn::RecurrentConfig& cfg = model.config();
   const int64_t LD = cfg.layers * cfg.directions(), H = cfg.hidden_size, D = cfg.input_size;
   AK_CHECK(req.x.rank() == 3 || req.x.rank() == 2, "input has shape {}, expected [N, T, {}] or [T, {}] (D = {})",
@@ -88,8 +89,47 @@ io::Value run_sequence(const nn::Recurrent& model, const SequenceRequest& req) {
   in.h0 = h0 ? &*h0 : nullptr;
   in.c0 = c0 ? &*c0 : nullptr;
   in.lengths = req.lengths ? &lengths : nullptr;
+  // The upstream gradients, checked before any work: {output, h_n, c_n}, each as the result it belongs to.
+  std::optional<Tensor> dy_out, dy_hn, dy_cn;
+  if (req.grad_output) {
+    const std::string& src = req.grad_output_source;
+    const io::Value& g = *req.grad_output;
+    const Shape out_shape = unbatched ? Shape{T, cfg.directions() * H} : Shape{N, T, cfg.directions() * H};
+    const Shape state_shape = unbatched ? Shape{LD, H} : Shape{LD, N, H};
+    auto take = [&](const Tensor& t, const std::string& name, const Shape& want, std::optional<Tensor>& dst) {
+      AK_CHECK(t.shape() == want, "{}: the gradient of {} has shape {}, expected {} (the shape of {})", src, name,
+               t.shape_str(), shape_str(want), name);
+      const int64_t i = io::find_nan(t);
+      AK_CHECK(i < 0, "{}: the gradient of {} (shape {}) has NaN at {}", src, name, t.shape_str(),
+               shape_str(unravel_index(i, t.shape())));
+      Shape batched = want;
+      if (unbatched) batched.insert(batched.begin() + (name == "output" ? 0 : 1), 1);
+      dst = t.reshaped(batched);
+    };
+    if (g.is_tensor()) {
+      take(g.tensor(), "output", out_shape, dy_out);
+    } else {
+      AK_CHECK(g.is_bundle(), "{}: expected a tensor shaped like output, or a bundle of output, h_n, c_n; got {}", src,
+               g.why());
+      for (const auto& [name, v] : g.members()) {  // the names first: a typo is named before any shape
+        AK_CHECK(name == "output" || name == "h_n" || name == "c_n",
+                 "{}: unexpected member \"{}\" (upstream gradients are output, h_n{})", src, name,
+                 cfg.cell == CellKind::Lstm ? ", c_n" : "");
+        AK_CHECK(name != "c_n" || cfg.cell == CellKind::Lstm, "{}: c_n is given, but a {} has no c_n", src,
+                 ops::cell_name(cfg.cell));
+      }
+      for (const auto& [name, v] : g.members()) {
+        const bool state = name == "h_n" || name == "c_n";
+        AK_CHECK(v.is_tensor(), "{}: {} is not a tensor: {}", src, name, v.why());
+        take(v.tensor(), name, state ? state_shape : out_shape,
+             name == "output" ? dy_out : name == "h_n" ? dy_hn : dy_cn);
+      }
+    }
+  }
+
   nn::RunOptions options;
   options.trace = req.trace;
+  options.keep_cache = req.grad_output != nullptr;
   nn::RecurrentResult r = model.forward(in, options);
 
   auto drop_n = [&](Tensor t, int axis) {  // remove the batch axis of a [T, D] run
@@ -109,6 +149,24 @@ io::Value run_sequence(const nn::Recurrent& model, const SequenceRequest& req) {
       for (const auto& [name, v] : tb.members()) shaped.set(name, drop_n(v.tensor(), 0));
       out.set(d == 0 ? "trace" : "trace_reverse", std::move(shaped));
     }
+  }
+  if (req.grad_output) {
+    model.zero_grad();
+    Tensor dx(x.shape()), dh0(h0 ? h0->shape() : Shape{0}), dc0(c0 ? c0->shape() : Shape{0});
+    nn::RecurrentGradOutputs dy;
+    dy.output = dy_out ? &*dy_out : nullptr;
+    dy.h_n = dy_hn ? &*dy_hn : nullptr;
+    dy.c_n = dy_cn ? &*dy_cn : nullptr;
+    nn::RecurrentGradInputs gi;
+    gi.x = &dx, gi.h0 = h0 ? &dh0 : nullptr, gi.c0 = c0 ? &dc0 : nullptr;
+    model.backward(in, r, dy, gi);
+    io::Value grad = io::Value::bundle();
+    grad.set("input", drop_n(std::move(dx), 0));
+    if (h0) grad.set("h0", drop_n(std::move(dh0), 1));
+    if (c0) grad.set("c0", drop_n(std::move(dc0), 1));
+    const io::Value weights = model.grad_bundle(req.layout);  // (kept alive for the loop)
+    for (const auto& [name, v] : weights.members()) grad.set(name, v);
+    out.set("grad", std::move(grad));
   }
   return out;
 }

@@ -126,6 +126,9 @@ class Recurrent : public Module {
 
   // The weights as a bundle in either layout (cs231n folds b_hh into b).
   io::Value to_bundle(WeightLayout layout) const;
+  // The parameters' gradients named and laid out as to_bundle names and lays out the weights
+  // (cs231n: d Wx, d Wh, d b in the cs231n gate order; zeros where no backward ran).
+  io::Value grad_bundle(WeightLayout layout) const;
 
   // Runs the stack over x [N, T, D]. Throws attnkit::Error on shapes that disagree. Several
   // threads may run one model at once (as long as nobody changes its parameters meanwhile).
@@ -148,6 +151,7 @@ class Recurrent : public Module {
   // The derived layout of direction `index`, rebuilt first if a parameter's version moved.
   const Packed& packed(int index) const;
   void check_parameters() const;
+  io::Value layout_bundle(WeightLayout layout, bool grads) const;
 
   RecurrentConfig config_;
   std::vector<DirectionParams> params_;

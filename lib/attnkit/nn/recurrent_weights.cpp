@@ -341,28 +341,40 @@ Recurrent Recurrent::random(const RecurrentConfig& config, Rng& rng) {
   return Recurrent(config, std::move(weights));
 }
 
-io::Value Recurrent::to_bundle(WeightLayout layout) const {
+io::Value Recurrent::to_bundle(WeightLayout layout) const { return layout_bundle(layout, false); }
+
+io::Value Recurrent::grad_bundle(WeightLayout layout) const { return layout_bundle(layout, true); }
+
+// The weights (or their gradients) in a layout. cs231n: Wx = W_ih^T and Wh = W_hh^T with the
+// columns in cs231n gate order; b = b_ih + b_hh for values, and for gradients d b = d b_ih (the
+// folded b enters every gate argument exactly as b_ih does).
+io::Value Recurrent::layout_bundle(WeightLayout layout, bool grads) const {
   const int G = gate_count(config_.cell), dirs = config_.directions();
   const int64_t H = config_.hidden_size;
+  auto of = [&](const Parameter& q) -> Tensor {
+    if (!grads) return q.value;
+    return q.grad.shape() == q.value.shape() ? q.grad : Tensor(q.value.shape());  // no backward yet: zeros
+  };
   io::Value b = io::Value::bundle();
   for (int k = 0; k < config_.layers; ++k) {
     for (int d = 0; d < dirs; ++d) {
       const DirectionParams& p = params_[k * dirs + d];
       if (layout == WeightLayout::Torch) {
-        for (const Parameter* q : {&p.w_ih, &p.w_hh, &p.b_ih, &p.b_hh}) b.set(q->name, q->value);
+        for (const Parameter* q : {&p.w_ih, &p.w_hh, &p.b_ih, &p.b_hh}) b.set(q->name, of(*q));
         continue;
       }
-      const DirectionWeights w{p.w_ih.value, p.w_hh.value, p.b_ih.value, p.b_hh.value};
       AK_CHECK(config_.cell != CellKind::Gru, "the cs231n layout has no GRU (GRU's b_hn cannot fold into b)");
+      const Tensor w_ih = of(p.w_ih), w_hh = of(p.w_hh), b_ih = of(p.b_ih);
+      const Tensor b_hh = grads ? Tensor(p.b_hh.value.shape()) : of(p.b_hh);
       const std::string sfx = (k == 0 ? std::string() : fmt::format("_l{}", k)) + (d ? "_reverse" : "");
-      const int64_t Din = w.w_ih.dim(1);
+      const int64_t Din = w_ih.dim(1);
       Tensor wx({Din, G * H}), wh({H, G * H}), bias({G * H});
       for (int g = 0; g < G; ++g) {
         const int gc = cs231n_gate(config_.cell, g);
         for (int64_t u = 0; u < H; ++u) {
-          for (int64_t i = 0; i < Din; ++i) wx[i * G * H + gc * H + u] = w.w_ih[(g * H + u) * Din + i];
-          for (int64_t i = 0; i < H; ++i) wh[i * G * H + gc * H + u] = w.w_hh[(g * H + u) * H + i];
-          bias[gc * H + u] = w.b_ih[g * H + u] + w.b_hh[g * H + u];
+          for (int64_t i = 0; i < Din; ++i) wx[i * G * H + gc * H + u] = w_ih[(g * H + u) * Din + i];
+          for (int64_t i = 0; i < H; ++i) wh[i * G * H + gc * H + u] = w_hh[(g * H + u) * H + i];
+          bias[gc * H + u] = b_ih[g * H + u] + b_hh[g * H + u];
         }
       }
       b.set("Wx" + sfx, wx);
