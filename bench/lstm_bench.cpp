@@ -68,7 +68,6 @@ int main(int argc, char** argv) {
   nn::RecurrentInputs in;
   in.x = &x;
   nn::RunOptions opt;
-  opt.threads = threads;
   volatile float sink = 0;
   auto ours = times(reps, [&] { sink = sink + model.forward(in, opt).h_n[0]; });
 

@@ -1,9 +1,11 @@
 // lstm-run: run a stacked (bi)directional RNN / LSTM / GRU over JSON sequences (docs/lstm-run.md).
 #include <iostream>
 
+#include "attnkit/app/recurrent_request.hpp"
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/nn/recurrent.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/threads.hpp"
 #include "common/common.hpp"
 
 using namespace attnkit;
@@ -22,8 +24,10 @@ int main(int argc, char** argv) {
       "  tensor randn --shape 2,1,4 --seed 3 > q.json\n"
       "  lstm-run x.json --weights w.json | attn-score --query q.json --keys -#output\n"
       "  lstm-run --weights w.json --save-weights cs.json --save-layout cs231n\n"
-      "  lstm-run x.json --weights cs.json --layout cs231n --h0 h0.json --c0 c0.json --lengths len.json\n");
-  std::string input_ref, weights_ref, h0_ref, c0_ref, lengths_ref, save_path;
+      "  lstm-run x.json --weights cs.json --layout cs231n --h0 h0.json --c0 c0.json --lengths len.json\n"
+      "  lstm-run x.json --weights w.json > run.json\n"
+      "  lstm-run x.json --weights w.json --grad-output run.json#output | tensor show -#grad/weight_hh_l0\n");
+  std::string input_ref, weights_ref, h0_ref, c0_ref, lengths_ref, save_path, grad_ref;
   std::string cell_name = "lstm", layout_text = "torch", save_layout_text;
   bool trace = false, init = false, bidirectional = false;
   int64_t input_size = 0, hidden_size = 0;
@@ -39,6 +43,10 @@ int main(int argc, char** argv) {
   app.add_option("--h0", h0_ref, "Initial hidden state [layers*dirs, N, H] ([layers*dirs, H] for a [T, D] input)")->type_name("REF");
   app.add_option("--c0", c0_ref, "Initial cell state (LSTM), shaped like --h0")->type_name("REF");
   app.add_option("--lengths", lengths_ref, "Lengths of the sequences [N] (padded steps change nothing)")->type_name("REF");
+  app.add_option("--grad-output", grad_ref,
+                 "Upstream gradient: a tensor shaped like output, or a bundle of output, h_n, c_n (any of them); "
+                 "adds grad {input, h0, c0, every weight by name} for loss = sum(DY * results)")
+      ->type_name("REF");
   app.add_flag("--trace", trace, "Add the first layer's per-step values (a, i, f, o, g, c, h / r, z, n, h)");
   auto* init_opt = app.add_flag("--init", init, "Make random weights, U(-1/sqrt(H), 1/sqrt(H)) as PyTorch");
   app.add_option("--input-size", input_size, "--init: input size D")->check(tools::positive());
@@ -59,6 +67,7 @@ int main(int argc, char** argv) {
   tools::add_threads_option(app, threads);
 
   return tools::run(app, argc, argv, [&]() -> int {
+    set_num_threads(threads);  // the one thread policy: every kernel reads num_threads()
     const ops::CellKind cell = cell_name == "lstm"  ? ops::CellKind::Lstm
                                : cell_name == "gru" ? ops::CellKind::Gru
                                : cell_name == "rnn" ? ops::CellKind::RnnTanh
@@ -73,6 +82,8 @@ int main(int argc, char** argv) {
       throw UsageError("--init needs --input-size D and --hidden-size H");
     if (!init && (input_size || hidden_size || layers != 1 || bidirectional))
       throw UsageError("--input-size, --hidden-size, --layers and --bidirectional go with --init (--weights sets them)");
+    if (input_ref.empty() && !save_path.empty() && !grad_ref.empty())
+      throw UsageError("--grad-output needs an INPUT to run (with --save-weights alone nothing runs)");
     if (input_ref.empty() && save_path.empty()) input_ref = "-";
 
     io::Sources sources(in.read_options());
@@ -92,7 +103,7 @@ int main(int argc, char** argv) {
     if (input_ref.empty()) return 0;  // --save-weights alone
 
     const bool reads_stdin = io::is_stdin(input_ref) || io::is_stdin(h0_ref) || io::is_stdin(c0_ref) ||
-                             io::is_stdin(lengths_ref);
+                             io::is_stdin(lengths_ref) || io::is_stdin(grad_ref);
     tools::emit(out, tools::per_record(sources, reads_stdin, out, [&] {
       auto tensor = [&](const std::string& ref, const char* role) {
         return sources.tensor(ref, role, in.allow_nan);
@@ -101,15 +112,18 @@ int main(int argc, char** argv) {
       if (!h0_ref.empty()) h0 = tensor(h0_ref, "h0");
       if (!c0_ref.empty()) c0 = tensor(c0_ref, "c0");
       if (!lengths_ref.empty()) lengths = tensor(lengths_ref, "lengths");
-      nn::SequenceRequest req;
+      app::SequenceRequest req;
       req.x = tensor(input_ref, "input");
       req.h0 = h0 ? &*h0 : nullptr;
       req.c0 = c0 ? &*c0 : nullptr;
       req.lengths = lengths ? &*lengths : nullptr;
       req.trace = trace;
-      req.threads = threads;
       req.layout = layout;
-      return nn::run_sequence(*model, req);
+      if (!grad_ref.empty()) {
+        req.grad_output = &sources.tensor_or_bundle(grad_ref);
+        req.grad_output_source = io::display_name(grad_ref);
+      }
+      return app::run_sequence(*model, req);
     }));
     return 0;
   });

@@ -103,9 +103,9 @@ expect_error 1 "c0 has shape [1, 2, 5], expected [1, 2, 4]" lstm-run x3.json --w
 tensor randn --shape 2,5,2 > x2.json
 expect_error 1 "c0 is given, but a gru has no cell state" lstm-run x2.json --weights w_gru.json --cell gru --c0 h05.json
 echo '[5, 6]' > len_big.json
-expect_error 1 "lengths[1] is 6, expected 0 <= length <= T = 5" lstm-run x3.json --weights w1.json --lengths len_big.json
+expect_error 1 "lengths[1] is 6, expected 0 <= length <= 5" lstm-run x3.json --weights w1.json --lengths len_big.json
 echo '[5, -1]' > len_neg.json
-expect_error 1 "lengths[1] is -1, expected 0 <= length <= T = 5" lstm-run x3.json --weights w1.json --lengths len_neg.json
+expect_error 1 "lengths[1] is -1, expected 0 <= length <= 5" lstm-run x3.json --weights w1.json --lengths len_neg.json
 echo '[5, 2.5]' > len_frac.json
 expect_error 1 "lengths[1] is 2.5, expected a whole number" lstm-run x3.json --weights w1.json --lengths len_frac.json
 echo '[5, 2, 1]' > len_n.json
@@ -128,6 +128,71 @@ expect_error 2 "the cs231n layout covers rnn, rnn-relu and lstm" lstm-run x3.jso
 expect_error 2 "--cell" lstm-run x3.json --weights w1.json --cell transformer
 expect_error 2 "excludes" lstm-run x3.json --weights w1.json --init --input-size 3 --hidden-size 4
 expect_error 2 "go with --init" lstm-run x3.json --weights w1.json --layers 2
+
+# --- --grad-output: PyTorch autograd golden gradients through the CLI (tests/fixtures/gen_recurrent_grad.py)
+gx="$ATTNKIT_SOURCE/tests/fixtures/recurrent_grad"
+for f in "$gx"/*.json; do
+  name="$(basename "$f" .json)"
+  case "$name" in
+    rnn_relu_*) cell=rnn-relu ;;
+    rnn_*) cell=rnn ;;
+    gru_*) cell=gru ;;
+    *) cell=lstm ;;
+  esac
+  args=("$f#x" --weights "$f#weights" --cell "$cell" --grad-output "$f#dy")
+  grep -q '"h0":' "$f" && args+=(--h0 "$f#h0")
+  grep -q '"c0":' "$f" && args+=(--c0 "$f#c0")
+  grep -q '"lengths":' "$f" && args+=(--lengths "$f#lengths")
+  lstm-run "${args[@]}" > g.json || { fail "grad $name: lstm-run exited $?"; continue; }
+  tensor diff g.json#output "$f#expected/output" --rtol 1e-5 --atol 1e-5 --quiet || fail "grad $name: output differs"
+  tensor diff g.json#grad "$f#grad" --rtol 1e-4 --atol 1e-5 --quiet || fail "grad $name: gradients differ from PyTorch"
+done
+# only output's gradient, as a bare tensor; h_n's alone; trace and grad together
+f="$gx/lstm_1layer.json"
+lstm-run "$f#x" --weights "$f#weights" --grad-output "$f#dy/output" --trace > g1.json || fail "grad: a bare tensor DY"
+tensor show g1.json#trace/i > /dev/null || fail "grad with --trace lost the trace"
+tensor show g1.json#grad/weight_hh_l0 | grep -q 'shape=\[20, 5\]' || fail "grad/weight_hh_l0 shape"
+echo "{\"output\": $(tensor get "$f#dy/output")}" > dy_out.json
+lstm-run "$f#x" --weights "$f#weights" --grad-output dy_out.json | tensor diff - g1.json#grad --rtol 0 --atol 0 --quiet 2>/dev/null \
+  && fail "a whole result bundle should not equal grad alone"
+lstm-run "$f#x" --weights "$f#weights" --grad-output dy_out.json > g2.json
+tensor diff g2.json#grad g1.json#grad --rtol 0 --atol 0 --quiet || fail "grad: {output: DY} != DY"
+# [T, D] works like [1, T, D]
+lstm-run --init --input-size 3 --hidden-size 4 --layers 2 --bidirectional --seed 7 --save-weights wg.json
+tensor randn --shape 5,8 --seed 3 > dyt.json
+tensor reshape dyt.json --shape 1,5,8 > dynt.json
+lstm-run xt.json --weights wg.json --grad-output dyt.json > gt.json
+lstm-run xnt.json --weights wg.json --grad-output dynt.json > gnt.json
+tensor show gt.json#grad/input | grep -q 'shape=\[5, 3\]' || fail "[T, D] grad/input shape"
+tensor reshape gnt.json#grad/input --shape 5,3 | tensor diff - gt.json#grad/input --rtol 0 --atol 0 --quiet || fail "[T, D] grad/input"
+tensor diff gnt.json#grad/weight_ih_l1_reverse gt.json#grad/weight_ih_l1_reverse --rtol 0 --atol 0 --quiet || fail "[T, D] grad weights"
+# cs231n weights: gradients named Wx, Wh, b (cs231n layout and gate order)
+lstm-run --weights wg.json --save-weights csg.json --save-layout cs231n
+lstm-run xt.json --weights csg.json --layout cs231n --grad-output dyt.json > gcs.json
+tensor show gcs.json#grad/Wx_l1_reverse | grep -q 'shape=\[8, 16\]' || fail "cs231n grad Wx_l1_reverse shape"
+tensor show gcs.json#grad/b | grep -q 'shape=\[16\]' || fail "cs231n grad b shape"
+tensor show gcs.json#grad/weight_ih_l0 > /dev/null 2>&1 && fail "cs231n grads carry torch names"
+tensor diff gcs.json#grad/input gt.json#grad/input --rtol 1e-5 --atol 1e-6 --quiet || fail "cs231n grad/input != torch grad/input"
+# bad upstream gradients: exit 1, the file, the tensor, its shape and the expected one; nothing on stdout
+tensor randn --shape 5,4 --seed 3 > dy_bad.json
+expect_error 1 "dy_bad.json: the gradient of output has shape [5, 4], expected [5, 8] (the shape of output)" \
+  lstm-run xt.json --weights wg.json --grad-output dy_bad.json
+echo '{"h_n": [[1, 2]]}' > dy_hn_bad.json
+expect_error 1 "dy_hn_bad.json: the gradient of h_n has shape [1, 2], expected [4, 4] (the shape of h_n)" \
+  lstm-run xt.json --weights wg.json --grad-output dy_hn_bad.json
+echo '[[1, "NaN", 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0]]' > dy_nan.json
+# an upstream gradient with NaN is refused even with --allow-nan (it would make every gradient NaN)
+expect_error 1 "dy_nan.json: the gradient of output (shape [5, 8]) has NaN at [0, 1]" \
+  lstm-run xt.json --weights wg.json --grad-output dy_nan.json --allow-nan
+expect_error 1 "dy_nan.json: the gradient of output (shape [5, 8]) has NaN at [0, 1]" \
+  lstm-run xt.json --weights wg.json --grad-output dy_nan.json
+echo '{"output": [[0]], "h": [[0]]}' > dy_member.json
+expect_error 1 "dy_member.json: unexpected member \"h\" (upstream gradients are output, h_n, c_n)" \
+  lstm-run xt.json --weights wg.json --grad-output dy_member.json
+lstm-run --init --cell gru --input-size 3 --hidden-size 4 --seed 1 --save-weights wgru.json
+echo '{"c_n": [[0, 0, 0, 0]]}' > dy_cn.json
+expect_error 1 "dy_cn.json: c_n is given, but a gru has no c_n" lstm-run xt.json --weights wgru.json --cell gru --grad-output dy_cn.json
+expect_error 2 "--grad-output needs an INPUT" lstm-run --weights wg.json --save-weights w3.json --grad-output dyt.json
 
 # --- help and version
 lstm-run --help | grep -q "lstm-run --init --input-size 3" || fail "--help lacks the example"

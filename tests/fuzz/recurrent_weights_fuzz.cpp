@@ -2,6 +2,7 @@
 // both layouts, then a forward pass over a small input when the weights load, and a save/load
 // round trip (to_bundle, then from_bundle again: the same weights).
 // Property: only attnkit::Error is thrown; h_n has the shape the loaded config says.
+#include "attnkit/app/recurrent_request.hpp"
 #include "attnkit/nn/recurrent.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
@@ -20,13 +21,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (c.input_size <= 0 || c.hidden_size <= 0 || c.layers <= 0) fuzz::broken("loaded a model with a zero size");
         // a small forward pass: x [2, 3, D], lengths [3, 1]
         Rng rng(1);
-        nn::SequenceRequest req;
+        app::SequenceRequest req;
         req.x = rand_normal({2, 3, c.input_size}, rng);
         Tensor lengths({2});
         lengths[0] = 3, lengths[1] = 1;
         req.lengths = &lengths;
         req.layout = layout;
-        io::Value out = nn::run_sequence(model, req);
+        io::Value out = app::run_sequence(model, req);
         const io::Value* h = out.find("h_n");
         if (!h || !h->is_tensor() || h->tensor().shape() != Shape{c.layers * c.directions(), 2, c.hidden_size})
           fuzz::broken("h_n has the wrong shape");

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "attnkit/app/recurrent_request.hpp"
+#include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/io/weight_checks.hpp"
 #include "attnkit/nn/attention.hpp"
@@ -58,16 +60,16 @@ TEST_CASE("recurrent weights: hand-edited files are refused naming the problem")
 
 TEST_CASE("recurrent: zero-length sequences and absurd lengths") {
   nn::Recurrent m = nn::Recurrent::from_bundle(json(std::string(kRnn) + "}"), nn::CellKind::RnnTanh, nn::WeightLayout::Torch);
-  nn::SequenceRequest req;
+  app::SequenceRequest req;
   req.x = Tensor({2, 0, 2});  // N = 2, T = 0
-  io::Value out = nn::run_sequence(m, req);
+  io::Value out = app::run_sequence(m, req);
   CHECK(out.find("output")->tensor().shape() == Shape{2, 0, 1});
   CHECK(out.find("h_n")->tensor().shape() == Shape{1, 2, 1});
   Tensor lengths({2});
   lengths[0] = 1e30f;
-  CHECK(contains(error_of([&] { nn::lengths_from_tensor(lengths, 2, 5, "lengths"); }), "lengths[0] is 1e+30, expected 0 <= length <= T = 5"));
+  CHECK(contains(error_of([&] { io::lengths_from(lengths, 2, 5, "lengths"); }), "lengths[0] is 1e+30, expected 0 <= length <= 5"));
   lengths[0] = std::numeric_limits<float>::infinity();
-  CHECK(contains(error_of([&] { nn::lengths_from_tensor(lengths, 2, 5, "lengths"); }), "expected a whole number"));
+  CHECK(contains(error_of([&] { io::lengths_from(lengths, 2, 5, "lengths"); }), "expected a whole number"));
 }
 
 TEST_CASE("attention: zero queries or zero keys give empty weights and zero context") {

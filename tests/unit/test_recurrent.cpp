@@ -8,12 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/app/recurrent_request.hpp"
+#include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/nn/recurrent.hpp"
 #include "attnkit/ops/recurrent.hpp"
 #include "attnkit/tensor/compare.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
+#include "attnkit/tensor/threads.hpp"
 
 using namespace attnkit;
 using nn::Recurrent;
@@ -21,6 +24,13 @@ using nn::WeightLayout;
 using ops::CellKind;
 
 namespace {
+
+// The library's thread policy for one scope (the runner reads num_threads()).
+struct ThreadsFor {
+  int old = num_threads();
+  explicit ThreadsFor(int n) { set_num_threads(n); }
+  ~ThreadsFor() { set_num_threads(old); }
+};
 
 io::Value fixture(const std::string& name) {
   std::string path = std::string(ATTNKIT_FIXTURES) + "/recurrent/" + name + ".json";
@@ -84,13 +94,13 @@ TEST_CASE("recurrent: PyTorch golden values (nn.RNN / nn.LSTM / nn.GRU)") {
     // Through run_sequence (what lstm-run calls), then forward() with the threaded time loop forced on.
     for (int threads : {1, 2}) {
       CAPTURE(threads);
-      nn::SequenceRequest req;
+      ThreadsFor policy(threads);
+      app::SequenceRequest req;
       req.x = member(f, "x");
       req.h0 = optional_member(f, "h0");
       req.c0 = optional_member(f, "c0");
       req.lengths = optional_member(f, "lengths");
-      req.threads = threads;
-      io::Value out = nn::run_sequence(model, req);
+      io::Value out = app::run_sequence(model, req);
       check_close(member(out, "output"), member(expected, "output"), name + " output");
       check_close(member(out, "h_n"), member(expected, "h_n"), name + " h_n");
       if (cell == CellKind::Lstm) check_close(member(out, "c_n"), member(expected, "c_n"), name + " c_n");
@@ -103,11 +113,11 @@ TEST_CASE("recurrent: PyTorch golden values (nn.RNN / nn.LSTM / nn.GRU)") {
       in.c0 = optional_member(f, "c0");
       std::vector<int64_t> lengths;
       if (const Tensor* l = optional_member(f, "lengths")) {
-        lengths = nn::lengths_from_tensor(*l, in.x->dim(0), in.x->dim(1), "lengths");
+        lengths = io::lengths_from(*l, in.x->dim(0), in.x->dim(1), "lengths");
         in.lengths = &lengths;
       }
+      ThreadsFor policy(2);
       nn::RunOptions opt;
-      opt.threads = 2;
       opt.min_macs_per_thread = 1;  // split even these tiny layers across the threads
       opt.keep_cache = true;
       nn::RecurrentResult r = model.forward(in, opt);
@@ -133,17 +143,19 @@ TEST_CASE("recurrent: fast cells match the reference cells step by step") {
       in.x = &x, in.h0 = &h0;
       if (cell == CellKind::Lstm) in.c0 = &c0;
       for (int threads : {1, 2}) {
+        ThreadsFor policy(threads);
         nn::RunOptions opt;
-        opt.threads = threads, opt.min_macs_per_thread = 1, opt.trace = true;
+        opt.min_macs_per_thread = 1, opt.trace = true;
         nn::RecurrentResult r = model.forward(in, opt);
-        const auto& w = model.weights()[0];
+        const auto& w = model.direction(0);
         Tensor h = h0.reshaped({N, H}), c = c0.reshaped({N, H});
         const ops::RecurrentCache& cache = r.caches[0];
         for (int64_t t = 0; t < T; ++t) {
           Tensor xt({N, D});
           for (int64_t n = 0; n < N; ++n)
             for (int64_t d = 0; d < D; ++d) xt[n * D + d] = x[(n * T + t) * D + d];
-          ops::CellReference ref = ops::cell_reference(cell, xt, h, c, w.w_ih, w.w_hh, w.b_ih, w.b_hh);
+          ops::CellReference ref = ops::cell_reference(cell, xt, h, c, w.w_ih.value, w.w_hh.value, w.b_ih.value,
+                                                     w.b_hh.value);
           const int64_t GH = ops::gate_count(cell) * H;
           Tensor pre({N, GH}), hs({N, H});
           std::copy(cache.pre.data() + t * N * GH, cache.pre.data() + (t + 1) * N * GH, pre.data());
@@ -173,13 +185,13 @@ TEST_CASE("recurrent: the documents' LSTM step in the cs231n layout (float64 num
   Recurrent model = Recurrent::from_bundle(*f.find("weights"), CellKind::Lstm, WeightLayout::Cs231n);
   const Tensor& x = member(f, "x");  // [N, D], one step
   const int64_t N = x.dim(0), D = x.dim(1), H = model.config().hidden_size;
-  nn::SequenceRequest req;
+  app::SequenceRequest req;
   req.x = x.reshaped({N, 1, D});
   Tensor h0 = member(f, "prev_h").reshaped({1, N, H}), c0 = member(f, "prev_c").reshaped({1, N, H});
   req.h0 = &h0, req.c0 = &c0;
   req.trace = true;
   req.layout = WeightLayout::Cs231n;
-  io::Value out = nn::run_sequence(model, req);
+  io::Value out = app::run_sequence(model, req);
   const io::Value& e = *f.find("expected");
   check_close(member(out, "h_n").reshaped({N, H}), member(e, "next_h"), "next_h");
   check_close(member(out, "c_n").reshaped({N, H}), member(e, "next_c"), "next_c");
@@ -188,16 +200,16 @@ TEST_CASE("recurrent: the documents' LSTM step in the cs231n layout (float64 num
   for (const char* g : {"i", "f", "o", "g"}) check_close(member(trace, g).reshaped({N, H}), member(e, g), g);
   // The same weights written in the torch layout and read back give the same step.
   Recurrent torch = Recurrent::from_bundle(model.to_bundle(WeightLayout::Torch), CellKind::Lstm, WeightLayout::Torch);
-  check_close(member(nn::run_sequence(torch, req), "h_n"), member(out, "h_n"), "torch round trip");
+  check_close(member(app::run_sequence(torch, req), "h_n"), member(out, "h_n"), "torch round trip");
 }
 
 TEST_CASE("recurrent: a whole sequence in the cs231n layout (float64 numpy)") {
   io::Value f = fixture("cs231n_lstm_sequence");
   Recurrent model = Recurrent::from_bundle(*f.find("weights"), CellKind::Lstm, WeightLayout::Cs231n);
-  nn::SequenceRequest req;
+  app::SequenceRequest req;
   req.x = member(f, "x");
   req.h0 = &member(f, "h0");
-  io::Value out = nn::run_sequence(model, req);
+  io::Value out = app::run_sequence(model, req);
   const io::Value& e = *f.find("expected");
   for (const char* m : {"output", "h_n", "c_n"}) check_close(member(out, m), member(e, m), m);
   // cs231n -> cs231n round trip keeps every bit
@@ -218,7 +230,7 @@ TEST_CASE("recurrent: layers, directions and sizes follow from the names") {
   CHECK(back.config().bidirectional);
   CHECK(back.config().input_size == 3);
   CHECK(back.config().hidden_size == 4);
-  CHECK(back.weights()[5].w_ih.shape() == Shape{12, 8});
+  CHECK(back.direction(5).w_ih.value.shape() == Shape{12, 8});
 }
 
 TEST_CASE("recurrent: bad weights and inputs say what is wrong") {
@@ -253,27 +265,27 @@ TEST_CASE("recurrent: bad weights and inputs say what is wrong") {
   CHECK(error_of([&] { Recurrent::from_bundle(Tensor({2}), CellKind::Lstm, WeightLayout::Torch); })
             .rfind("weights: expected a bundle", 0) == 0);
 
-  nn::SequenceRequest req;
+  app::SequenceRequest req;
   req.x = Tensor({2, 5, 6});
-  CHECK(error_of([&] { nn::run_sequence(m, req); }) ==
+  CHECK(error_of([&] { app::run_sequence(m, req); }) ==
         "input has shape [2, 5, 6], expected [N, T, 3] (the weights' input size D is 3)");
   req.x = Tensor({5, 6});
-  CHECK(error_of([&] { nn::run_sequence(m, req); }) ==
+  CHECK(error_of([&] { app::run_sequence(m, req); }) ==
         "input has shape [5, 6], expected [T, 3] (the weights' input size D is 3)");
   req.x = Tensor({2, 5, 3});
   Tensor h0({2, 2, 5});
   req.h0 = &h0;
-  CHECK(error_of([&] { nn::run_sequence(m, req); }) ==
+  CHECK(error_of([&] { app::run_sequence(m, req); }) ==
         "h0 has shape [2, 2, 5], expected [2, 2, 4] (layers*dirs, N, H) for 2 layers x 1 direction and hidden size 4");
   req.h0 = nullptr;
   Tensor lengths(Shape{2}, {5, 6});
   req.lengths = &lengths;
-  CHECK(error_of([&] { nn::run_sequence(m, req); }) == "lengths[1] is 6, expected 0 <= length <= T = 5");
+  CHECK(error_of([&] { app::run_sequence(m, req); }) == "lengths[1] is 6, expected 0 <= length <= 5");
   lengths = Tensor(Shape{3}, {1, 2, 3});
-  CHECK(error_of([&] { nn::run_sequence(m, req); }) ==
+  CHECK(error_of([&] { app::run_sequence(m, req); }) ==
         "lengths has shape [3], expected [2] (one length per sequence)");
   lengths = Tensor(Shape{2}, {1.5f, 2});
-  CHECK(error_of([&] { nn::run_sequence(m, req); }) == "lengths[0] is 1.5, expected a whole number");
+  CHECK(error_of([&] { app::run_sequence(m, req); }) == "lengths[0] is 1.5, expected a whole number");
 }
 
 TEST_CASE("recurrent: padded steps change nothing") {
@@ -287,10 +299,10 @@ TEST_CASE("recurrent: padded steps change nothing") {
     Tensor x2({1, 2, 3});
     std::copy(x.data(), x.data() + 6, x2.data());
     Tensor len(Shape{1}, {2});
-    nn::SequenceRequest a, b;
+    app::SequenceRequest a, b;
     a.x = x, a.lengths = &len;
     b.x = x2;
-    io::Value ra = nn::run_sequence(m, a), rb = nn::run_sequence(m, b);
+    io::Value ra = app::run_sequence(m, a), rb = app::run_sequence(m, b);
     check_close(member(ra, "h_n"), member(rb, "h_n"), "h_n", 1e-6);
     const Tensor& out = member(ra, "output");  // [1, 5, 10]
     for (int64_t i = 20; i < 50; ++i) CHECK(out[i] == 0.0f);
@@ -304,12 +316,12 @@ TEST_CASE("recurrent: the trace of each direction is the first layer's output") 
     nn::RecurrentConfig cfg;
     cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 5, cfg.bidirectional = true;
     Recurrent m = Recurrent::random(cfg, rng);
-    nn::SequenceRequest req;
+    app::SequenceRequest req;
     req.x = rand_normal({2, 4, 3}, rng);
     Tensor len(Shape{2}, {4, 2});
     req.lengths = &len;
     req.trace = true;
-    io::Value out = nn::run_sequence(m, req);
+    io::Value out = app::run_sequence(m, req);
     const Tensor& o = member(out, "output");  // [2, 4, 10]: forward | reverse
     const Tensor& hf = member(*out.find("trace"), "h");
     const Tensor& hr = member(*out.find("trace_reverse"), "h");
@@ -337,16 +349,16 @@ TEST_CASE("recurrent: a batch sorted by length (the finished rows skip the hidde
       Tensor x = rand_normal({N, T, 3}, rng);
       for (const std::vector<float>& lens : {std::vector<float>{5, 3, 3, 0}, std::vector<float>{3, 5, 0, 3}}) {
         Tensor len(Shape{N}, lens);
-        nn::SequenceRequest req;
+        app::SequenceRequest req;
         req.x = x, req.lengths = &len;
-        io::Value batch = nn::run_sequence(m, req);
+        io::Value batch = app::run_sequence(m, req);
         for (int64_t n = 0; n < N; ++n) {
           const int64_t L = int64_t(lens[size_t(n)]);
           if (L == 0) continue;
-          nn::SequenceRequest one;
+          app::SequenceRequest one;
           one.x = Tensor({1, L, 3});
           std::copy(x.data() + n * T * 3, x.data() + n * T * 3 + L * 3, one.x.data());
-          io::Value alone = nn::run_sequence(m, one);
+          io::Value alone = app::run_sequence(m, one);
           const Tensor& hb = member(batch, "h_n");  // [2*dirs, N, H]
           const Tensor& ha = member(alone, "h_n");  // [2*dirs, 1, H]
           for (int64_t k = 0; k < 2 * dirs; ++k)
@@ -355,4 +367,77 @@ TEST_CASE("recurrent: a batch sorted by length (the finished rows skip the hidde
       }
     }
   }
+}
+
+TEST_CASE("recurrent: one Parameter per state_dict tensor, in state_dict order") {
+  Rng rng(41);
+  nn::RecurrentConfig cfg;
+  cfg.cell = CellKind::Lstm, cfg.input_size = 3, cfg.hidden_size = 4, cfg.layers = 2, cfg.bidirectional = true;
+  Recurrent m = Recurrent::random(cfg, rng);
+  std::vector<std::string> names;
+  for (const nn::Parameter* p : m.named_parameters()) names.push_back(p->name);
+  // nn.LSTM(3, 4, num_layers=2, bidirectional=True).state_dict().keys()
+  const std::vector<std::string> torch_order = {
+      "weight_ih_l0",         "weight_hh_l0",         "bias_ih_l0",         "bias_hh_l0",
+      "weight_ih_l0_reverse", "weight_hh_l0_reverse", "bias_ih_l0_reverse", "bias_hh_l0_reverse",
+      "weight_ih_l1",         "weight_hh_l1",         "bias_ih_l1",         "bias_hh_l1",
+      "weight_ih_l1_reverse", "weight_hh_l1_reverse", "bias_ih_l1_reverse", "bias_hh_l1_reverse"};
+  CHECK(names == torch_order);
+  CHECK(m.named_parameters()[8]->value.shape() == Shape{16, 8});  // weight_ih_l1: [4*H, 2*H]
+  // The bundle holds the same tensors under the same names.
+  io::Value b = m.to_bundle(WeightLayout::Torch);
+  for (const nn::Parameter* p : m.named_parameters()) check_close(member(b, p->name), p->value, p->name, 0);
+  // A copy owns its parameters.
+  Recurrent copy = m;
+  copy.direction(0).w_hh.value[0] += 1.0f;
+  CHECK(copy.direction(0).w_hh.value[0] != m.direction(0).w_hh.value[0]);
+}
+
+TEST_CASE("recurrent: a forward after a parameter changed (touch) uses the new value") {
+  Rng rng(43);
+  for (CellKind cell : {CellKind::Lstm, CellKind::Gru, CellKind::RnnTanh}) {
+    CAPTURE(ops::cell_name(cell));
+    nn::RecurrentConfig cfg;
+    cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 20, cfg.layers = 2;
+    Recurrent m = Recurrent::random(cfg, rng);
+    Tensor x = rand_normal({2, 4, 3}, rng);
+    nn::RecurrentInputs in;
+    in.x = &x;
+    for (int threads : {1, 2}) {
+      ThreadsFor policy(threads);
+      nn::RunOptions opt;
+      opt.min_macs_per_thread = 1;
+      const Tensor before = m.forward(in, opt).output;  // packs every layer (and the team's W_hh)
+      // Change W_hh of layer 1 and b_ih of layer 0 in place, as an optimizer step does, then touch.
+      for (nn::Parameter* p : {&m.direction(1).w_hh, &m.direction(0).b_ih}) {
+        for (float& v : p->value.values()) v *= 0.5f;
+        p->touch();
+      }
+      const Tensor after = m.forward(in, opt).output;
+      // A model built from the changed weights from scratch gives the same output.
+      Recurrent fresh = Recurrent::from_bundle(m.to_bundle(WeightLayout::Torch), cell, WeightLayout::Torch);
+      check_close(after, fresh.forward(in, opt).output, "after touch", 0);
+      CHECK(compare(after, before, Tolerance{1e-4, 1e-4}).close == false);
+    }
+  }
+}
+
+TEST_CASE("recurrent: the constructor refuses wrong or empty weights and biases with a message") {
+  const int64_t D = 3, H = 4;
+  auto make = [&](Tensor b_ih, Tensor b_hh, Tensor w_hh = Tensor({16, 4})) {
+    nn::RecurrentConfig cfg;
+    cfg.cell = CellKind::Lstm, cfg.input_size = D, cfg.hidden_size = H;
+    std::vector<nn::DirectionWeights> w(1);
+    w[0].w_ih = Tensor({16, D}), w[0].w_hh = std::move(w_hh), w[0].b_ih = std::move(b_ih), w[0].b_hh = std::move(b_hh);
+    return error_of([&] { Recurrent m(cfg, std::move(w)); });
+  };
+  CHECK(make(Tensor({16}), Tensor({16})) == "(no error)");
+  CHECK(make(Tensor(), Tensor({16})) ==
+        "recurrent: bias_ih_l0 has shape [0], expected [16] (4*H) (a bias-free model passes zeros) for a lstm with D 3 "
+        "and H 4");
+  CHECK(make(Tensor({16}), Tensor({12})) ==
+        "recurrent: bias_hh_l0 has shape [12], expected [16] (4*H) (a bias-free model passes zeros) for a lstm with D 3 "
+        "and H 4");
+  CHECK(make(Tensor({16}), Tensor({16}), Tensor({16, 3})) ==
+        "recurrent: weight_hh_l0 has shape [16, 3], expected [16, 4] (4*H, H) for a lstm with D 3 and H 4");
 }

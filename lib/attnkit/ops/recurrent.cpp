@@ -4,6 +4,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include "attnkit/ops/recurrent.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -175,6 +176,111 @@ void cell_forward(const CellStep& s) {
     case CellKind::Lstm: return lstm_cell_forward(s);
     case CellKind::Gru: return gru_cell_forward(s);
     default: return rnn_cell_forward(s);
+  }
+}
+
+// ---- backward (equations in recurrent.hpp), one block of units at a time like the forward ----
+
+namespace {
+
+// Adds `v` into w floats at p.
+template <typename A, typename E>
+void add_to(float* p, int64_t w, const E& v) {
+  out<A>(p, w) += v;
+}
+
+// A padded row carried its state: the gradients pass through unchanged.
+void carry_back_block(const CellBackStep& s, int64_t n, int64_t u0, int64_t w) {
+  using A = Eigen::Array<float, Eigen::Dynamic, 1>;
+  if (s.dh_prev) add_to<A>(s.dh_prev + n * s.dh_prev_stride + u0, w, in<A>(s.dh + n * s.dh_stride + u0, w));
+  if (s.dc_prev && s.dc) add_to<A>(s.dc_prev + n * s.dc_prev_stride + u0, w, in<A>(s.dc + n * s.dc_stride + u0, w));
+}
+
+template <typename Full, typename Tail>
+void for_back_blocks(const CellBackStep& s, Full full, Tail tail) {
+  for (int64_t n = 0; n < s.rows; ++n) {
+    const bool pad = s.lengths && s.t >= s.lengths[n];
+    for (int64_t u0 = 0; u0 < s.hidden; u0 += kUnitBlock) {
+      const int64_t w = std::min(kUnitBlock, s.hidden - u0);
+      if (pad) carry_back_block(s, n, u0, w);
+      else if (w == kUnitBlock) full(n, u0, w);
+      else tail(n, u0, w);
+    }
+  }
+}
+
+template <typename A>
+void rnn_back_block(const CellBackStep& s, int64_t n, int64_t u0, int64_t w) {
+  // forward: h = act(a)
+  A dh = in<A>(s.dh + n * s.dh_stride + u0, w), h = in<A>(s.h + n * s.h_stride + u0, w);
+  A da = s.cell == CellKind::RnnRelu ? A((h > 0.0f).select(dh, A::Zero(w))) : A(dh * (1.0f - h * h));
+  add_to<A>(s.da + n * s.da_stride + u0, w, da);
+}
+
+template <typename A>
+void lstm_back_block(const CellBackStep& s, int64_t n, int64_t u0, int64_t w) {
+  const int64_t H = s.hidden;
+  const float* gp = s.gates + n * s.gates_stride + u0;
+  A i = in<A>(gp, w), f = in<A>(gp + H, w), g = in<A>(gp + 2 * H, w), o = in<A>(gp + 3 * H, w);
+  A dh = in<A>(s.dh + n * s.dh_stride + u0, w), tc = in<A>(s.tanh_c + n * s.tanh_c_stride + u0, w);
+  // h = o ⊙ tanh(c):  dc_t = dc + dh ⊙ o ⊙ (1 - tanh²(c))
+  A dct = dh * o * (1.0f - tc * tc);
+  if (s.dc) dct += in<A>(s.dc + n * s.dc_stride + u0, w);
+  // c = f ⊙ c_prev + i ⊙ g
+  A cp = in<A>(s.c_prev + n * s.c_prev_stride + u0, w);
+  float* da = s.da + n * s.da_stride + u0;
+  add_to<A>(da, w, dct * g * i * (1.0f - i));              // i = σ(a_i)
+  add_to<A>(da + H, w, dct * cp * f * (1.0f - f));         // f = σ(a_f)
+  add_to<A>(da + 2 * H, w, dct * i * (1.0f - g * g));      // g = tanh(a_g)
+  add_to<A>(da + 3 * H, w, dh * tc * o * (1.0f - o));      // o = σ(a_o)
+  if (s.dc_prev) add_to<A>(s.dc_prev + n * s.dc_prev_stride + u0, w, dct * f);
+}
+
+template <typename A>
+void gru_back_block(const CellBackStep& s, int64_t n, int64_t u0, int64_t w) {
+  const int64_t H = s.hidden;
+  const float* gp = s.gates + n * s.gates_stride + u0;
+  A r = in<A>(gp, w), z = in<A>(gp + H, w), nn = in<A>(gp + 2 * H, w);
+  A dh = in<A>(s.dh + n * s.dh_stride + u0, w), hp = in<A>(s.h_prev + n * s.h_prev_stride + u0, w);
+  A hn = in<A>(s.hn + n * s.hn_stride + u0, w);
+  // h = (1 - z) ⊙ n + z ⊙ h_prev
+  A dan = dh * (1.0f - z) * (1.0f - nn * nn);       // n = tanh(a_n)
+  A daz = dh * (hp - nn) * z * (1.0f - z);           // z = σ(a_z)
+  A dar = dan * hn * r * (1.0f - r);                 // a_n = x_n + r ⊙ h_n,  r = σ(a_r)
+  float* da = s.da + n * s.da_stride + u0;
+  add_to<A>(da, w, dar);
+  add_to<A>(da + H, w, daz);
+  add_to<A>(da + 2 * H, w, dan);
+  float* dha = s.dha + n * s.dha_stride + u0;
+  add_to<A>(dha, w, dar);
+  add_to<A>(dha + H, w, daz);
+  add_to<A>(dha + 2 * H, w, dan * r);                // h_n = W_hn h_prev + b_hn enters as r ⊙ h_n
+  if (s.dh_prev) add_to<A>(s.dh_prev + n * s.dh_prev_stride + u0, w, dh * z);
+}
+
+}  // namespace
+
+void rnn_cell_backward(const CellBackStep& s) {
+  for_back_blocks(s, [&](int64_t n, int64_t u0, int64_t w) { rnn_back_block<FullBlock>(s, n, u0, w); },
+                  [&](int64_t n, int64_t u0, int64_t w) { rnn_back_block<TailBlock>(s, n, u0, w); });
+}
+
+void lstm_cell_backward(const CellBackStep& s) {
+  for_back_blocks(s, [&](int64_t n, int64_t u0, int64_t w) { lstm_back_block<FullBlock>(s, n, u0, w); },
+                  [&](int64_t n, int64_t u0, int64_t w) { lstm_back_block<TailBlock>(s, n, u0, w); });
+}
+
+void gru_cell_backward(const CellBackStep& s) {
+  AK_CHECK(s.dha, "gru cell backward: dha is required (the W_hh part differs from the W_ih part in n)");
+  for_back_blocks(s, [&](int64_t n, int64_t u0, int64_t w) { gru_back_block<FullBlock>(s, n, u0, w); },
+                  [&](int64_t n, int64_t u0, int64_t w) { gru_back_block<TailBlock>(s, n, u0, w); });
+}
+
+void cell_backward(const CellBackStep& s) {
+  switch (s.cell) {
+    case CellKind::Lstm: return lstm_cell_backward(s);
+    case CellKind::Gru: return gru_cell_backward(s);
+    default: return rnn_cell_backward(s);
   }
 }
 

@@ -73,6 +73,45 @@ void lstm_cell_forward(const CellStep& s);
 void gru_cell_forward(const CellStep& s);
 void cell_forward(const CellStep& s);  // dispatches on s.cell
 
+// The backward of one time step over a batch, all H units, standard layouts (gate q of unit u at
+// column q*H + u). Reads the forward's records of the step (RecurrentCache rows), d loss / d h and
+// d loss / d c of the step, and ADDS into: the gate-argument gradients (da: the W_ih x + b_ih part,
+// dha: GRU's W_hh h_prev + b_hh part, which differs in n) and the part of d h_prev / d c_prev that
+// does not go through W_hh (the caller adds dha W_hh into dh_prev). A padded row (t >= lengths[n])
+// carried its state: dh_prev += dh, dc_prev += dc, nothing into da.
+//   RNN   da = dh ⊙ act'(a)                     (tanh: 1 - h², relu: h > 0)
+//   LSTM  dc_t = dc + dh ⊙ o ⊙ (1 - tanh²(c));  da_i = dc_t ⊙ g ⊙ i(1-i);  da_f = dc_t ⊙ c_prev ⊙ f(1-f)
+//         da_g = dc_t ⊙ i ⊙ (1 - g²);  da_o = dh ⊙ tanh(c) ⊙ o(1-o);  dc_prev = dc_t ⊙ f
+//   GRU   da_n = dh ⊙ (1-z) ⊙ (1-n²);  da_z = dh ⊙ (h_prev - n) ⊙ z(1-z);  da_r = da_n ⊙ h_n ⊙ r(1-r)
+//         dha = [da_r, da_z, da_n ⊙ r];  dh_prev += dh ⊙ z
+struct CellBackStep {
+  CellKind cell = CellKind::Lstm;
+  int64_t rows = 0;    // N
+  int64_t hidden = 0;  // H
+  const int64_t* lengths = nullptr;  // [N] or nullptr
+  int64_t t = 0;
+
+  // the forward's records of this step
+  const float* gates = nullptr; int64_t gates_stride = 0;    // [N, G*H] activated (LSTM, GRU)
+  const float* h = nullptr; int64_t h_stride = 0;            // [N, H] this step's h (RNN)
+  const float* h_prev = nullptr; int64_t h_prev_stride = 0;  // [N, H] GRU
+  const float* c_prev = nullptr; int64_t c_prev_stride = 0;  // [N, H] LSTM
+  const float* tanh_c = nullptr; int64_t tanh_c_stride = 0;  // [N, H] LSTM
+  const float* hn = nullptr; int64_t hn_stride = 0;          // [N, H] GRU: W_hn h_prev + b_hn
+  // gradients in
+  const float* dh = nullptr; int64_t dh_stride = 0;  // [N, H] d loss / d h_t (output + later steps)
+  const float* dc = nullptr; int64_t dc_stride = 0;  // [N, H] LSTM: d loss / d c_t from later steps
+  // gradients out (added into)
+  float* da = nullptr; int64_t da_stride = 0;            // [N, G*H]
+  float* dha = nullptr; int64_t dha_stride = 0;          // [N, G*H] GRU
+  float* dh_prev = nullptr; int64_t dh_prev_stride = 0;  // [N, H]
+  float* dc_prev = nullptr; int64_t dc_prev_stride = 0;  // [N, H] LSTM
+};
+void rnn_cell_backward(const CellBackStep& s);
+void lstm_cell_backward(const CellBackStep& s);
+void gru_cell_backward(const CellBackStep& s);
+void cell_backward(const CellBackStep& s);  // dispatches on s.cell
+
 // What the backward pass of one layer and direction needs, time-major, standard layout.
 // Filled by the sequence runner when asked (nn::RunOptions::keep_cache); `pre` only for traces.
 struct RecurrentCache {

@@ -1,0 +1,73 @@
+// Internal to the recurrent layer (included by nn/recurrent*.cpp only; Eigen-free): W_hh packed once
+// for the GEMM micro-kernel, split among a team of threads, and cached per team size.
+// Legend: N batch, H hidden size, G gates, GH = G*H pre-activation columns (blocked order).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "attnkit/nn/recurrent.hpp"
+
+namespace attnkit::nn {
+
+// Floats on 64-byte boundaries (the micro-kernel loads packed panels with aligned loads).
+class AlignedFloats {
+ public:
+  explicit AlignedFloats(size_t n = 0);
+  float* data() { return p_.get(); }
+  const float* data() const { return p_.get(); }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> p_;
+};
+
+// h_prev W_hh^T for a run of columns, with W_hh's columns packed once for Eigen's GEMM micro-kernel
+// (gebp) instead of once per step: only h_prev (small) is packed each step, and the product is
+// added in place into the pre-activations, so the time loop allocates and copies nothing else.
+// Immutable once built: kept by the model (PackCache) and shared by concurrent forward calls.
+class PackedColumns {
+ public:
+  // wh [H, GH] row-major; the columns [c0, c0 + nc).
+  PackedColumns(const float* wh, int64_t H, int64_t GH, int64_t c0, int64_t nc);
+  // res[n * ld + c0 + j] += sum_k h[n * H + k] * wh[k, c0 + j] for n < N; `scratch` holds H*N floats
+  // (64-byte aligned) for the packed h.
+  void multiply_add(const float* h, int64_t N, float* scratch, float* res, int64_t ld) const;
+
+ private:
+  int64_t H_, nc_, c0_;
+  AlignedFloats a_;  // packed W_hh^T
+};
+
+// A team's split of the hidden units: part c = units [u0, u1) and their packed columns.
+struct TeamParts {
+  std::vector<std::pair<int64_t, int64_t>> units;
+  std::vector<PackedColumns> columns;
+};
+TeamParts make_parts(const Recurrent::Packed& p, int64_t H, int G, int team);
+
+// The packed W_hh of every layer and direction, per team size, built on first use and kept.
+struct PackCache {
+  const TeamParts& parts(int index, int team, const Recurrent::Packed& p, int64_t H, ops::CellKind cell);
+  void forget(int index);  // after the weights of `index` changed
+  std::mutex mutex;
+  std::map<std::pair<int, int>, TeamParts> built;  // (layer*dirs + dir, team) -> parts
+};
+
+// What a Recurrent derives from its parameters (guarded by `mutex`; rebuilt on a version change).
+struct Recurrent::Derived {
+  std::mutex mutex;
+  std::vector<Recurrent::Packed> packed;        // per layer*dirs + dir
+  std::vector<std::array<uint64_t, 4>> versions;  // the parameter versions packed[i] was built from
+  std::vector<bool> built;
+  PackCache cache;
+};
+
+}  // namespace attnkit::nn

@@ -1,0 +1,484 @@
+// Recurrent layers: the time-loop runner (forward over layers and directions).
+// Legend: N batch, T steps, D input size, H hidden size, L layers, G gates, dirs 1 or 2.
+// GCC 12 reports false "may be used uninitialized" inside Eigen's AVX-512 packet code.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <optional>
+
+#include "attnkit/nn/recurrent.hpp"
+#include "attnkit/nn/recurrent_packed.hpp"
+#include "attnkit/ops/matmul.hpp"
+#include "attnkit/tensor/barrier.hpp"
+#include "attnkit/tensor/eigen_bridge.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/large_buffer.hpp"
+#include "attnkit/tensor/threads.hpp"
+
+namespace attnkit::nn {
+
+using ops::CellKind;
+using ops::gate_count;
+
+namespace {
+
+// One layer and direction over the whole batch.
+struct DirectionJob {
+  const Recurrent::Packed* packed = nullptr;
+  CellKind cell = CellKind::Lstm;
+  int64_t N = 0, T = 0, Din = 0, H = 0;
+  bool reverse = false;
+  const float* x = nullptr;  // [N, T, Din]
+  const int64_t* lengths = nullptr;
+  const float* h0 = nullptr;  // [N, H] or nullptr
+  const float* c0 = nullptr;
+  float* out = nullptr;  // column dir*H of [N, T, dirs*H]
+  int64_t out_width = 0;  // dirs*H
+  float* h_n = nullptr;  // [N, H]
+  float* c_n = nullptr;
+  ops::RecurrentCache* cache = nullptr;
+  bool keep_pre = false;
+};
+
+// Threads worth using for a time loop of N x H x G*H multiply-adds a step.
+int team_size(int threads, int64_t N, int64_t H, int G, int64_t min_macs) {
+  const int64_t work = N * H * G * H;
+  const int64_t blocks = (H + ops::kUnitBlock - 1) / ops::kUnitBlock;
+  int64_t useful = std::max<int64_t>(1, work / std::max<int64_t>(1, min_macs));
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({threads, useful, blocks})));
+}
+
+// The barrier between time steps: StepBarrier (tensor/barrier.hpp) spins briefly (the threads'
+// halves of a step are even, so on an idle machine the other arrives within microseconds), then sleeps.
+
+// LargeBuffer (tensor/large_buffer.hpp): the [N*T, G*H] pre-activations of a big layer are tens of
+// MB; on transparent huge pages they fault in 2 MB at a time.
+
+
+// A float scratch buffer (64-byte aligned, uninitialised): up to 4 MB it is this thread's buffer
+// for `slot`, kept from call to call (the latency case would otherwise map and fault fresh pages
+// every call); larger ones come and go (LargeBuffer, huge pages).
+class Scratch {
+ public:
+  Scratch(size_t floats, int slot) {
+    if (floats > kSmall) {
+      large_.emplace(static_cast<int64_t>(floats));
+      data_ = large_->data();
+      return;
+    }
+    thread_local std::vector<float, Eigen::aligned_allocator<float>> kept[2];
+    if (kept[slot].size() < floats) kept[slot].resize(floats);
+    data_ = kept[slot].data();
+  }
+  float* data() { return data_; }
+
+ private:
+  static constexpr size_t kSmall = size_t(1) << 20;  // floats (4 MB)
+  std::optional<LargeBuffer> large_;
+  float* data_ = nullptr;
+};
+
+void run_direction(const DirectionJob& job, const TeamParts& parts) {
+  const int G = gate_count(job.cell);
+  const int64_t N = job.N, T = job.T, H = job.H, GH = G * H;
+  const Recurrent::Packed& p = *job.packed;
+  const bool gru = job.cell == CellKind::Gru;
+
+  // Input projection for every step at once: one GEMM, hoisted out of the time loop. For LSTM and
+  // RNN the hidden products are then added into it in place (GRU keeps them apart: r ⊙ (W_hn h)).
+  const int team = static_cast<int>(parts.units.size());
+  Scratch xproj_buf(size_t(N * T * GH), 0);
+  MapRM xproj(xproj_buf.data(), N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
+  // packed h_prev for each part: H*N floats each, 64-byte aligned (16 floats)
+  const int64_t hpack = (H * N + 15) / 16 * 16;
+  Scratch hpacked_buf(size_t(hpack * team), 1);
+  float* hpacked = hpacked_buf.data();
+  {
+    // The team's threads take runs of rows, each running Eigen's blocked GEMM on its own (no global
+    // Eigen setting is read or touched). A small GEMM stays on one thread: forking costs more than
+    // it saves (and far more when the cores are shared with other work).
+    const int64_t rows = N * T, Din = job.Din;
+    const int gemm_team = rows * Din * GH < (int64_t(1) << 25) ? 1 : static_cast<int>(std::min<int64_t>(team, rows));
+    if (gemm_team <= 1) {
+      ops::gemm(ops::Trans::No, ops::Trans::No, rows, GH, Din, 1.0f, job.x, Din, p.wx.data(), GH, 0.0f, xproj.data(),
+                GH, ops::GemmThreads::This);  // [N*T, G*H]
+    } else {
+#pragma omp parallel num_threads(gemm_team)
+      {
+        const int64_t id = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t r0 = rows * id / nt, r1 = rows * (id + 1) / nt;
+        ops::gemm(ops::Trans::No, ops::Trans::No, r1 - r0, GH, Din, 1.0f, job.x + r0 * Din, Din, p.wx.data(), GH, 0.0f,
+                  xproj.data() + r0 * GH, GH, ops::GemmThreads::This);
+      }
+    }
+  }
+
+  MatrixRM hproj(gru ? N : 0, GH);          // GRU: [N, G*H] W_hh h_prev, blocked columns
+  MatrixRM hbuf(2 * N, H), cbuf(2 * N, H);  // double-buffered state [N, H] x 2
+  MatrixRM init = MatrixRM::Zero(2 * N, H);  // h0; c0 (rows N..2N)
+  if (job.h0) init.topRows(N) = as_matrix(job.h0, N, H);
+  if (job.c0) init.bottomRows(N) = as_matrix(job.c0, N, H);
+
+  ops::RecurrentCache* cache = job.cache;
+  if (cache) {
+    if (job.cell != CellKind::RnnTanh && job.cell != CellKind::RnnRelu) cache->gates = Tensor({T, N, GH});
+    if (job.keep_pre) cache->pre = Tensor({T, N, GH});
+    if (job.cell == CellKind::Lstm) cache->c = Tensor({T, N, H}), cache->tanh_c = Tensor({T, N, H});
+    if (gru) cache->hn = Tensor({T, N, H});
+    cache->h = Tensor({T, N, H});
+  }
+  // State after step i (i = -1: the initial state). With a cache, the states live in it.
+  auto time_of = [&](int64_t i) { return job.reverse ? T - 1 - i : i; };
+  auto h_at = [&](int64_t i) -> float* {
+    if (i < 0) return init.data();
+    return cache ? cache->h.data() + time_of(i) * N * H : hbuf.data() + (i & 1) * N * H;
+  };
+  auto c_at = [&](int64_t i) -> float* {
+    if (i < 0) return init.data() + N * H;
+    return cache && job.cell == CellKind::Lstm ? cache->c.data() + time_of(i) * N * H : cbuf.data() + (i & 1) * N * H;
+  };
+
+  // Step i for the units [u0, u1): h_prev times their columns of W_hh, then the cell on them.
+  // Lengths sorted longest first (PyTorch's enforce_sorted order): the rows still running at step
+  // t are a prefix, and the hidden product skips the finished ones (the cell carries their state).
+  const bool sorted = job.lengths && std::is_sorted(job.lengths, job.lengths + N, std::greater<int64_t>());
+  auto running = [&](int64_t t) {
+    if (!sorted) return N;
+    return static_cast<int64_t>(std::partition_point(job.lengths, job.lengths + N, [&](int64_t l) { return l > t; }) -
+                                job.lengths);
+  };
+  auto step = [&](int c, int64_t i) {
+    const int64_t t = time_of(i);
+    const auto [u0, u1] = parts.units[c];
+    if (u0 >= u1) return;
+    const PackedColumns& wh = parts.columns[c];
+    float* scratch = hpacked + c * hpack;
+    const int64_t rows = running(t);
+    if (gru) {
+      hproj.middleCols(G * u0, G * (u1 - u0)).setZero();
+      wh.multiply_add(h_at(i - 1), rows, scratch, hproj.data(), GH);
+    } else {
+      wh.multiply_add(h_at(i - 1), rows, scratch, xproj.data() + t * GH, T * GH);  // rows n*T + t
+    }
+    ops::CellStep s;
+    s.cell = job.cell;
+    s.rows = N, s.hidden = H, s.unit_begin = u0, s.unit_end = u1;
+    s.lengths = job.lengths, s.t = t;
+    s.xproj = xproj.data() + t * GH, s.xproj_stride = T * GH;
+    if (gru) s.hproj = hproj.data(), s.hproj_stride = GH;
+    s.bias = p.bias.data();
+    s.b_hn = p.b_hn.data();
+    s.h_prev = h_at(i - 1), s.h_prev_stride = H;
+    s.h = h_at(i), s.h_stride = H;
+    if (job.cell == CellKind::Lstm) {
+      s.c_prev = c_at(i - 1), s.c_prev_stride = H;
+      s.c = c_at(i), s.c_stride = H;
+    }
+    s.out = job.out + t * job.out_width, s.out_stride = T * job.out_width;
+    if (cache) {
+      if (!cache->gates.empty()) s.gates = cache->gates.data() + t * N * GH, s.gates_stride = GH;
+      if (!cache->pre.empty()) s.pre = cache->pre.data() + t * N * GH, s.pre_stride = GH;
+      if (!cache->tanh_c.empty()) s.tanh_c = cache->tanh_c.data() + t * N * H, s.tanh_c_stride = H;
+      if (!cache->hn.empty()) s.hn = cache->hn.data() + t * N * H, s.hn_stride = H;
+    }
+    ops::cell_forward(s);
+  };
+
+  if (team <= 1) {
+    for (int64_t i = 0; i < T; ++i) step(0, i);
+  } else {
+    // One parallel region for the whole loop; part c (a run of unit blocks) belongs to thread c, its
+    // packed columns of W_hh stay in that thread's cache, and the steps meet at one barrier each.
+    // Nothing is allocated inside the region (nothing may throw there).
+    StepBarrier barrier(team);
+#pragma omp parallel num_threads(team)
+    {
+      const int id = omp_get_thread_num(), nt = omp_get_num_threads();  // OpenMP may give fewer
+#pragma omp single
+      barrier.resize(nt);
+      for (int64_t i = 0; i < T; ++i) {
+        for (int c = id; c < team; c += nt) step(c, i);
+        barrier.wait();
+      }
+    }
+  }
+  const float* hl = h_at(T - 1);
+  std::memcpy(job.h_n, hl, sizeof(float) * N * H);
+  if (job.c_n) std::memcpy(job.c_n, c_at(T - 1), sizeof(float) * N * H);
+}
+
+// ---- backward of one layer and direction ----
+
+struct DirectionBackJob {
+  CellKind cell = CellKind::Lstm;
+  int64_t N = 0, T = 0, Din = 0, H = 0;
+  bool reverse = false;
+  const float* x = nullptr;          // [N, T, Din] the layer's input
+  const int64_t* lengths = nullptr;
+  const float* h0 = nullptr;         // [N, H] or nullptr (zeros)
+  const float* c0 = nullptr;
+  const ops::RecurrentCache* cache = nullptr;
+  const float* dout = nullptr;       // column dir*H of [N, T, dirs*H], or nullptr
+  int64_t dout_width = 0;
+  const float* dh_n = nullptr;       // [N, H] or nullptr
+  const float* dc_n = nullptr;
+  const Recurrent::DirectionParams* w = nullptr;
+  Tensor* g_w_ih = nullptr;          // [G*H, Din] (added into)
+  Tensor* g_w_hh = nullptr;          // [G*H, H]
+  Tensor* g_b_ih = nullptr;          // [G*H]
+  Tensor* g_b_hh = nullptr;          // [G*H]
+  float* dx = nullptr;               // [N, T, Din] (added into) or nullptr
+  float* dh0 = nullptr;              // [N, H] (added into) or nullptr
+  float* dc0 = nullptr;
+};
+
+// Back through the time loop (the forward's steps in reverse), then the weights in one GEMM each:
+// the forward hoisted the input projection out of the loop, so d W_ih, d x (and d W_hh, d b) are
+// products over all N*T rows at once; only dh_prev += da_h W_hh stays per step.
+void backward_direction(const DirectionBackJob& job) {
+  using ops::Trans;
+  const int G = gate_count(job.cell);
+  const int64_t N = job.N, T = job.T, H = job.H, GH = G * H, Din = job.Din;
+  const bool gru = job.cell == CellKind::Gru, lstm = job.cell == CellKind::Lstm;
+  const ops::RecurrentCache& cache = *job.cache;
+  // d loss / d gate arguments of every step, batch-first like x: row n*T + t.
+  Tensor dA({N * T, GH});                  // [N*T, G*H] the W_ih x + b_ih part
+  Tensor dAh(gru ? Shape{N * T, GH} : Shape{0});  // [N*T, G*H] GRU's W_hh h_prev + b_hh part
+  const float* dah = gru ? dAh.data() : dA.data();
+  Tensor dh({N, H}), dh_next({N, H}), dc({N, H}), dc_next({N, H}), zeros({N, H});  // [N, H] each
+  if (job.dh_n) std::memcpy(dh.data(), job.dh_n, sizeof(float) * N * H);
+  if (job.dc_n) std::memcpy(dc.data(), job.dc_n, sizeof(float) * N * H);
+  auto time_of = [&](int64_t i) { return job.reverse ? T - 1 - i : i; };
+  auto h_before = [&](int64_t i) -> const float* {  // h_prev of step i
+    if (i > 0) return cache.h.data() + time_of(i - 1) * N * H;
+    return job.h0 ? job.h0 : zeros.data();
+  };
+  auto c_before = [&](int64_t i) -> const float* {
+    if (i > 0) return cache.c.data() + time_of(i - 1) * N * H;
+    return job.c0 ? job.c0 : zeros.data();
+  };
+  const float* w_hh = job.w->w_hh.value.data();  // [G*H, H]
+  for (int64_t i = T - 1; i >= 0; --i) {
+    const int64_t t = time_of(i);
+    // output[n, t] = h_t for a real step (a padded step's output is a constant zero)
+    if (job.dout)
+      for (int64_t n = 0; n < N; ++n)
+        if (!job.lengths || t < job.lengths[n]) {
+          const float* src = job.dout + (n * T + t) * job.dout_width;
+          float* dst = dh.data() + n * H;
+          for (int64_t u = 0; u < H; ++u) dst[u] += src[u];
+        }
+    std::fill(dh_next.values().begin(), dh_next.values().end(), 0.0f);
+    std::fill(dc_next.values().begin(), dc_next.values().end(), 0.0f);
+    ops::CellBackStep s;
+    s.cell = job.cell, s.rows = N, s.hidden = H, s.lengths = job.lengths, s.t = t;
+    if (!cache.gates.empty()) s.gates = cache.gates.data() + t * N * GH, s.gates_stride = GH;
+    s.h = cache.h.data() + t * N * H, s.h_stride = H;
+    s.h_prev = h_before(i), s.h_prev_stride = H;
+    if (lstm) {
+      s.c_prev = c_before(i), s.c_prev_stride = H;
+      s.tanh_c = cache.tanh_c.data() + t * N * H, s.tanh_c_stride = H;
+      s.dc = dc.data(), s.dc_stride = H;
+      s.dc_prev = dc_next.data(), s.dc_prev_stride = H;
+    }
+    if (gru) {
+      s.hn = cache.hn.data() + t * N * H, s.hn_stride = H;
+      s.dha = dAh.data() + t * GH, s.dha_stride = T * GH;
+    }
+    s.dh = dh.data(), s.dh_stride = H;
+    s.da = dA.data() + t * GH, s.da_stride = T * GH;
+    s.dh_prev = dh_next.data(), s.dh_prev_stride = H;
+    ops::cell_backward(s);
+    // a = ... + h_prev W_hh^T:  dh_prev [N, H] += da_h [N, G*H] W_hh [G*H, H]
+    ops::gemm(Trans::No, Trans::No, N, H, GH, 1.0f, dah + t * GH, T * GH, w_hh, H, 1.0f, dh_next.data(), H);
+    std::swap(dh, dh_next);
+    std::swap(dc, dc_next);
+  }
+  if (job.dh0)
+    for (int64_t k = 0; k < N * H; ++k) job.dh0[k] += dh[k];
+  if (job.dc0 && lstm)
+    for (int64_t k = 0; k < N * H; ++k) job.dc0[k] += dc[k];
+
+  // h_prev of every step, batch-first: row n*T + t   [N*T, H]
+  Tensor hprev({N * T, H});
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t t = time_of(i);
+    const float* src = h_before(i);
+    for (int64_t n = 0; n < N; ++n) std::memcpy(hprev.data() + (n * T + t) * H, src + n * H, sizeof(float) * H);
+  }
+  // xproj = x W_ih^T + b_ih:  d W_ih [G*H, Din] += dA^T [G*H, N*T] x [N*T, Din];  d b_ih += sum of dA's rows
+  ops::gemm(Trans::Yes, Trans::No, GH, Din, N * T, 1.0f, dA.data(), GH, job.x, Din, 1.0f, job.g_w_ih->data(), Din);
+  // hproj = h_prev W_hh^T + b_hh:  d W_hh [G*H, H] += dA_h^T [G*H, N*T] h_prev [N*T, H]
+  ops::gemm(Trans::Yes, Trans::No, GH, H, N * T, 1.0f, dah, GH, hprev.data(), H, 1.0f, job.g_w_hh->data(), H);
+  for (int64_t row = 0; row < N * T; ++row)
+    for (int64_t j = 0; j < GH; ++j) {
+      (*job.g_b_ih)[j] += dA[row * GH + j];
+      (*job.g_b_hh)[j] += dah[row * GH + j];
+    }
+  // dx [N*T, Din] += dA [N*T, G*H] W_ih [G*H, Din]
+  if (job.dx)
+    ops::gemm(Trans::No, Trans::No, N * T, Din, GH, 1.0f, dA.data(), GH, job.w->w_ih.value.data(), Din, 1.0f, job.dx,
+              Din);
+}
+
+}  // namespace
+
+RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& options) const {
+  const int dirs = config_.directions(), L = config_.layers;
+  const int64_t H = config_.hidden_size, D = config_.input_size;
+  AK_CHECK(in.x, "recurrent: no input");
+  const Tensor& x = *in.x;
+  AK_CHECK(x.rank() == 3 && x.dim(2) == D, "input has shape {}, expected [N, T, {}] (the weights' input size D is {})",
+           x.shape_str(), D, D);
+  const int64_t N = x.dim(0), T = x.dim(1);
+  const Shape state_shape{L * dirs, N, H};
+  auto check_state = [&](const Tensor* t, const char* name) {
+    AK_CHECK(!t || t->shape() == state_shape, "{} has shape {}, expected {} (layers*dirs, N, H)", name,
+             t ? t->shape_str() : "", shape_str(state_shape));
+  };
+  check_state(in.h0, "h0");
+  AK_CHECK(!in.c0 || config_.cell == CellKind::Lstm, "c0 is given, but a {} has no cell state (c0 is for lstm)",
+           ops::cell_name(config_.cell));
+  check_state(in.c0, "c0");
+  if (in.lengths) {
+    AK_CHECK(int64_t(in.lengths->size()) == N, "lengths has {} values, expected {} (one per sequence)",
+             in.lengths->size(), N);
+    for (size_t n = 0; n < in.lengths->size(); ++n)
+      AK_CHECK((*in.lengths)[n] >= 0 && (*in.lengths)[n] <= T, "lengths[{}] is {}, expected 0 <= length <= T = {}",
+               n, (*in.lengths)[n], T);
+  }
+
+  const int threads = num_threads();  // the library's one thread policy (set_num_threads)
+
+  RecurrentResult r;
+  r.h_n = Tensor(state_shape);
+  if (config_.cell == CellKind::Lstm) r.c_n = Tensor(state_shape);
+  if (options.keep_cache) r.caches.resize(L * dirs);
+  else if (options.trace) r.caches.resize(dirs);
+
+  Tensor layer_in, layer_out;
+  for (int k = 0; k < L; ++k) {
+    const Tensor& input = k == 0 ? x : layer_in;
+    layer_out = Tensor({N, T, dirs * H});
+    std::vector<DirectionJob> jobs(dirs);
+    for (int d = 0; d < dirs; ++d) {
+      const int idx = k * dirs + d;
+      DirectionJob& j = jobs[d];
+      j.packed = &packed(idx);
+      j.cell = config_.cell;
+      j.N = N, j.T = T, j.Din = input.dim(2), j.H = H;
+      j.reverse = d == 1;
+      j.x = input.data();
+      j.lengths = in.lengths ? in.lengths->data() : nullptr;
+      j.h0 = in.h0 ? in.h0->data() + idx * N * H : nullptr;
+      j.c0 = in.c0 ? in.c0->data() + idx * N * H : nullptr;
+      j.out = layer_out.data() + d * H, j.out_width = dirs * H;
+      j.h_n = r.h_n.data() + idx * N * H;
+      j.c_n = config_.cell == CellKind::Lstm ? r.c_n.data() + idx * N * H : nullptr;
+      if (options.keep_cache) j.cache = &r.caches[idx];
+      else if (options.trace && k == 0) j.cache = &r.caches[d];
+      j.keep_pre = options.trace && k == 0;
+    }
+    // The two directions are independent: with 2 threads, one each and no barrier at all.
+    const bool side_by_side = dirs == 2 && threads >= 2;
+    const int team = side_by_side ? 1 : team_size(threads, N, H, ops::gate_count(config_.cell), options.min_macs_per_thread);
+    std::vector<const TeamParts*> parts(dirs);
+    for (int d = 0; d < dirs; ++d) {
+      const int idx = k * dirs + d;
+      parts[d] = &derived_->cache.parts(idx, team, packed(idx), H, config_.cell);
+    }
+    if (side_by_side) {
+      std::exception_ptr failed[2];  // an exception must not leave an OpenMP region
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+      for (int d = 0; d < 2; ++d) {
+        try {
+          run_direction(jobs[d], *parts[d]);
+        } catch (...) {
+          failed[d] = std::current_exception();
+        }
+      }
+      for (auto& e : failed)
+        if (e) std::rethrow_exception(e);
+    } else {
+      for (int d = 0; d < dirs; ++d) run_direction(jobs[d], *parts[d]);
+    }
+    layer_in = std::move(layer_out);
+    if (options.keep_cache && k + 1 < L) r.layer_inputs.push_back(layer_in);  // layer k+1's input, for backward
+  }
+  r.output = std::move(layer_in);
+  return r;
+}
+
+void Recurrent::backward(const RecurrentInputs& in, const RecurrentResult& r, const RecurrentGradOutputs& dy,
+                         const RecurrentGradInputs& grads) {
+  const int dirs = config_.directions(), L = config_.layers;
+  const int64_t H = config_.hidden_size;
+  AK_CHECK(in.x, "recurrent backward: no input");
+  const Tensor& x = *in.x;
+  const int64_t N = x.dim(0), T = x.dim(1);
+  AK_CHECK(r.caches.size() == size_t(L * dirs) && r.layer_inputs.size() == size_t(L - 1),
+           "recurrent backward: the forward pass kept no cache (run it with RunOptions::keep_cache)");
+  const Shape out_shape{N, T, dirs * H}, state_shape{L * dirs, N, H};
+  auto check = [](const Tensor* t, const Shape& want, const char* name) {
+    AK_CHECK(!t || t->shape() == want, "recurrent backward: the gradient of {} has shape {}, expected {}", name,
+             t ? t->shape_str() : "", shape_str(want));
+  };
+  check(dy.output, out_shape, "output");
+  check(dy.h_n, state_shape, "h_n");
+  check(dy.c_n, state_shape, "c_n");
+  AK_CHECK(!dy.c_n || config_.cell == CellKind::Lstm, "recurrent backward: a gradient of c_n, but a {} has no c_n",
+           ops::cell_name(config_.cell));
+  check(grads.x, x.shape(), "input");
+  check(grads.h0, state_shape, "h0");
+  check(grads.c0, state_shape, "c0");
+
+  // d loss / d (layer k's output) -> d loss / d (its input) = the layer below's output
+  Tensor d_above;  // [N, T, dirs*H]
+  const float* dout = dy.output ? dy.output->data() : nullptr;
+  for (int k = L - 1; k >= 0; --k) {
+    const Tensor& input = k == 0 ? x : r.layer_inputs[size_t(k - 1)];
+    const int64_t Din = input.dim(2);
+    Tensor d_input;
+    float* dx = nullptr;
+    if (k > 0) {
+      d_input = Tensor({N, T, Din});
+      dx = d_input.data();
+    } else if (grads.x) {
+      dx = grads.x->data();
+    }
+    for (int d = 0; d < dirs; ++d) {
+      const int idx = k * dirs + d;
+      DirectionParams& w = params_[size_t(idx)];
+      DirectionBackJob j;
+      j.cell = config_.cell;
+      j.N = N, j.T = T, j.Din = Din, j.H = H;
+      j.reverse = d == 1;
+      j.x = input.data();
+      j.lengths = in.lengths ? in.lengths->data() : nullptr;
+      j.h0 = in.h0 ? in.h0->data() + idx * N * H : nullptr;
+      j.c0 = in.c0 ? in.c0->data() + idx * N * H : nullptr;
+      j.cache = &r.caches[size_t(idx)];
+      j.dout = dout ? dout + d * H : nullptr;
+      j.dout_width = dirs * H;
+      j.dh_n = dy.h_n ? dy.h_n->data() + idx * N * H : nullptr;
+      j.dc_n = dy.c_n ? dy.c_n->data() + idx * N * H : nullptr;
+      j.w = &w;
+      j.g_w_ih = &w.w_ih.grad_buffer(), j.g_w_hh = &w.w_hh.grad_buffer();
+      j.g_b_ih = &w.b_ih.grad_buffer(), j.g_b_hh = &w.b_hh.grad_buffer();
+      j.dx = dx;
+      j.dh0 = grads.h0 ? grads.h0->data() + idx * N * H : nullptr;
+      j.dc0 = grads.c0 ? grads.c0->data() + idx * N * H : nullptr;
+      backward_direction(j);
+    }
+    d_above = std::move(d_input);
+    dout = d_above.empty() ? nullptr : d_above.data();
+  }
+}
+
+}  // namespace attnkit::nn
