@@ -14,6 +14,15 @@
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VMUL(a, b) _mm256_mul_ps(a, b)
 #define VSET1(x) _mm256_set1_ps(x)
+namespace {
+inline float hsum8(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+}  // namespace
+#define VHSUM(v) hsum8(v)
 #define VZERO() _mm256_setzero_ps()
 #define MR 6
 #define MC 144

@@ -2,6 +2,7 @@
 // 16 floats), MC 240, KC 384, NC 3072 (the A block fits a 1 MB L2 of Zen 4, the B block the L3).
 // Compiled with -mavx512f -mfma whatever the build's -march (lib/CMakeLists.txt); ops::gemm calls it
 // only when the processor has AVX-512F (__builtin_cpu_supports).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // _mm512_reduce_add_ps, GCC 12 false positive
 #include <immintrin.h>
 
 #include "attnkit/ops/gemm_kernels.hpp"
@@ -14,6 +15,7 @@
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VMUL(a, b) _mm512_mul_ps(a, b)
 #define VSET1(x) _mm512_set1_ps(x)
+#define VHSUM(v) _mm512_reduce_add_ps(v)
 #define VZERO() _mm512_setzero_ps()
 #define MR 12
 #define MC 240
