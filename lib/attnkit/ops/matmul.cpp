@@ -1,12 +1,20 @@
-// gemm: Eigen's blocked GEMM behind the one entry. The single-thread path calls Eigen's
-// general_matrix_matrix_product directly (no global Eigen setting read or touched); the threaded
-// path lets Eigen split the product over num_threads() threads.
+// gemm: the one entry, and the choice of the kernel behind it (docs/benchmarks.md, "GEMM"):
+// attnkit's own BLIS-style kernel (gemm_kernel.inc) in its AVX-512 build when the processor has
+// AVX-512F, else its AVX2 + FMA build, else Eigen's blocked GEMM (portable builds on old
+// processors). The choice is made at run time, so a -DATTNKIT_NATIVE=OFF build picks the fastest.
+// Eigen: the single-thread path calls Eigen's general_matrix_matrix_product directly (no global
+// Eigen setting read or touched); the threaded path lets Eigen split the product over
+// num_threads() threads. Own kernel: each thread takes a slice of C's columns (or rows, when C is
+// taller than wide) and runs the single-thread kernel on it with its own packing buffers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // Eigen AVX-512, GCC 12 false positive
 #include "attnkit/ops/matmul.hpp"
+
+#include "attnkit/ops/gemm_kernels.hpp"
 
 #include <omp.h>
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <vector>
 
 #include "attnkit/tensor/error.hpp"
@@ -32,18 +40,9 @@ void serial_product(int64_t M, int64_t N, int64_t K, float alpha, const float* A
                                 1>::run(M, N, K, A, lda, B, ldb, C, 1, ldc, alpha, blocking, nullptr);
 }
 
-}  // namespace
-
-void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmThreads threads) {
-  AK_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M {} N {} K {}", M, N, K);
-  if (M == 0 || N == 0) return;
-  Map c(C, M, N, Stride(ldc));
-  if (beta == 0.0f) c.setZero();
-  else if (beta != 1.0f) c *= beta;
-  if (K == 0 || alpha == 0.0f) return;
-  const bool serial = threads == GemmThreads::This || omp_in_parallel() || num_threads() <= 1 ||
-                      M * N * K < (int64_t(1) << 21);  // forking costs more than it saves below ~2 MFLOP
+// Eigen's product: C = alpha op(A) op(B) + beta C, C already scaled by beta by the caller.
+void eigen_gemm(bool serial, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
   if (serial) {
     const bool a = ta == Trans::Yes, b = tb == Trans::Yes;
     if (!a && !b) serial_product<Eigen::RowMajor, Eigen::RowMajor>(M, N, K, alpha, A, lda, B, ldb, C, ldc);
@@ -53,6 +52,7 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
     return;
   }
   // Eigen's parallel GEMM over Eigen::nbThreads() (= num_threads(), set by set_num_threads).
+  Map c(C, M, N, Stride(ldc));
   const int64_t ar = ta == Trans::No ? M : K, ac = ta == Trans::No ? K : M;
   const int64_t br = tb == Trans::No ? K : N, bc = tb == Trans::No ? N : K;
   ConstMap a(A, ar, ac, Stride(lda)), b(B, br, bc, Stride(ldb));
@@ -60,6 +60,110 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   else if (ta == Trans::No) c.noalias() += alpha * a * b.transpose();
   else if (tb == Trans::No) c.noalias() += alpha * a.transpose() * b;
   else c.noalias() += alpha * a.transpose() * b.transpose();
+}
+
+// Plain loops in float, allocation-free: the own kernel's fallback when its packing buffers cannot be
+// allocated inside an OpenMP region (where throwing is not allowed).
+void plain_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+      float& c = C[i * ldc + j];
+      c = alpha * acc + (beta == 0.0f ? 0.0f : beta * c);
+    }
+}
+
+using KernelFn = bool (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                          float, float*, int64_t);
+
+bool cpu_has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool cpu_has_avx512() { return __builtin_cpu_supports("avx512f"); }
+
+// The own kernel on one thread, or split over the policy's threads: thread t of nt takes columns (or
+// rows) [t * chunk, (t + 1) * chunk) in multiples of 32 (a whole number of register blocks).
+void own_gemm(KernelFn fn, bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (serial) {
+    if (fn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
+    AK_CHECK(omp_in_parallel(), "gemm: cannot allocate the packing buffers for [{}, {}] x [{}, {}]", M, K, K, N);
+    plain_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  const bool by_columns = N >= M;
+  const int64_t extent = by_columns ? N : M;
+  std::vector<char> failed(num_threads(), 0);
+#pragma omp parallel num_threads(num_threads())
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t chunk = (extent / nt + 31) / 32 * 32;
+    const int64_t lo = std::min<int64_t>(extent, t * chunk), hi = t + 1 == nt ? extent : std::min(extent, lo + chunk);
+    if (lo < hi) {
+      bool ok;
+      if (by_columns)  // C[:, lo:hi] = op(A) op(B)[:, lo:hi]
+        ok = fn(ta, tb, M, hi - lo, K, alpha, A, lda, tb ? B + lo * ldb : B + lo, ldb, beta, C + lo, ldc);
+      else  // C[lo:hi, :] = op(A)[lo:hi, :] op(B)
+        ok = fn(ta, tb, hi - lo, N, K, alpha, ta ? A + lo : A + lo * lda, lda, B, ldb, beta, C + lo * ldc, ldc);
+      if (!ok) failed[t] = 1;
+    }
+  }
+  for (char f : failed) AK_CHECK(!f, "gemm: cannot allocate the packing buffers for [{}, {}] x [{}, {}]", M, K, K, N);
+}
+
+}  // namespace
+
+bool gemm_kernel_available(GemmKernel kernel) {
+  switch (kernel) {
+    case GemmKernel::Auto:
+    case GemmKernel::Eigen: return true;
+    case GemmKernel::Avx2: return cpu_has_avx2();
+    case GemmKernel::Avx512: return cpu_has_avx512();
+  }
+  return false;
+}
+
+GemmKernel gemm_kernel_auto() {
+  static const GemmKernel chosen = cpu_has_avx512() ? GemmKernel::Avx512
+                                   : cpu_has_avx2() ? GemmKernel::Avx2
+                                                    : GemmKernel::Eigen;
+  return chosen;
+}
+
+const char* gemm_kernel_name(GemmKernel kernel) {
+  switch (kernel) {
+    case GemmKernel::Auto: return gemm_kernel_name(gemm_kernel_auto());
+    case GemmKernel::Eigen: return "eigen";
+    case GemmKernel::Avx2: return "attnkit-avx2";
+    case GemmKernel::Avx512: return "attnkit-avx512";
+  }
+  return "?";
+}
+
+void gemm_with(GemmKernel kernel, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmThreads threads) {
+  AK_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M {} N {} K {}", M, N, K);
+  AK_CHECK(gemm_kernel_available(kernel), "gemm: the kernel {} does not run on this processor",
+           gemm_kernel_name(kernel));
+  if (kernel == GemmKernel::Auto) kernel = gemm_kernel_auto();
+  if (M == 0 || N == 0) return;
+  const bool serial = threads == GemmThreads::This || omp_in_parallel() || num_threads() <= 1 ||
+                      M * N * K < (int64_t(1) << 21);  // forking costs more than it saves below ~2 MFLOP
+  if (K == 0 || alpha == 0.0f || kernel == GemmKernel::Eigen) {
+    Map c(C, M, N, Stride(ldc));
+    if (beta == 0.0f) c.setZero();
+    else if (beta != 1.0f) c *= beta;
+    if (K == 0 || alpha == 0.0f) return;
+    eigen_gemm(serial, ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc);
+    return;
+  }
+  own_gemm(kernel == GemmKernel::Avx512 ? &detail::avx512::gemm : &detail::avx2::gemm, serial, ta == Trans::Yes,
+           tb == Trans::Yes, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmThreads threads) {
+  gemm_with(GemmKernel::Auto, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads);
 }
 
 void gemm_naive(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

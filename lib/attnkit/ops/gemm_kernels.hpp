@@ -1,0 +1,37 @@
+// The kernels behind ops::gemm (matmul.hpp), for benchmarks and tests that time or check one of them;
+// library code calls ops::gemm, which picks the fastest the processor runs.
+#pragma once
+#include <cstdint>
+
+#include "attnkit/ops/matmul.hpp"
+
+namespace attnkit::ops {
+
+enum class GemmKernel { Auto, Eigen, Avx2, Avx512 };
+
+// Whether this processor (and this build) can run the kernel; Auto and Eigen always can.
+bool gemm_kernel_available(GemmKernel kernel);
+// The kernel Auto stands for on this processor.
+GemmKernel gemm_kernel_auto();
+const char* gemm_kernel_name(GemmKernel kernel);
+
+// ops::gemm with a chosen kernel (same semantics: transposes, strides, alpha, beta, threads).
+// Throws if the kernel is not available.
+void gemm_with(GemmKernel kernel, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+               GemmThreads threads = GemmThreads::Policy);
+
+namespace detail {
+// One thread's product by attnkit's own kernels (gemm_avx2.cpp, gemm_avx512.cpp): C = alpha op(A) op(B)
+// + beta C for K >= 1. false when its packing buffers could not be allocated (nothing written).
+namespace avx2 {
+bool gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+}
+namespace avx512 {
+bool gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+}
+}  // namespace detail
+
+}  // namespace attnkit::ops

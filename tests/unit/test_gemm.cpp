@@ -1,0 +1,141 @@
+// The kernels behind ops::gemm (ops/gemm_kernels.hpp) against the double reference gemm_naive:
+// every transpose form, strides, alpha and beta (beta 0 ignores NaN in C), K = 0, sizes that leave
+// partial register blocks (M not a multiple of MR, N not a multiple of NR) and cross the cache
+// blocks (K past KC, M past MC, N past NC), few rows (B read in place) and many (B packed), one
+// thread, the thread policy's two, and calls from inside an OpenMP region.
+// Legend: M rows, K depth, N columns of C.
+#include <doctest/doctest.h>
+#include <omp.h>
+
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "attnkit/ops/gemm_kernels.hpp"
+#include "attnkit/tensor/random.hpp"
+#include "attnkit/tensor/threads.hpp"
+
+using namespace attnkit;
+using ops::GemmKernel;
+using ops::Trans;
+
+namespace {
+
+std::vector<GemmKernel> kernels() {
+  std::vector<GemmKernel> out;
+  for (GemmKernel k : {GemmKernel::Eigen, GemmKernel::Avx2, GemmKernel::Avx512, GemmKernel::Auto})
+    if (ops::gemm_kernel_available(k)) out.push_back(k);
+  return out;
+}
+
+// "" when C (computed by the kernel) matches gemm_naive within float rounding of a K-term sum:
+// |C - R| <= 8 K eps (|alpha| sum_k |a| |b| + |beta C0|), else a message naming the element.
+std::string mismatch(GemmKernel kernel, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
+                     Rng& rng, bool nan_c = false) {
+  const int64_t lda = (ta == Trans::No ? K : M) + 3, ldb = (tb == Trans::No ? N : K) + 1, ldc = N + 2;
+  Tensor A = rand_normal({ta == Trans::No ? M : K, lda}, rng), B = rand_normal({tb == Trans::No ? K : N, ldb}, rng);
+  Tensor C = rand_normal({M, ldc}, rng);
+  if (nan_c)
+    for (int64_t i = 0; i < C.numel(); ++i) C[i] = NAN;
+  Tensor R = C, Aa = A, Ba = B, Ra = C;
+  for (int64_t i = 0; i < Aa.numel(); ++i) Aa[i] = std::fabs(Aa[i]);
+  for (int64_t i = 0; i < Ba.numel(); ++i) Ba[i] = std::fabs(Ba[i]);
+  for (int64_t i = 0; i < Ra.numel(); ++i) Ra[i] = std::fabs(Ra[i]);
+  ops::gemm_with(kernel, ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+  ops::gemm_naive(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, R.data(), ldc);
+  ops::gemm_naive(ta, tb, M, N, K, std::fabs(alpha), Aa.data(), lda, Ba.data(), ldb, std::fabs(beta), Ra.data(), ldc);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < ldc; ++j) {
+      const int64_t e = i * ldc + j;
+      if (j >= N) {  // the padding past N is never written
+        if (!(C[e] == R[e] || (std::isnan(C[e]) && std::isnan(R[e]))))
+          return "padding written at (" + std::to_string(i) + ", " + std::to_string(j) + ")";
+        continue;
+      }
+      const double tol = 8.0 * (K + 1) * 1.2e-7 * Ra[e] + 1e-30;
+      if (!(std::fabs(double(C[e]) - R[e]) <= tol))
+        return std::string(ops::gemm_kernel_name(kernel)) + " ta " + std::to_string(ta == Trans::Yes) + " tb " +
+               std::to_string(tb == Trans::Yes) + " M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
+               std::to_string(K) + " beta " + std::to_string(beta) + ": C(" + std::to_string(i) + ", " +
+               std::to_string(j) + ") = " + std::to_string(C[e]) + ", expected " + std::to_string(R[e]);
+    }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("gemm kernels: transposes, strides, alpha/beta, edge tiles and cache blocks against the double reference") {
+  Rng rng(21);
+  const std::array<int64_t, 3> shapes[] = {
+      {1, 1, 1},    {5, 7, 3},      {6, 16, 1},   {7, 17, 2},    {12, 32, 9},  {13, 33, 5},   {1, 300, 40},
+      {24, 50, 257}, {25, 40, 300}, {49, 100, 20}, {130, 70, 300}, {241, 35, 385}, {3, 4100, 2}, {150, 9, 11},
+      {2, 67, 37},  {4, 9, 1000},   {2, 64, 16},  {1, 130, 19},  {2, 200, 260}};
+  for (GemmKernel kernel : kernels())
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (Trans ta : {Trans::No, Trans::Yes})
+        for (Trans tb : {Trans::No, Trans::Yes})
+          for (auto [M, N, K] : shapes)
+            for (float beta : {0.0f, 1.0f, -1.5f}) {
+              const std::string m = mismatch(kernel, ta, tb, M, N, K, 0.5f, beta, rng, beta == 0.0f);
+              CHECK_MESSAGE(m == "", m);
+            }
+    }
+  set_num_threads(1);
+}
+
+TEST_CASE("gemm kernels: K = 0 scales C by beta (beta 0 clears NaN), alpha 0 skips the product, empty C") {
+  Rng rng(22);
+  for (GemmKernel kernel : kernels()) {
+    CHECK(mismatch(kernel, Trans::No, Trans::No, 4, 5, 0, 1.0f, 0.0f, rng, true) == "");
+    CHECK(mismatch(kernel, Trans::Yes, Trans::No, 4, 5, 0, 1.0f, 2.0f, rng) == "");
+    CHECK(mismatch(kernel, Trans::No, Trans::Yes, 7, 3, 6, 0.0f, 0.5f, rng) == "");
+    float c = 3.0f;
+    ops::gemm_with(kernel, Trans::No, Trans::No, 0, 1, 4, 1.0f, nullptr, 4, nullptr, 1, 0.0f, &c, 1);
+    ops::gemm_with(kernel, Trans::No, Trans::No, 1, 0, 4, 1.0f, nullptr, 4, nullptr, 1, 0.0f, &c, 1);
+    CHECK(c == 3.0f);
+  }
+}
+
+TEST_CASE("gemm kernels: inside an OpenMP region and with GemmThreads::This, each call runs on its own thread") {
+  Rng rng(23);
+  const int64_t M = 70, N = 90, K = 130;
+  Tensor A = rand_normal({M, K}, rng), B = rand_normal({N, K}, rng);
+  Tensor R({M, N});
+  ops::gemm_naive(Trans::No, Trans::Yes, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, R.data(), N);
+  set_num_threads(2);
+  for (GemmKernel kernel : kernels()) {
+    std::vector<Tensor> out(4, Tensor({M, N}));
+    std::vector<int> in_parallel(4, 0);
+#pragma omp parallel for num_threads(2)
+    for (int t = 0; t < 4; ++t) {
+      in_parallel[t] = omp_in_parallel();
+      ops::gemm_with(kernel, Trans::No, Trans::Yes, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, out[t].data(), N,
+                     t % 2 ? ops::GemmThreads::This : ops::GemmThreads::Policy);
+    }
+    Tensor single({M, N});
+    ops::gemm_with(kernel, Trans::No, Trans::Yes, M, N, K, 1.0f, A.data(), K, B.data(), K, 0.0f, single.data(), N,
+                   ops::GemmThreads::This);
+    for (int t = 0; t < 4; ++t)
+      for (int64_t i = 0; i < M * N; ++i) {
+        REQUIRE(out[t][i] == single[i]);  // same kernel, same thread count (one): the same bits
+        REQUIRE(std::fabs(out[t][i] - R[i]) <= 1e-3f * (1.0f + std::fabs(R[i])));
+      }
+  }
+  set_num_threads(1);
+}
+
+TEST_CASE("gemm kernels: one that the processor cannot run is refused, Auto names the fastest it can") {
+  for (GemmKernel kernel : {GemmKernel::Avx2, GemmKernel::Avx512}) {
+    float a = 1, b = 1, c = 0;
+    if (ops::gemm_kernel_available(kernel))
+      CHECK_NOTHROW(ops::gemm_with(kernel, Trans::No, Trans::No, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1));
+    else
+      CHECK_THROWS(ops::gemm_with(kernel, Trans::No, Trans::No, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1));
+  }
+  const GemmKernel best = ops::gemm_kernel_available(GemmKernel::Avx512) ? GemmKernel::Avx512
+                          : ops::gemm_kernel_available(GemmKernel::Avx2) ? GemmKernel::Avx2
+                                                                          : GemmKernel::Eigen;
+  CHECK(ops::gemm_kernel_auto() == best);
+}
