@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int64_t heads : {1, 2}) {
     try {
       nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(bundle, heads);
-      const int64_t Dq = dim_or(m.q_weight, 1, 4), Dk = dim_or(m.k_weight, 1, 4), Dv = dim_or(m.v_weight, 1, 4);
+      const int64_t Dq = m.q_projection().in, Dk = m.k_projection().in, Dv = m.v_projection().in;  // the input sizes
       Tensor q = rand_normal({1, 2, Dq}, rng), k = rand_normal({1, 3, Dk}, rng), v = rand_normal({1, 3, Dv}, rng);
       nn::MhaOptions o;
       o.weights = nn::HeadWeights::PerHead;
