@@ -6,6 +6,7 @@
 
 #include "attnkit/io/svg_heatmap.hpp"
 #include "attnkit/nn/attention.hpp"
+#include "attnkit/nn/attention_scores.hpp"
 #include "attnkit/ops/attention.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
@@ -147,7 +148,7 @@ int main(int argc, char** argv) {
       if (mask == "causal") spec.causal = ops::CausalKind::UpperLeft;
       else if (mask == "causal-lower-right") spec.causal = ops::CausalKind::LowerRight;
       else if (!mask.empty()) spec.mask = tensor(mask, "mask");
-      if (!key_lengths.empty()) spec.key_lengths = ops::key_lengths_from(tensor(key_lengths, "key lengths"), N, "attn-score");
+      if (!key_lengths.empty()) spec.key_lengths = nn::key_lengths_from(tensor(key_lengths, "key lengths"), N, "attn-score");
       io::Value result = io::Value::bundle();
       if (multi) {
         nn::MhaOptions o;
@@ -189,7 +190,7 @@ int main(int argc, char** argv) {
         o.score = ops::parse_score_kind(score);
         if (!weights_ref.empty()) {
           const io::Value& w = checked_weights();
-          o.weights = tools::with_source(weights_ref, [&] { return ops::score_weights_from_bundle(w, o.score, "attention"); });
+          o.weights = tools::with_source(weights_ref, [&] { return nn::score_weights_from_bundle(w, o.score, "attention"); });
         }
         o.mask = std::move(spec);
         ops::AttentionResult r = ops::attention_forward(q, k, v, o);

@@ -101,7 +101,7 @@ echo '{"W_q": [[1]]}' > addw.json
 expect_error 1 "needs weights member W_k" attn-score --query s0.json --keys h.json --score additive --weights addw.json
 expect_error 1 "the general score needs a weight W" attn-score --query s0.json --keys h.json --score general
 echo '[1, 2, 3]' > len3.json
-expect_error 1 "key lengths have shape [3], expected [N] = [2]" attn-score --query q3.json --keys x.json --key-lengths len3.json
+expect_error 1 "key lengths has shape [3], expected [2] (one length per sequence)" attn-score --query q3.json --keys x.json --key-lengths len3.json
 expect_error 1 "no-such.json" attn-score --query no-such.json --keys h.json
 
 # --- usage errors: exit 2

@@ -1,9 +1,10 @@
 // libFuzzer target: the weight loaders of attn-score: the general and additive score weights
-// (ops::score_weights_from_bundle) and nn.MultiheadAttention weights (nn::MultiheadAttention::
+// (nn::score_weights_from_bundle) and nn.MultiheadAttention weights (nn::MultiheadAttention::
 // from_bundle, 1 and 2 heads), each followed by a forward pass over small inputs whose sizes
 // come from the weights (and once with sizes that may not fit, to reach the shape checks).
 // Property: only attnkit::Error is thrown; outputs have the shapes the inputs ask for.
 #include "attnkit/nn/attention.hpp"
+#include "attnkit/nn/attention_scores.hpp"
 #include "attnkit/ops/attention.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
@@ -25,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       ops::AttentionOptions o;
       o.score = kind;
-      o.weights = ops::score_weights_from_bundle(bundle, kind, "attention");
+      o.weights = nn::score_weights_from_bundle(bundle, kind, "attention");
       const Tensor& wq = kind == ops::ScoreKind::General ? o.weights.W : o.weights.W_q;
       const Tensor& wk = kind == ops::ScoreKind::General ? o.weights.W : o.weights.W_k;
       for (bool fitted : {true, false}) {

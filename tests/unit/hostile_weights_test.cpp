@@ -9,6 +9,7 @@
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/io/weight_checks.hpp"
 #include "attnkit/nn/attention.hpp"
+#include "attnkit/nn/attention_scores.hpp"
 #include "attnkit/nn/recurrent.hpp"
 #include "attnkit/ops/attention.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -87,7 +88,7 @@ TEST_CASE("attention: key lengths that are not integers in range never reach a c
     Tensor t({2});
     t[0] = bad;
     t[1] = 1;
-    CHECK(contains(error_of([&] { ops::key_lengths_from(t, 2, "attention"); }), "is not a non-negative integer"));
+    CHECK(contains(error_of([&] { nn::key_lengths_from(t, 2, "attention"); }), "attention: key lengths[0] is "));
   }
 }
 

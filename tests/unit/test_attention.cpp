@@ -9,6 +9,7 @@
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/io/svg_heatmap.hpp"
 #include "attnkit/nn/attention.hpp"
+#include "attnkit/nn/attention_scores.hpp"
 #include "attnkit/ops/attention.hpp"
 #include "attnkit/ops/softmax.hpp"
 #include "attnkit/tensor/compare.hpp"
@@ -51,7 +52,7 @@ ops::MaskSpec mask_of(const std::string& name, const io::Value& c, int64_t N) {
   ops::MaskSpec m;
   if (name.find("causal_lower_right") != std::string::npos) m.causal = ops::CausalKind::LowerRight;
   else if (name.find("causal") != std::string::npos) m.causal = ops::CausalKind::UpperLeft;
-  if (has(c, "key_lengths")) m.key_lengths = ops::key_lengths_from(member(c, "key_lengths"), N, "test");
+  if (has(c, "key_lengths")) m.key_lengths = nn::key_lengths_from(member(c, "key_lengths"), N, "test");
   if (has(c, "mask")) m.mask = member(c, "mask");
   return m;
 }

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <string>
 
+#include "attnkit/io/bundle_lookup.hpp"
+#include "attnkit/io/json_reader.hpp"
 #include "attnkit/ops/attention.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/threads.hpp"
@@ -140,7 +142,9 @@ TEST_CASE("sdpa_backward_tiled: equals the naive backward on ragged tiles, every
   for (int threads : {1, 2})
     for (ops::TileSizes tiles : {ops::TileSizes{2, 3}, ops::TileSizes{3, 2}, ops::TileSizes{1, 1}, ops::TileSizes{256, 256}})
       for (const char* kind : kMaskKinds) {
-        INFO("threads " << threads << ", tiles " << tiles.query << " x " << tiles.key << ", mask " << std::string(kind));
+        const std::string label = "threads " + std::to_string(threads) + ", tiles " + std::to_string(tiles.query) + " x " +
+                                  std::to_string(tiles.key) + ", mask " + kind;
+        INFO(label);
         ThreadGuard tg(threads);
         TileGuard guard(tiles);
         Rng rng(202);
@@ -229,8 +233,9 @@ TEST_CASE("attention_backward: finite differences for every score kind x mask ki
     for (bool batched : {true, false})
       for (const char* mask : kMaskKinds)
         for (ops::KeepWeights keep : {ops::KeepWeights::Yes, ops::KeepWeights::No}) {
-          INFO(ops::score_kind_name(kind) << (batched ? " batched" : " unbatched") << ", mask " << std::string(mask)
-               << (keep == ops::KeepWeights::Yes ? ", weights kept" : ", tiled"));
+          const std::string label = std::string(ops::score_kind_name(kind)) + (batched ? " batched" : " unbatched") +
+                                    ", mask " + mask + (keep == ops::KeepWeights::Yes ? ", weights kept" : ", tiled");
+          INFO(label);
           Rng rng(303);
           Case c(kind, batched, rng);
           c.o.mask = make_mask(mask, c.N, 1, c.T, c.S, rng);
@@ -259,4 +264,52 @@ TEST_CASE("attention forward: fully masked rows in vectorised tiles give zeros, 
   check_close(full.context, ref.context, "full context", 1e-5);
   for (int64_t t = 0; t < 40; ++t)
     for (int64_t s = std::max<int64_t>(t - 19, 0); s < 20; ++s) REQUIRE(full.weights[t * 20 + s] == 0.0f);
+}
+
+TEST_CASE("attention_backward: PyTorch autograd golden gradients, every score kind, masks, key lengths") {
+  const io::Value all = io::parse_json(io::read_text(ATTNKIT_FIXTURES "/attention_grad/attention_grad.json"),
+                                       "attention_grad.json");
+  const std::vector<std::string> names = all.names();
+  REQUIRE(names.size() == 26);
+  for (const std::string& name : names) {
+    const io::Value& c = *all.find(name);
+    auto get = [&](const char* member) {
+      const io::Value* v = c.find(member);
+      REQUIRE_MESSAGE((v && v->is_tensor()), name << ": fixture member " << member);
+      return v->tensor();
+    };
+    auto has = [&](const char* member) { return c.find(member) != nullptr; };
+    // "<score>.<mask>.<batched|unbatched>[.no-bias]"
+    const std::string score = name.substr(0, name.find('.'));
+    const Tensor q = get("query"), k = get("keys"), v = get("values"), dc = get("dcontext");
+    const bool batched = q.rank() == 3;
+    ops::AttentionOptions o;
+    o.score = ops::parse_score_kind(score);
+    if (name.find(".causal-lower-right.") != std::string::npos) o.mask.causal = ops::CausalKind::LowerRight;
+    else if (name.find(".causal.") != std::string::npos) o.mask.causal = ops::CausalKind::UpperLeft;
+    if (has("mask")) o.mask.mask = get("mask");
+    if (has("key_lengths")) o.mask.key_lengths = io::lengths_from(get("key_lengths"), batched ? q.dim(0) : 1, k.dim(-2), "key lengths");
+    if (has("W")) o.weights.W = get("W");
+    if (has("W_q")) o.weights.W_q = get("W_q"), o.weights.W_k = get("W_k"), o.weights.v = get("v");
+    if (has("b")) o.weights.b = get("b");
+    for (ops::KeepWeights keep : {ops::KeepWeights::Yes, ops::KeepWeights::No}) {
+      const std::string label = name + (keep == ops::KeepWeights::Yes ? ", weights kept" : ", tiled");
+      INFO(label);
+      o.keep = keep;
+      const ops::AttentionResult fwd = ops::attention_forward(q, k, v, o);
+      check_close(fwd.context, get("context"), "context", 1e-5);
+      const ops::AttentionGrads g = ops::attention_backward(q, k, v, o, fwd, dc);
+      check_close(g.query, get("d_query"), "d_query", 1e-5);
+      check_close(g.keys, get("d_keys"), "d_keys", 1e-5);
+      check_close(g.values, get("d_values"), "d_values", 1e-5);
+      if (has("d_W")) check_close(g.weights.W, get("d_W"), "d_W", 1e-5);
+      if (has("d_W_q")) {
+        check_close(g.weights.W_q, get("d_W_q"), "d_W_q", 1e-5);
+        check_close(g.weights.W_k, get("d_W_k"), "d_W_k", 1e-5);
+        check_close(g.weights.v, get("d_v"), "d_v", 1e-5);
+      }
+      if (has("d_b")) check_close(g.weights.b, get("d_b"), "d_b", 1e-5);
+      else CHECK(g.weights.b.empty());
+    }
+  }
 }

@@ -10,7 +10,7 @@
 #include <exception>
 #include <limits>
 
-#include <fmt/ranges.h>
+#include <fmt/format.h>
 #include <omp.h>
 
 #include "attnkit/ops/matmul.hpp"
@@ -118,45 +118,6 @@ std::string_view score_kind_name(ScoreKind kind) {
     case ScoreKind::General: return "general";
     default: return "additive";
   }
-}
-
-ScoreWeights score_weights_from_bundle(const io::Value& bundle, ScoreKind kind, std::string_view op) {
-  ScoreWeights w;
-  if (kind != ScoreKind::General && kind != ScoreKind::Additive) return w;
-  AK_CHECK(bundle.is_bundle(), "{}: the {} score's weights must be a bundle of named tensors{}", op, score_kind_name(kind),
-           bundle.is_tensor() ? "" : ": " + bundle.why());
-  auto get = [&](const char* name, bool required, const char* legend) {
-    const io::Value* v = bundle.find(name);
-    if (!v) {
-      AK_CHECK(!required, "{}: the {} score needs weights member {} {} (the bundle has: {})", op, score_kind_name(kind),
-               name, legend, fmt::join(bundle.names(), ", "));
-      return Tensor();
-    }
-    AK_CHECK(v->is_tensor(), "{}: weights member {} is not a tensor: {}", op, name, v->why());
-    return v->tensor();
-  };
-  if (kind == ScoreKind::General) {
-    w.W = get("W", true, "[Dq, Dk]");
-  } else {
-    w.W_q = get("W_q", true, "[Dq, A]");
-    w.W_k = get("W_k", true, "[Dk, A]");
-    w.v = get("v", true, "[A]");
-    w.b = get("b", false, "[A]");
-  }
-  return w;
-}
-
-std::vector<int64_t> key_lengths_from(const Tensor& t, int64_t N, std::string_view op) {
-  AK_CHECK(t.numel() == N && t.rank() <= 1, "{}: key lengths have shape {}, expected [N] = [{}]{}", op, t.shape_str(), N,
-           N == 1 ? " (or a single number)" : "");
-  std::vector<int64_t> out;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    // finite and at most 2^53 before the cast (a cast of infinity or 1e30 to int64_t is undefined)
-    AK_CHECK(t[i] >= 0 && std::floor(t[i]) == t[i] && t[i] <= 9.0e15f, "{}: key length {} at [{}] is not a non-negative integer",
-             op, t[i], i);
-    out.push_back(static_cast<int64_t>(t[i]));
-  }
-  return out;
 }
 
 void check_mask(const MaskSpec& mask, int64_t N, int64_t NH, int64_t T, int64_t S, std::string_view op) {
@@ -721,8 +682,8 @@ AttentionResult attention_forward_naive(const Tensor& query, const Tensor& keys,
 // ---- attention_backward: the score kinds on [T, D] / [N, T, D] tensors ----
 namespace {
 
-// The strided core's gradients from the forward's weights W [N, NH, T, S] (KeepWeights::Yes),
-// with the problem's contiguous layout (make_problem): per batch element n,
+// The strided core's gradients from the forward's weights W [N, T, S] (KeepWeights::Yes), for
+// attention_forward's single-head problems (make_problem: NH = 1): per batch element n,
 //   forward: out = W V;  W = softmax(E);  E = scale Q K^T
 //   dV += W^T dout;  dW = dout V^T;  dE = W (dW - D), D_t = dout_t . out_t;
 //   dQ += scale dE K;  dK += scale dE^T Q
@@ -807,7 +768,7 @@ void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, c
           if (lse == kNegInf) {
             e.setZero();
           } else {
-            e.matrix().noalias() = Z * vv;
+            gemm(Trans::No, Trans::No, d.S, 1, A, 1.0f, Z.data(), A, w.v.data(), 1, 0.0f, e.data(), 1, GemmThreads::This);
             mask_scores(e.data(), 0, d.S, row_limit(p, n, t), mask_row(p, n, 0, t));
             masked_exp(e, lse);
           }

@@ -32,7 +32,6 @@
 #include <string_view>
 #include <vector>
 
-#include "attnkit/io/value.hpp"
 #include "attnkit/tensor/tensor.hpp"
 
 namespace attnkit::ops {
@@ -92,10 +91,8 @@ AttentionResult attention_forward(const Tensor& query, const Tensor& keys, const
 AttentionResult attention_forward_naive(const Tensor& query, const Tensor& keys, const Tensor& values,
                                         const AttentionOptions& options);
 
-// Score weights from a bundle (members W, or W_q, W_k, v and optional b); `op` prefixes messages.
-ScoreWeights score_weights_from_bundle(const io::Value& bundle, ScoreKind kind, std::string_view op);
-// Key lengths from a tensor of non-negative integers: [N], or a scalar / [1] for unbatched input.
-std::vector<int64_t> key_lengths_from(const Tensor& lengths, int64_t N, std::string_view op);
+// (Loading score weights from a bundle and key lengths from a tensor lives one floor up:
+// nn/attention_scores.hpp. ops/ loads nothing.)
 
 // Validates `mask` against the problem sizes; `op` and the names in messages: "attention: mask
 // has shape [3, 5], expected [T, S] = [3, 4], [N, T, S] = [2, 3, 4] or [N, NH, T, S] = ...".
@@ -126,22 +123,36 @@ void sdpa_tiled(const SdpaProblem& p, float* row_lse);
 void sdpa_full(const SdpaProblem& p, float* scores, float* weights, float* row_lse);
 void sdpa_naive(const SdpaProblem& p, float* scores, float* weights, float* row_lse);
 
-// ---- backward (autodiff issue; implemented in ops/attention.cpp beside the forwards) ----
+// ---- backward (implemented in ops/attention.cpp beside the forwards) ----
 // Gradients of the strided core, added (+=) into dq, dk, dv (same strides as q, k, v; a null data
 // pointer skips one). dout [N, NH, T, Dv] is the upstream gradient of p.out; p.out must hold the
-// forward's output and row_lse its log-sum-exp (from any of the three forwards).
+// forward's output and row_lse its log-sum-exp [N, NH, T] (from any of the three forwards).
 //   D_t = dout_t . out_t;  P = exp(e - lse);  dV += P^T dout;  dP = dout V^T;  dE = P (dP - D);
 //   dQ += scale dE K;  dK += scale dE^T Q
+// Masked keys get P = 0 and a fully masked query (lse = -inf) contributes nothing: zero
+// gradients, never NaN.
 struct SdpaGrads {
   StridedOut dq, dk, dv;
 };
-// FlashAttention-2 style: recomputes P tile by tile from row_lse, never a T x S matrix (O(T) memory).
+// FlashAttention-2 style: tasks (batch, head, key tile) own their dK / dV rows; P is recomputed
+// per [query tile, key tile] from row_lse; dQ goes through per-thread partial buffers allocated
+// before the team. Memory beyond inputs and grads: two tiles per thread, [N, NH, T] for D and,
+// with more than one thread, (threads - 1) x [N, NH, T, Dk] partial dQ; never a T x S matrix.
+// Key tiles no query can see (causal, key lengths) are skipped. Threads: num_threads().
 void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads);
-// Plain loops in double precision (the reference the tests compare against).
+// Plain loops in double precision (the reference the tests compare against). It recomputes the
+// softmax and the output from q, k, v itself: row_lse and p.out are not read (row_lse may be null).
 void sdpa_backward_naive(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads);
 
 // Gradients of attention_forward for every score kind: `forward` is what attention_forward
-// returned for the same inputs and options, dcontext is shaped like forward.context.
+// returned for the same inputs and options, dcontext is shaped like forward.context. With
+// forward.weights (KeepWeights::Yes) the backward reuses them (GEMMs over [T, S]); without, it
+// recomputes them from forward.row_logsumexp (dot / scaled-dot / general through
+// sdpa_backward_tiled, O(T) memory; additive row by row, [S, A] per thread).
+//   general   q' = q W:  dq = dq' W^T,  dW = q^T dq'
+//   additive  Z = tanh(q W_q + k W_k + b), e = Z v:  G = (1 - Z^2) ⊙ (dE v^T);  dv = sum Z^T dE;
+//             dq = (sum_s G) W_q^T, dW_q = q^T (sum_s G), dk = (sum_t G) W_k^T, dW_k = k^T (sum_t G), db = sum G
+// The returned gradients are fresh tensors (zeros where nothing flows), not accumulated.
 struct AttentionGrads {
   Tensor query, keys, values;  // shaped like the inputs
   ScoreWeights weights;        // general: W; additive: W_q, W_k, v, b (b only when given)
