@@ -12,6 +12,7 @@
 #include "attnkit/autograd/multihead.hpp"
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/nn/attention.hpp"
+#include "attnkit/nn/attention_scores.hpp"
 #include "attnkit/tensor/compare.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "gradcheck.hpp"
@@ -359,7 +360,7 @@ TEST_CASE("multi-head and split-heads backward: PyTorch autograd golden gradient
     const Tensor k = self ? Tensor() : get(c, "key"), v = self ? Tensor() : get(c, "value");
     const Tensor& kk = self ? q : k;
     const Tensor& vv = self ? q : v;
-    if (c.find("key_lengths")) o.mask.key_lengths = ops::key_lengths_from(get(c, "key_lengths"), q.dim(0), "test");
+    if (c.find("key_lengths")) o.mask.key_lengths = nn::key_lengths_from(get(c, "key_lengths"), q.dim(0), "test");
     nn::MhaCache cache;
     close(nn::multihead_attention_forward(m, q, kk, vv, o, &cache).output, get(c, "output"), "output");
     Tensor dq(q.shape()), dk(kk.shape()), dv(vv.shape());
