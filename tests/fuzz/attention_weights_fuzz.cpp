@@ -44,8 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int64_t heads : {1, 2}) {
     try {
       nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(bundle, heads);
-      auto in_or = [](int64_t in) { return in > 0 && in <= 256 ? in : int64_t{4}; };
-      const int64_t Dq = in_or(m.q_projection().in), Dk = in_or(m.k_projection().in), Dv = in_or(m.v_projection().in);
+      const int64_t Dq = m.q_projection().in, Dk = m.k_projection().in, Dv = m.v_projection().in;  // the input sizes
       Tensor q = rand_normal({1, 2, Dq}, rng), k = rand_normal({1, 3, Dk}, rng), v = rand_normal({1, 3, Dv}, rng);
       nn::MhaOptions o;
       o.weights = nn::HeadWeights::PerHead;

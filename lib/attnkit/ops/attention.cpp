@@ -682,8 +682,8 @@ AttentionResult attention_forward_naive(const Tensor& query, const Tensor& keys,
 // ---- attention_backward: the score kinds on [T, D] / [N, T, D] tensors ----
 namespace {
 
-// The strided core's gradients from the forward's weights W [N, NH, T, S] (KeepWeights::Yes),
-// with the problem's contiguous layout (make_problem): per batch element n,
+// The strided core's gradients from the forward's weights W [N, T, S] (KeepWeights::Yes), for
+// attention_forward's single-head problems (make_problem: NH = 1): per batch element n,
 //   forward: out = W V;  W = softmax(E);  E = scale Q K^T
 //   dV += W^T dout;  dW = dout V^T;  dE = W (dW - D), D_t = dout_t . out_t;
 //   dQ += scale dE K;  dK += scale dE^T Q
@@ -768,7 +768,7 @@ void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, c
           if (lse == kNegInf) {
             e.setZero();
           } else {
-            e.matrix().noalias() = Z * vv;
+            gemm(Trans::No, Trans::No, d.S, 1, A, 1.0f, Z.data(), A, w.v.data(), 1, 0.0f, e.data(), 1, GemmThreads::This);
             mask_scores(e.data(), 0, d.S, row_limit(p, n, t), mask_row(p, n, 0, t));
             masked_exp(e, lse);
           }
