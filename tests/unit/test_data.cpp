@@ -205,6 +205,29 @@ TEST_CASE("vocab: from_value refuses what is not a vocabulary") {
         "m.json: vocab: tokens entry 4 is \"<pad>\", a special token's text (the specials are ids 0-3)");
 }
 
+TEST_CASE("vocab: given in a file, as JSON or one token per line") {
+  const Tokens abc = {"<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c"};
+  CHECK(parse_vocab("a\nb\nc\n", "v.txt").tokens() == abc);
+  CHECK(parse_vocab("<pad>\r\n<bos>\r\n<eos>\r\n<unk>\r\na\r\nb\r\nc", "v.txt").tokens() == abc);
+  CHECK(parse_vocab(" \n" "x y\n", "v.txt").tokens() == Tokens{"<pad>", "<bos>", "<eos>", "<unk>", " ", "x y"});
+  CHECK(parse_vocab(io::to_json(Vocab({"a", "b", "c"}).to_value()), "v.json").tokens() == abc);
+  CHECK(parse_vocab(R"(  {"tokens": ["<pad>", "<bos>", "<eos>", "<unk>", " "]})", "v.json").tokens() ==
+        Tokens{"<pad>", "<bos>", "<eos>", "<unk>", " "});
+  CHECK(error_of([] { parse_vocab("", "v.txt"); }) == "v.txt: the vocabulary file is empty");
+  CHECK(error_of([] { parse_vocab("a\n\nb\n", "v.txt"); }) ==
+        "v.txt:2: a blank line (one token per line; a token cannot be empty)");
+  CHECK(error_of([] { parse_vocab("a\nb\na\n", "v.txt"); }) == "v.txt: line 3 is \"a\" again (id 4)");
+  CHECK(error_of([] { parse_vocab("a\n<eos>\n", "v.txt"); }) ==
+        "v.txt: line 2 is \"<eos>\", a special token's text (the specials are ids 0-3)");
+  CHECK(error_of([] { parse_vocab("<pad>\n<bos>\na\n", "v.txt"); }) ==
+        "v.txt:3: the file starts with 2 of the special tokens; list all four (<pad> <bos> <eos> <unk>) or none");
+  CHECK(error_of([] { parse_vocab("{\"tokens\": [\"a\"]}", "v.json"); }) ==
+        "v.json: \"tokens\" has 1 entries; it must start with the 4 special tokens <pad> <bos> <eos> <unk>");
+  CHECK(error_of([] { parse_vocab("{\"tokens\": ", "v.json"); }).rfind("v.json:1:", 0) == 0);
+  CHECK(read_vocab(fixture_path("vocab.txt")).tokens() == Tokens{"<pad>", "<bos>", "<eos>", "<unk>", "hh", "ax", "l", "ow"});
+  CHECK(error_of([] { read_vocab(fixture_path("no-such-vocab.txt")); }).find("no-such-vocab.txt") != std::string::npos);
+}
+
 TEST_CASE("vocab: the mismatch message for a resume") {
   Vocab saved({"a", "b", "c"});
   CHECK(vocab_difference(saved, "model.json", Vocab({"a", "b", "c"}), "train.tsv") == "");
@@ -359,6 +382,32 @@ TEST_CASE("data: empty files and files with nothing left are errors naming the f
   CHECK(message.find(missing) != std::string::npos);
   CHECK(error_of([] { parse_corpus("a\tb", "x.tsv", options(Tokenizer::Char, DataFormat::Tsv, -1)); }) ==
         "x.tsv: the maximum length must be >= 0, got -1");
+}
+
+TEST_CASE("data: random bytes give examples or attnkit::Error, never anything else") {
+  // Lines built from pieces that hit every branch (tabs, quotes, braces, UTF-8 fragments, specials, digits).
+  const std::vector<std::string> pieces = {"\t", " ", "a", "7", "-", "{", "}", "\"", ":", ",", "\"src\"", "\"tgt\"",
+                                           "<eos>", "\xC3", "\xA9", "\xFF", "\xF0\x9F\x98\x80", "\r", "\n", "\\", "null"};
+  Rng rng(12);
+  int64_t read = 0, refused = 0;
+  for (int k = 0; k < 3000; ++k) {
+    std::string text;
+    const uint32_t n = uniform_below(rng, 24);
+    for (uint32_t i = 0; i < n; ++i) text += pieces[uniform_below(rng, static_cast<uint32_t>(pieces.size()))];
+    DataOptions o = options(static_cast<Tokenizer>(uniform_below(rng, 3)),
+                            uniform_below(rng, 2) ? DataFormat::Tsv : DataFormat::Jsonl, uniform_below(rng, 4));
+    o.skip_bad_lines = uniform_below(rng, 2) == 1;
+    try {
+      Corpus c = parse_corpus(text, "fuzz.txt", o);
+      for (const auto& ex : c.examples) REQUIRE((!ex.src.empty() && !ex.tgt.empty()));
+      ++read;
+    } catch (const Error& e) {
+      REQUIRE(std::string(e.what()).rfind("fuzz.txt", 0) == 0);  // every message names the file
+      ++refused;
+    }
+  }
+  CHECK(read > 5);  // both outcomes happen
+  CHECK(refused > 500);
 }
 
 TEST_CASE("data: TSV and JSONL fixtures read alike") {
@@ -755,11 +804,13 @@ TEST_CASE("batcher: each epoch visits every example once, in an order fixed by s
   for (int e = 0; e < 3; ++e) {
     Ids seen;
     for (int k = 0; k < 5; ++k) {
+      if (k > 0) CHECK_FALSE(b.at_epoch_end());  // at k == 0 the last epoch's end still stands (e > 0)
       Batch batch = b.next();
       CHECK(batch.epoch == e);
       CHECK(batch.N == (k < 4 ? 5 : 3));
       seen.insert(seen.end(), batch.index.begin(), batch.index.end());
     }
+    CHECK(b.at_epoch_end());
     CHECK(seen == b.epoch_order(e));
     Ids sorted = seen;
     std::sort(sorted.begin(), sorted.end());
@@ -786,6 +837,8 @@ TEST_CASE("batcher: each epoch visits every example once, in an order fixed by s
   Batcher dl(c, o);
   CHECK(dl.batches_per_epoch() == 4);
   for (int k = 0; k < 4; ++k) CHECK(dl.next().epoch == 0);
+  CHECK(dl.at_epoch_end());
+  CHECK(dl.position() == 20);
   Batch next = dl.next();
   CHECK(next.epoch == 1);
   CHECK(next.N == 5);

@@ -122,10 +122,14 @@ std::vector<int64_t> Batcher::epoch_order(int64_t e) const {
   return order;
 }
 
+bool Batcher::at_epoch_end() const {
+  const int64_t left = data_.size() - state_.position;
+  return left == 0 || (options_.drop_last && left < options_.batch_size);
+}
+
 Batch Batcher::next() {
   const int64_t n = data_.size(), bs = options_.batch_size;
-  const int64_t left = n - state_.position;
-  if (left == 0 || (options_.drop_last && left < bs)) {
+  if (at_epoch_end()) {
     ++state_.epoch;
     state_.position = 0;
   }

@@ -76,6 +76,9 @@ class Batcher {
 
   int64_t epoch() const { return state_.epoch; }
   int64_t position() const { return state_.position; }
+  // True when the current epoch's batches have all been handed out (the next() call starts epoch + 1):
+  // a trainer running for a number of epochs stops when epoch() == epochs - 1 and this holds.
+  bool at_epoch_end() const;
   int64_t batches_per_epoch() const;
   // The order of epoch `e` (indices into the data).
   std::vector<int64_t> epoch_order(int64_t e) const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "attnkit/io/json_reader.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::train {
@@ -236,6 +237,37 @@ Vocab Vocab::from_value(const io::Value& value, std::string_view what) {
   }
   return vocab;
 }
+
+Vocab parse_vocab(std::string_view text, std::string_view name) {
+  const size_t start = text.find_first_not_of(" \t\r\n");
+  if (start != std::string_view::npos && text[start] == '{')
+    return Vocab::from_value(io::parse_json(text, name), name);
+  Vocab vocab;
+  int64_t line_no = 0;
+  size_t specials_seen = 0;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(at, end - at);
+    at = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    AK_CHECK(!line.empty(), "{}:{}: a blank line (one token per line; a token cannot be empty)", name, line_no);
+    if (specials_seen == static_cast<size_t>(line_no - 1) && specials_seen < Vocab::specials().size() &&
+        line == Vocab::specials()[specials_seen]) {
+      ++specials_seen;
+      continue;
+    }
+    AK_CHECK(specials_seen == 0 || specials_seen == Vocab::specials().size(),
+             "{}:{}: the file starts with {} of the special tokens; list all four (<pad> <bos> <eos> <unk>) or none",
+             name, line_no, specials_seen);
+    vocab.append(std::string(line), line_no, name, "line");
+  }
+  AK_CHECK(line_no > 0, "{}: the vocabulary file is empty", name);
+  return vocab;
+}
+
+Vocab read_vocab(const std::string& path) { return parse_vocab(io::read_text(path), path == "-" ? "<stdin>" : path); }
 
 std::string vocab_difference(const Vocab& expected, std::string_view expected_name, const Vocab& actual,
                              std::string_view actual_name) {

@@ -88,12 +88,20 @@ class Vocab {
   bool operator!=(const Vocab& other) const { return !(*this == other); }
 
  private:
+  friend Vocab parse_vocab(std::string_view text, std::string_view name);
   // Adds a token after the checks of Vocab(tokens); messages say "<what>: <entry> <position> ...".
   void append(const std::string& token, int64_t position, std::string_view what, std::string_view entry);
 
   std::vector<std::string> tokens_;
   std::unordered_map<std::string, int64_t> ids_;
 };
+
+// A vocabulary given in a file ("-" is standard input): either the JSON form {"tokens": [...]} (what to_value
+// writes, as in a checkpoint), or text with one token per line (the specials' lines, if the file starts with
+// them, are skipped; a CR before the LF is dropped; blank lines are refused, since a token cannot be empty).
+// Errors name the file (and the line).
+Vocab read_vocab(const std::string& path);
+Vocab parse_vocab(std::string_view text, std::string_view name);
 
 // "" when the two are equal, else the first difference, for a resume's message:
 //   "42 tokens in model.json, 43 in train.tsv; token 17 is \"ax\" in model.json, \"ay\" in train.tsv"
