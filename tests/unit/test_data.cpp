@@ -169,6 +169,7 @@ TEST_CASE("vocab: to_value / from_value through JSON") {
   io::Value value = v.to_value();
   CHECK(io::to_json(value) ==
         R"({"tokens":["<pad>","<bos>","<eos>","<unk>","a","\"","\\","é","NaN","1"," ","Infinity"]})");
+  CHECK(Vocab::from_value(value, "in memory") == v);  // no JSON text in between
   io::Value back = through_json(value);
   Vocab w = Vocab::from_value(back, "ckpt.json: vocab");
   CHECK(w == v);
