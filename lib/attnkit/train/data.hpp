@@ -1,0 +1,93 @@
+// Sequence-to-sequence data: pairs of token sequences (a Corpus) read from TSV or JSONL files, encoded
+// with vocabularies, and grouped by source for multi-reference scoring.
+//
+// Formats (one example per line, lines numbered from 1; a blank or whitespace-only line is skipped;
+// a UTF-8 byte-order mark at the start and a CR before each LF are dropped):
+//   TSV    source TAB target                        "hello\thh ax l ow"
+//   JSONL  {"src": "source", "tgt": "target"}        other members are ignored
+// Format::Auto picks JSONL for names ending in .jsonl, .ndjson or .json, TSV otherwise.
+// Each side is tokenized with the options' tokenizer (vocab.hpp), the target with target_tokenizer when
+// it is given ("hello<TAB>hh ax l ow": char for the spelling, space for the phonemes).
+//
+// A bad line is an attnkit::Error "<file>:<line>: <reason>", the reasons being:
+//   TSV    "no tab between source and target"  "2 tabs (expected 1 between source and target)"
+//   JSONL  "invalid JSON: <parser's message>"  "expected a JSON object {\"src\": ..., \"tgt\": ...}"
+//          "missing \"src\""  "\"tgt\" is not a string (a number)" (an array, null, ...)
+//   both   "empty source"  "empty target"  "source: <tokenizer's reason>"
+//          "source has 51 tokens, more than the maximum length 50"
+// With skip_bad_lines, bad lines are counted and skipped instead; the first few messages are kept
+// (Corpus::bad_line_messages) for the caller's report (Corpus::bad_lines_summary()).
+// A file with no examples (empty, or every line blank or skipped) is an error naming the file.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnkit/train/vocab.hpp"
+
+namespace attnkit::train {
+
+enum class DataFormat { Auto, Tsv, Jsonl };
+
+struct DataOptions {
+  Tokenizer tokenizer = Tokenizer::Char;         // the source's, and the target's unless target_tokenizer
+  std::optional<Tokenizer> target_tokenizer;
+  DataFormat format = DataFormat::Auto;
+  int64_t max_len = 0;          // > 0: most tokens on either side (without <bos>/<eos>); 0: no limit
+  bool skip_bad_lines = false;  // count and skip bad lines instead of failing on the first
+  int64_t max_reported = 5;     // bad-line messages kept when skipping
+};
+
+struct Example {
+  std::vector<std::string> src;
+  std::vector<std::string> tgt;
+  int64_t line = 0;  // where it was read (1-based), or its index in a generated set
+};
+
+struct Corpus {
+  std::string name;  // the file name, or a generated set's description ("reverse/train")
+  Tokenizer src_tokenizer = Tokenizer::Char;
+  Tokenizer tgt_tokenizer = Tokenizer::Char;
+  std::vector<Example> examples;
+  int64_t bad_lines = 0;                        // lines skipped (skip_bad_lines)
+  std::vector<std::string> bad_line_messages;   // the first max_reported of them, "<file>:<line>: <reason>"
+
+  int64_t size() const { return static_cast<int64_t>(examples.size()); }
+  // "" when nothing was skipped, else "train.tsv: skipped 3 bad lines; first: train.tsv:7: no tab ...; ...".
+  std::string bad_lines_summary() const;
+};
+
+// Reads a data file ("-" is standard input); throws attnkit::Error naming the file (and line).
+Corpus read_corpus(const std::string& path, const DataOptions& options);
+// The same on text already in memory; `name` stands for the file in messages and picks the format
+// when options.format is Auto.
+Corpus parse_corpus(std::string_view text, std::string_view name, const DataOptions& options);
+
+// Vocabulary building from a corpus' sources, targets or both (VocabBuilder with the given order).
+enum class Side { Source, Target, Both };
+void add_to_vocab(VocabBuilder& builder, const Corpus& corpus, Side side);
+Vocab build_vocab(const Corpus& corpus, Side side, VocabOrder order, int64_t min_count = 1, int64_t max_size = 0);
+
+// A corpus as ids: src[i], tgt[i] are example i's sequences (no <bos>/<eos>; Batcher adds them).
+struct EncodedCorpus {
+  std::vector<std::vector<int64_t>> src;
+  std::vector<std::vector<int64_t>> tgt;
+  int64_t unknown_src = 0;  // tokens mapped to <unk>
+  int64_t unknown_tgt = 0;
+  int64_t size() const { return static_cast<int64_t>(src.size()); }
+};
+EncodedCorpus encode(const Corpus& corpus, const Vocab& src_vocab, const Vocab& tgt_vocab);
+
+// Examples grouped by source, for scoring against every reference (G2P words with several
+// pronunciations): groups in order of the source's first appearance, each with its distinct targets
+// in order of appearance, and the index of its first example.
+struct ReferenceGroup {
+  std::vector<std::string> src;
+  std::vector<std::vector<std::string>> references;
+  int64_t first_example = 0;
+};
+std::vector<ReferenceGroup> group_by_source(const Corpus& corpus);
+
+}  // namespace attnkit::train
