@@ -70,7 +70,8 @@ TEST_CASE("recurrent cell backward: every cell against finite differences of the
       CAPTURE(H);
       const int G = ops::gate_count(cell);
       const int64_t N = 3, D = 4, GH = G * H;
-      CellCase k{cell, N, D, H};
+      CellCase k;
+      k.cell = cell, k.N = N, k.D = D, k.H = H;
       k.x = rand_normal({N, D}, rng), k.h_prev = rand_normal({N, H}, rng), k.c_prev = rand_normal({N, H}, rng);
       k.w_ih = scaled(rand_normal({GH, D}, rng), 0.5f), k.w_hh = scaled(rand_normal({GH, H}, rng), 0.5f);
       k.b_ih = rand_normal({GH}, rng), k.b_hh = rand_normal({GH}, rng);
@@ -307,8 +308,14 @@ TEST_CASE("recurrent layer backward: PyTorch autograd golden gradients (pack_pad
       lengths = io::lengths_from(*l, x.dim(0), x.dim(1), "lengths");
       in.lengths = &lengths;
     }
+    for (int threads : {1, 2}) {  // 2: the H = 20 cases split their two unit blocks between the threads
+    CAPTURE(threads);
+    const int old_threads = num_threads();
+    set_num_threads(threads);
+    m.zero_grad();
     nn::RunOptions opt;
     opt.keep_cache = true;
+    opt.min_macs_per_thread = 1;
     nn::RecurrentResult r = m.forward(in, opt);
     const io::Value& e = *f.find("expected");
     const io::Value& dyv = *f.find("dy");
@@ -325,7 +332,8 @@ TEST_CASE("recurrent layer backward: PyTorch autograd golden gradients (pack_pad
     Tensor dx(x.shape()), dh0(h0 ? h0->shape() : Shape{0}), dc0(c0 ? c0->shape() : Shape{0});
     nn::RecurrentGradInputs g;
     g.x = &dx, g.h0 = h0 ? &dh0 : nullptr, g.c0 = c0 ? &dc0 : nullptr;
-    m.backward(in, r, dy, g);
+    m.backward(in, r, dy, g, opt);
+    set_num_threads(old_threads);
     close(dx, *get(gv, "input"), "d input");
     if (h0) close(dh0, *get(gv, "h0"), "d h0");
     if (c0) close(dc0, *get(gv, "c0"), "d c0");
@@ -333,6 +341,7 @@ TEST_CASE("recurrent layer backward: PyTorch autograd golden gradients (pack_pad
     // backward adds: a second pass doubles every gradient
     m.backward(in, r, dy, g);
     for (const nn::Parameter* p : m.named_parameters()) close(p->grad, scaled(*get(gv, p->name), 2.0f), "2 x d " + p->name);
+    }
   }
 }
 
