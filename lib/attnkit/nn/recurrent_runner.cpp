@@ -238,7 +238,8 @@ struct DirectionBackJob {
   float* dx = nullptr;               // [N, T, Din] (added into) or nullptr
   float* dh0 = nullptr;              // [N, H] (added into) or nullptr
   float* dc0 = nullptr;
-  int64_t min_macs_per_thread = int64_t(1) << 18;  // RunOptions'
+  int team = 1;                      // threads of the time loop
+  const TeamParts* parts = nullptr;  // W_hh [G*H, H] packed by the team's unit runs
 };
 
 // Back through the time loop (the forward's steps in reverse), then the weights in one GEMM each:
@@ -268,15 +269,16 @@ void backward_direction(const DirectionBackJob& job) {
     if (i > 0) return cache.c.data() + time_of(i - 1) * N * H;
     return job.c0 ? job.c0 : zeros.data();
   };
-  const float* w_hh = job.w->w_hh.value.data();  // [G*H, H]
   // A team splits the hidden units in runs of whole blocks, as the forward does: part c owns the
   // columns [u0, u1) of d h and d c and the gate columns of those units, so the only meeting point
   // of a step is between the cell backward (every unit's da_h) and the product da_h W_hh.
-  const int team = team_size(num_threads(), N, H, G, job.min_macs_per_thread);
-  const int64_t blocks = (H + ops::kUnitBlock - 1) / ops::kUnitBlock;
-  auto units = [&](int c) {
-    return std::make_pair(blocks * c / team * ops::kUnitBlock, std::min(H, blocks * (c + 1) / team * ops::kUnitBlock));
-  };
+  const int team = job.team;
+  const TeamParts& parts = *job.parts;  // W_hh packed for the micro-kernel, per part (PackCache)
+  auto units = [&](int c) { return parts.units[size_t(c)]; };
+  // packed da_h for each part: G*H*N floats each, 64-byte aligned (16 floats)
+  const int64_t apack = (GH * N + 15) / 16 * 16;
+  Scratch apacked_buf(size_t(apack * team), 1);
+  float* apacked = apacked_buf.data();
   // Step i, part c: the cell backward of its units (after adding d output), or (phase 1) its
   // columns of dh_prev += da_h W_hh.
   auto cell_part = [&](int c, int64_t i) {
@@ -322,8 +324,8 @@ void backward_direction(const DirectionBackJob& job) {
     const auto [u0, u1] = units(c);
     if (u0 >= u1) return;
     // a = ... + h_prev W_hh^T:  dh_prev[:, u0:u1] [N, u1-u0] += da_h [N, G*H] W_hh[:, u0:u1] [G*H, u1-u0]
-    ops::gemm(Trans::No, Trans::No, N, u1 - u0, GH, 1.0f, dah + t * GH, T * GH, w_hh + u0, H, 1.0f,
-              dhb[(T - i) & 1].data() + u0, H, ops::GemmThreads::This);
+    // (W_hh's columns packed once with the model, as the forward's; only da_h is packed each step)
+    parts.columns[size_t(c)].multiply_add(dah + t * GH, N, apacked + c * apack, dhb[(T - i) & 1].data(), H, T * GH);
   };
   if (team <= 1) {
     for (int64_t i = T - 1; i >= 0; --i) {
@@ -537,7 +539,9 @@ void Recurrent::backward(const RecurrentInputs& in, const RecurrentResult& r, co
       j.dx = dx;
       j.dh0 = grads.h0 ? grads.h0->data() + idx * N * H : nullptr;
       j.dc0 = grads.c0 ? grads.c0->data() + idx * N * H : nullptr;
-      j.min_macs_per_thread = options.min_macs_per_thread;
+      j.team = team_size(num_threads(), N, H, gate_count(config_.cell), options.min_macs_per_thread);
+      packed(idx);  // refreshes the derived copies (and drops stale packs) if a parameter changed
+      j.parts = &derived_->cache.backward_parts(idx, j.team, w.w_hh.value, H);
       backward_direction(j);
     }
     d_above = std::move(d_input);
