@@ -1,7 +1,11 @@
 // lstm_bench: times attnkit's LSTM forward (nn::Recurrent, inference: no cache) in-process, and
 // the bare Eigen sgemms of the same shapes (the GEMM bound and the machine's sgemm peak).
-// Prints one JSON object; bench/lstm_vs_torch.py runs it interleaved with PyTorch.
-//   lstm_bench --N 64 --T 100 --D 512 --H 512 --threads 2 --reps 5 [--cell lstm]
+// With --backward 1 it times training's forward + backward instead: forward keeping the cache,
+// then Recurrent::backward for loss = output.sum() with the input's gradient wanted (PyTorch's
+// `out.sum().backward()` with x.requires_grad), every weight gradient included.
+// Prints one JSON object; bench/lstm_vs_torch.py and bench/lstm_backward_vs_torch.py run it
+// interleaved with PyTorch.
+//   lstm_bench --N 64 --T 100 --D 512 --H 512 --threads 2 --reps 5 [--cell lstm] [--backward 1]
 // Legend: N batch, T steps, D input size, H hidden size, G gates.
 // GCC 12 reports false "may be used uninitialized" inside Eigen's AVX-512 packet code.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -43,6 +47,7 @@ int main(int argc, char** argv) {
   int64_t N = 64, T = 100, D = 512, H = 512;
   int threads = 2, reps = 5;
   std::string cell = "lstm";
+  bool backward = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--N") N = std::atoll(v.c_str());
@@ -52,6 +57,7 @@ int main(int argc, char** argv) {
     else if (k == "--threads") threads = std::atoi(v.c_str());
     else if (k == "--reps") reps = std::atoi(v.c_str());
     else if (k == "--cell") cell = v;
+    else if (k == "--backward") backward = v == "1";
     else {
       std::fprintf(stderr, "lstm_bench: unknown option %s\n", k.c_str());
       return 2;
@@ -69,7 +75,24 @@ int main(int argc, char** argv) {
   in.x = &x;
   nn::RunOptions opt;
   volatile float sink = 0;
-  auto ours = times(reps, [&] { sink = sink + model.forward(in, opt).h_n[0]; });
+  std::vector<double> ours;
+  if (!backward) {
+    ours = times(reps, [&] { sink = sink + model.forward(in, opt).h_n[0]; });
+  } else {
+    opt.keep_cache = true;
+    Tensor ones = Tensor::filled({N, T, H}, 1.0f);  // d out.sum() / d out
+    Tensor dx({N, T, D});
+    ours = times(reps, [&] {
+      nn::RecurrentResult r = model.forward(in, opt);
+      model.zero_grad();
+      nn::RecurrentGradOutputs dy;
+      dy.output = &ones;
+      nn::RecurrentGradInputs g;
+      g.x = &dx;
+      model.backward(in, r, dy, g);
+      sink = sink + dx[0];
+    });
+  }
 
   // The GEMMs alone, as Eigen does them with the same threads: the input projection [N*T, D] x
   // [D, G*H] once, and T hidden products [N, H] x [H, G*H].
@@ -84,13 +107,14 @@ int main(int argc, char** argv) {
   MatrixRM A = MatrixRM::Random(S, S), B = MatrixRM::Random(S, S), C(S, S);
   auto peak = times(reps, [&] { C.noalias() = A * B; });
 
-  const double flops = 2.0 * N * T * (D + H) * G * H;
+  // forward: the input and hidden products; backward: twice that (d x and d W_ih, d h and d W_hh)
+  const double flops = 2.0 * N * T * (D + H) * G * H * (backward ? 3 : 1);
   std::printf(
-      "{\"N\":%lld,\"T\":%lld,\"D\":%lld,\"H\":%lld,\"threads\":%d,\"cell\":\"%s\","
+      "{\"N\":%lld,\"T\":%lld,\"D\":%lld,\"H\":%lld,\"threads\":%d,\"cell\":\"%s\",\"backward\":%s,"
       "\"best_s\":%.6g,\"median_s\":%.6g,\"gflops\":%.4g,"
       "\"input_gemm_s\":%.6g,\"hidden_gemms_s\":%.6g,\"gemm_bound_s\":%.6g,"
       "\"sgemm_peak_gflops\":%.4g}\n",
-      (long long)N, (long long)T, (long long)D, (long long)H, threads, cell.c_str(), ours[0], ours[ours.size() / 2],
+      (long long)N, (long long)T, (long long)D, (long long)H, threads, cell.c_str(), backward ? "true" : "false", ours[0], ours[ours.size() / 2],
       flops / ours[0] / 1e9, input_gemm[0], hidden_gemms[0], input_gemm[0] + hidden_gemms[0],
       2.0 * S * S * S / peak[0] / 1e9);
   return 0;

@@ -70,7 +70,8 @@ TEST_CASE("recurrent cell backward: every cell against finite differences of the
       CAPTURE(H);
       const int G = ops::gate_count(cell);
       const int64_t N = 3, D = 4, GH = G * H;
-      CellCase k{cell, N, D, H};
+      CellCase k;
+      k.cell = cell, k.N = N, k.D = D, k.H = H;
       k.x = rand_normal({N, D}, rng), k.h_prev = rand_normal({N, H}, rng), k.c_prev = rand_normal({N, H}, rng);
       k.w_ih = scaled(rand_normal({GH, D}, rng), 0.5f), k.w_hh = scaled(rand_normal({GH, H}, rng), 0.5f);
       k.b_ih = rand_normal({GH}, rng), k.b_hh = rand_normal({GH}, rng);
@@ -307,8 +308,14 @@ TEST_CASE("recurrent layer backward: PyTorch autograd golden gradients (pack_pad
       lengths = io::lengths_from(*l, x.dim(0), x.dim(1), "lengths");
       in.lengths = &lengths;
     }
+    for (int threads : {1, 2}) {  // 2: the H = 20 cases split their two unit blocks between the threads
+    CAPTURE(threads);
+    const int old_threads = num_threads();
+    set_num_threads(threads);
+    m.zero_grad();
     nn::RunOptions opt;
     opt.keep_cache = true;
+    opt.min_macs_per_thread = 1;
     nn::RecurrentResult r = m.forward(in, opt);
     const io::Value& e = *f.find("expected");
     const io::Value& dyv = *f.find("dy");
@@ -325,7 +332,8 @@ TEST_CASE("recurrent layer backward: PyTorch autograd golden gradients (pack_pad
     Tensor dx(x.shape()), dh0(h0 ? h0->shape() : Shape{0}), dc0(c0 ? c0->shape() : Shape{0});
     nn::RecurrentGradInputs g;
     g.x = &dx, g.h0 = h0 ? &dh0 : nullptr, g.c0 = c0 ? &dc0 : nullptr;
-    m.backward(in, r, dy, g);
+    m.backward(in, r, dy, g, opt);
+    set_num_threads(old_threads);
     close(dx, *get(gv, "input"), "d input");
     if (h0) close(dh0, *get(gv, "h0"), "d h0");
     if (c0) close(dc0, *get(gv, "c0"), "d c0");
@@ -333,6 +341,7 @@ TEST_CASE("recurrent layer backward: PyTorch autograd golden gradients (pack_pad
     // backward adds: a second pass doubles every gradient
     m.backward(in, r, dy, g);
     for (const nn::Parameter* p : m.named_parameters()) close(p->grad, scaled(*get(gv, p->name), 2.0f), "2 x d " + p->name);
+    }
   }
 }
 
@@ -394,4 +403,42 @@ TEST_CASE("run_sequence with grad_output: cs231n weights get gradients named Wx,
   for (int64_t d = 0; d < wrong.dim(0); ++d)
     for (int64_t u = 0; u < 4; ++u) std::swap(wrong[d * 16 + 8 + u], wrong[d * 16 + 12 + u]);
   CHECK(test::gradient_mismatch({&wx}, {"Wx"}, loss, {&wrong}) != "");
+}
+
+TEST_CASE("recurrent layer backward: after a parameter changed (touch), backward uses the new value") {
+  // The backward's packed W_hh is derived like the forward's: a changed, touched parameter repacks.
+  Rng rng(404);
+  for (CellKind cell : {CellKind::Lstm, CellKind::Gru}) {
+    const std::string cell_name = ops::cell_name(cell);
+    CAPTURE(cell_name);
+    nn::RecurrentConfig cfg;
+    cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 20;
+    Recurrent m = Recurrent::random(cfg, rng);
+    Tensor x = rand_normal({2, 3, 3}, rng), dy_out = rand_normal({2, 3, 20}, rng);
+    const int old = num_threads();
+    set_num_threads(2);
+    nn::RunOptions opt;
+    opt.keep_cache = true, opt.min_macs_per_thread = 1;  // two parts of 16 and 4 units
+    nn::RecurrentInputs in;
+    in.x = &x;
+    nn::RecurrentGradOutputs dy;
+    dy.output = &dy_out;
+    auto grads_of = [&](Recurrent& model) {
+      model.zero_grad();
+      Tensor dx(x.shape());
+      nn::RecurrentGradInputs g;
+      g.x = &dx;
+      model.backward(in, model.forward(in, opt), dy, g, opt);
+      return dx;
+    };
+    grads_of(m);  // packs W_hh for backward
+    for (float& v : m.direction(0).w_hh.value.values()) v *= -0.5f;
+    m.direction(0).w_hh.touch();
+    const Tensor dx = grads_of(m);
+    Recurrent fresh = Recurrent::from_bundle(m.to_bundle(nn::WeightLayout::Torch), cell, nn::WeightLayout::Torch);
+    const Tensor dx_fresh = grads_of(fresh);
+    set_num_threads(old);
+    CHECK(compare(dx, dx_fresh, Tolerance{0, 0}).close);
+    CHECK(compare(m.direction(0).w_ih.grad, fresh.direction(0).w_ih.grad, Tolerance{0, 0}).close);
+  }
 }

@@ -136,8 +136,9 @@ class Recurrent : public Module {
   // The backward of forward(inputs, keep_cache = true), which gave `result`: adds d loss / d x, h0
   // and c0 into `grads` and d loss / d (every weight) into each Parameter's grad (grad_buffer()).
   // Packed-sequence semantics: a padded step carried the state and output a constant zero.
+  // Threads as forward (num_threads(); options.min_macs_per_thread); the other options are unused.
   void backward(const RecurrentInputs& inputs, const RecurrentResult& result, const RecurrentGradOutputs& dy,
-                const RecurrentGradInputs& grads);
+                const RecurrentGradInputs& grads, const RunOptions& options = {});
 
   struct Packed {  // internal layout (see the top of this file)
     Tensor wx;    // [D_k, G*H] blocked columns

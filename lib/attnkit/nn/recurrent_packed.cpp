@@ -38,12 +38,14 @@ PackedColumns::PackedColumns(const float* wh, int64_t H, int64_t GH, int64_t c0,
     pack(a_.data() + k0 * nc, Mapper(wh + c0 + k0 * GH, GH), std::min(kDepth, H - k0), nc);
 }
 
-void PackedColumns::multiply_add(const float* h, int64_t N, float* scratch, float* res, int64_t ld) const {
+void PackedColumns::multiply_add(const float* h, int64_t N, float* scratch, float* res, int64_t ld,
+                                 int64_t ldh) const {
+  if (ldh < 0) ldh = H_;
   Eigen::internal::gemm_pack_rhs<float, Eigen::Index, Mapper, Traits::nr, Eigen::ColMajor> pack;
   Eigen::internal::gebp_kernel<float, float, Eigen::Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
   for (int64_t k0 = 0; k0 < H_; k0 += kDepth) {
     const int64_t kc = std::min(kDepth, H_ - k0);
-    pack(scratch + k0 * N, Mapper(h + k0, H_), kc, N);
+    pack(scratch + k0 * N, Mapper(h + k0, ldh), kc, N);
     gebp(ResMapper(res + c0_, ld), a_.data() + k0 * nc_, scratch + k0 * N, nc_, kc, N, 1.0f);
   }
 }
@@ -67,9 +69,26 @@ const TeamParts& PackCache::parts(int index, int team, const Recurrent::Packed& 
   return it->second;
 }
 
+const TeamParts& PackCache::backward_parts(int index, int team, const Tensor& w_hh, int64_t H) {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = built_backward.find({index, team});
+  if (it == built_backward.end()) {
+    const int64_t blocks = (H + ops::kUnitBlock - 1) / ops::kUnitBlock, GH = w_hh.dim(0);
+    TeamParts parts;
+    for (int c = 0; c < team; ++c) {  // the units of part c, as make_parts splits them
+      const int64_t u0 = blocks * c / team * ops::kUnitBlock, u1 = std::min(H, blocks * (c + 1) / team * ops::kUnitBlock);
+      parts.units.emplace_back(u0, u1);
+      parts.columns.emplace_back(w_hh.data(), GH, H, u0, u1 - u0);  // W_hh [G*H, H]: columns u0..u1
+    }
+    it = built_backward.emplace(std::make_pair(index, team), std::move(parts)).first;
+  }
+  return it->second;
+}
+
 void PackCache::forget(int index) {
   std::lock_guard<std::mutex> lock(mutex);
-  for (auto it = built.begin(); it != built.end();) it = it->first.first == index ? built.erase(it) : std::next(it);
+  for (auto* m : {&built, &built_backward})
+    for (auto it = m->begin(); it != m->end();) it = it->first.first == index ? m->erase(it) : std::next(it);
 }
 
 }  // namespace attnkit::nn

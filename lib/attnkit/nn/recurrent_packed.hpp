@@ -35,11 +35,12 @@ class AlignedFloats {
 // Immutable once built: kept by the model (PackCache) and shared by concurrent forward calls.
 class PackedColumns {
  public:
-  // wh [H, GH] row-major; the columns [c0, c0 + nc).
+  // wh [H, GH] row-major; the columns [c0, c0 + nc). (Backward packs W_hh [G*H, H] the same way:
+  // H = G*H rows deep, GH = H columns.)
   PackedColumns(const float* wh, int64_t H, int64_t GH, int64_t c0, int64_t nc);
-  // res[n * ld + c0 + j] += sum_k h[n * H + k] * wh[k, c0 + j] for n < N; `scratch` holds H*N floats
-  // (64-byte aligned) for the packed h.
-  void multiply_add(const float* h, int64_t N, float* scratch, float* res, int64_t ld) const;
+  // res[n * ld + c0 + j] += sum_k h[n * ldh + k] * wh[k, c0 + j] for n < N (ldh < 0: H); `scratch`
+  // holds H*N floats (64-byte aligned) for the packed h.
+  void multiply_add(const float* h, int64_t N, float* scratch, float* res, int64_t ld, int64_t ldh = -1) const;
 
  private:
   int64_t H_, nc_, c0_;
@@ -56,9 +57,13 @@ TeamParts make_parts(const Recurrent::Packed& p, int64_t H, int G, int team);
 // The packed W_hh of every layer and direction, per team size, built on first use and kept.
 struct PackCache {
   const TeamParts& parts(int index, int team, const Recurrent::Packed& p, int64_t H, ops::CellKind cell);
+  // For backward's dh_prev += da_h W_hh: W_hh [G*H, H] (PyTorch layout) packed by the team's unit
+  // runs (part c: the columns of its units), the same split as parts().
+  const TeamParts& backward_parts(int index, int team, const Tensor& w_hh, int64_t H);
   void forget(int index);  // after the weights of `index` changed
   std::mutex mutex;
-  std::map<std::pair<int, int>, TeamParts> built;  // (layer*dirs + dir, team) -> parts
+  std::map<std::pair<int, int>, TeamParts> built;           // (layer*dirs + dir, team) -> parts
+  std::map<std::pair<int, int>, TeamParts> built_backward;  // the same for backward
 };
 
 // What a Recurrent derives from its parameters (guarded by `mutex`; rebuilt on a version change).

@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <atomic>
 #include <functional>
+#include <mutex>
 #include <optional>
 
 #include "attnkit/nn/recurrent.hpp"
@@ -236,6 +238,8 @@ struct DirectionBackJob {
   float* dx = nullptr;               // [N, T, Din] (added into) or nullptr
   float* dh0 = nullptr;              // [N, H] (added into) or nullptr
   float* dc0 = nullptr;
+  int team = 1;                      // threads of the time loop
+  const TeamParts* parts = nullptr;  // W_hh [G*H, H] packed by the team's unit runs
 };
 
 // Back through the time loop (the forward's steps in reverse), then the weights in one GEMM each:
@@ -251,9 +255,11 @@ void backward_direction(const DirectionBackJob& job) {
   Tensor dA({N * T, GH});                  // [N*T, G*H] the W_ih x + b_ih part
   Tensor dAh(gru ? Shape{N * T, GH} : Shape{0});  // [N*T, G*H] GRU's W_hh h_prev + b_hh part
   const float* dah = gru ? dAh.data() : dA.data();
-  Tensor dh({N, H}), dh_next({N, H}), dc({N, H}), dc_next({N, H}), zeros({N, H});  // [N, H] each
-  if (job.dh_n) std::memcpy(dh.data(), job.dh_n, sizeof(float) * N * H);
-  if (job.dc_n) std::memcpy(dc.data(), job.dc_n, sizeof(float) * N * H);
+  // d h and d c double-buffered by step parity: step i reads buffer (T-1-i) & 1 and writes the other.
+  Tensor dhb[2] = {Tensor({N, H}), Tensor({N, H})}, dcb[2] = {Tensor({N, H}), Tensor({N, H})};  // [N, H]
+  Tensor zeros({N, H});
+  if (job.dh_n) std::memcpy(dhb[0].data(), job.dh_n, sizeof(float) * N * H);
+  if (job.dc_n) std::memcpy(dcb[0].data(), job.dc_n, sizeof(float) * N * H);
   auto time_of = [&](int64_t i) { return job.reverse ? T - 1 - i : i; };
   auto h_before = [&](int64_t i) -> const float* {  // h_prev of step i
     if (i > 0) return cache.h.data() + time_of(i - 1) * N * H;
@@ -263,43 +269,102 @@ void backward_direction(const DirectionBackJob& job) {
     if (i > 0) return cache.c.data() + time_of(i - 1) * N * H;
     return job.c0 ? job.c0 : zeros.data();
   };
-  const float* w_hh = job.w->w_hh.value.data();  // [G*H, H]
-  for (int64_t i = T - 1; i >= 0; --i) {
+  // A team splits the hidden units in runs of whole blocks, as the forward does: part c owns the
+  // columns [u0, u1) of d h and d c and the gate columns of those units, so the only meeting point
+  // of a step is between the cell backward (every unit's da_h) and the product da_h W_hh.
+  const int team = job.team;
+  const TeamParts& parts = *job.parts;  // W_hh packed for the micro-kernel, per part (PackCache)
+  auto units = [&](int c) { return parts.units[size_t(c)]; };
+  // packed da_h for each part: G*H*N floats each, 64-byte aligned (16 floats)
+  const int64_t apack = (GH * N + 15) / 16 * 16;
+  Scratch apacked_buf(size_t(apack * team), 1);
+  float* apacked = apacked_buf.data();
+  // Step i, part c: the cell backward of its units (after adding d output), or (phase 1) its
+  // columns of dh_prev += da_h W_hh.
+  auto cell_part = [&](int c, int64_t i) {
     const int64_t t = time_of(i);
-    // output[n, t] = h_t for a real step (a padded step's output is a constant zero)
-    if (job.dout)
-      for (int64_t n = 0; n < N; ++n)
-        if (!job.lengths || t < job.lengths[n]) {
-          const float* src = job.dout + (n * T + t) * job.dout_width;
-          float* dst = dh.data() + n * H;
-          for (int64_t u = 0; u < H; ++u) dst[u] += src[u];
-        }
-    std::fill(dh_next.values().begin(), dh_next.values().end(), 0.0f);
-    std::fill(dc_next.values().begin(), dc_next.values().end(), 0.0f);
+    const auto [u0, u1] = units(c);
+    if (u0 >= u1) return;
+    float* dh = dhb[(T - 1 - i) & 1].data();
+    float* dh_next = dhb[(T - i) & 1].data();
+    float* dc = dcb[(T - 1 - i) & 1].data();
+    float* dc_next = dcb[(T - i) & 1].data();
+    for (int64_t n = 0; n < N; ++n) {
+      // output[n, t] = h_t for a real step (a padded step's output is a constant zero)
+      if (job.dout && (!job.lengths || t < job.lengths[n])) {
+        const float* src = job.dout + (n * T + t) * job.dout_width;
+        for (int64_t u = u0; u < u1; ++u) dh[n * H + u] += src[u];
+      }
+      std::fill(dh_next + n * H + u0, dh_next + n * H + u1, 0.0f);
+      std::fill(dc_next + n * H + u0, dc_next + n * H + u1, 0.0f);
+    }
     ops::CellBackStep s;
-    s.cell = job.cell, s.rows = N, s.hidden = H, s.lengths = job.lengths, s.t = t;
+    s.cell = job.cell, s.rows = N, s.hidden = H, s.unit_begin = u0, s.unit_end = u1;
+    s.lengths = job.lengths, s.t = t;
     if (!cache.gates.empty()) s.gates = cache.gates.data() + t * N * GH, s.gates_stride = GH;
     s.h = cache.h.data() + t * N * H, s.h_stride = H;
     s.h_prev = h_before(i), s.h_prev_stride = H;
     if (lstm) {
       s.c_prev = c_before(i), s.c_prev_stride = H;
       s.tanh_c = cache.tanh_c.data() + t * N * H, s.tanh_c_stride = H;
-      s.dc = dc.data(), s.dc_stride = H;
-      s.dc_prev = dc_next.data(), s.dc_prev_stride = H;
+      s.dc = dc, s.dc_stride = H;
+      s.dc_prev = dc_next, s.dc_prev_stride = H;
     }
     if (gru) {
       s.hn = cache.hn.data() + t * N * H, s.hn_stride = H;
       s.dha = dAh.data() + t * GH, s.dha_stride = T * GH;
     }
-    s.dh = dh.data(), s.dh_stride = H;
+    s.dh = dh, s.dh_stride = H;
     s.da = dA.data() + t * GH, s.da_stride = T * GH;
-    s.dh_prev = dh_next.data(), s.dh_prev_stride = H;
+    s.dh_prev = dh_next, s.dh_prev_stride = H;
     ops::cell_backward(s);
-    // a = ... + h_prev W_hh^T:  dh_prev [N, H] += da_h [N, G*H] W_hh [G*H, H]
-    ops::gemm(Trans::No, Trans::No, N, H, GH, 1.0f, dah + t * GH, T * GH, w_hh, H, 1.0f, dh_next.data(), H);
-    std::swap(dh, dh_next);
-    std::swap(dc, dc_next);
+  };
+  auto product_part = [&](int c, int64_t i) {
+    const int64_t t = time_of(i);
+    const auto [u0, u1] = units(c);
+    if (u0 >= u1) return;
+    // a = ... + h_prev W_hh^T:  dh_prev[:, u0:u1] [N, u1-u0] += da_h [N, G*H] W_hh[:, u0:u1] [G*H, u1-u0]
+    // (W_hh's columns packed once with the model, as the forward's; only da_h is packed each step)
+    parts.columns[size_t(c)].multiply_add(dah + t * GH, N, apacked + c * apack, dhb[(T - i) & 1].data(), H, T * GH);
+  };
+  if (team <= 1) {
+    for (int64_t i = T - 1; i >= 0; --i) {
+      cell_part(0, i);
+      product_part(0, i);
+    }
+  } else {
+    // One parallel region, one barrier a step (between the two phases); the next step's cell part
+    // touches only its own columns, which no other part reads. An exception must not leave the
+    // region, nor a thread stop meeting the barrier: the first one is kept and rethrown after.
+    StepBarrier barrier(team);
+    std::exception_ptr failed;
+    std::atomic<bool> any_failed{false};
+    std::mutex failed_mutex;
+    auto guarded = [&](auto&& f) {
+      if (any_failed.load(std::memory_order_relaxed)) return;
+      try {
+        f();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failed_mutex);
+        if (!failed) failed = std::current_exception();
+        any_failed = true;
+      }
+    };
+#pragma omp parallel num_threads(team)
+    {
+      const int id = omp_get_thread_num(), nt = omp_get_num_threads();  // OpenMP may give fewer
+#pragma omp single
+      barrier.resize(nt);
+      for (int64_t i = T - 1; i >= 0; --i) {
+        for (int c = id; c < team; c += nt) guarded([&] { cell_part(c, i); });
+        barrier.wait();
+        for (int c = id; c < team; c += nt) guarded([&] { product_part(c, i); });
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
   }
+  const Tensor& dh = dhb[T & 1];  // after step 0: the gradient of h0
+  const Tensor& dc = dcb[T & 1];
   if (job.dh0)
     for (int64_t k = 0; k < N * H; ++k) job.dh0[k] += dh[k];
   if (job.dc0 && lstm)
@@ -416,7 +481,7 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
 }
 
 void Recurrent::backward(const RecurrentInputs& in, const RecurrentResult& r, const RecurrentGradOutputs& dy,
-                         const RecurrentGradInputs& grads) {
+                         const RecurrentGradInputs& grads, const RunOptions& options) {
   const int dirs = config_.directions(), L = config_.layers;
   const int64_t H = config_.hidden_size;
   AK_CHECK(in.x, "recurrent backward: no input");
@@ -474,6 +539,9 @@ void Recurrent::backward(const RecurrentInputs& in, const RecurrentResult& r, co
       j.dx = dx;
       j.dh0 = grads.h0 ? grads.h0->data() + idx * N * H : nullptr;
       j.dc0 = grads.c0 ? grads.c0->data() + idx * N * H : nullptr;
+      j.team = team_size(num_threads(), N, H, gate_count(config_.cell), options.min_macs_per_thread);
+      packed(idx);  // refreshes the derived copies (and drops stale packs) if a parameter changed
+      j.parts = &derived_->cache.backward_parts(idx, j.team, w.w_hh.value, H);
       backward_direction(j);
     }
     d_above = std::move(d_input);

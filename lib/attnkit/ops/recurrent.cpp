@@ -198,9 +198,12 @@ void carry_back_block(const CellBackStep& s, int64_t n, int64_t u0, int64_t w) {
 
 template <typename Full, typename Tail>
 void for_back_blocks(const CellBackStep& s, Full full, Tail tail) {
+  const int64_t begin = s.unit_begin, end = s.unit_end < 0 ? s.hidden : s.unit_end;
+  AK_CHECK(begin % kUnitBlock == 0 && begin <= end && end <= s.hidden,
+           "recurrent cell backward: units [{}, {}) are not block-aligned within hidden size {}", begin, end, s.hidden);
   for (int64_t n = 0; n < s.rows; ++n) {
     const bool pad = s.lengths && s.t >= s.lengths[n];
-    for (int64_t u0 = 0; u0 < s.hidden; u0 += kUnitBlock) {
+    for (int64_t u0 = begin; u0 < end; u0 += kUnitBlock) {
       const int64_t w = std::min(kUnitBlock, s.hidden - u0);
       if (pad) carry_back_block(s, n, u0, w);
       else if (w == kUnitBlock) full(n, u0, w);

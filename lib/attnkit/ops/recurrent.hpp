@@ -88,6 +88,7 @@ struct CellBackStep {
   CellKind cell = CellKind::Lstm;
   int64_t rows = 0;    // N
   int64_t hidden = 0;  // H
+  int64_t unit_begin = 0, unit_end = -1;  // the units [begin, end), block-aligned as CellStep's; -1: H
   const int64_t* lengths = nullptr;  // [N] or nullptr
   int64_t t = 0;
 
