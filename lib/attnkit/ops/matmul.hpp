@@ -1,5 +1,8 @@
 // The library's one matrix-multiply entry (DESIGN.md §9): every kernel's GEMM goes through here,
-// so the implementation behind it (today Eigen's blocked GEMM) is chosen in one place.
+// so the implementation behind it is chosen in one place: attnkit's own BLIS-style kernel
+// (ops/gemm_kernel.inc) in its AVX-512 or AVX2+FMA build, picked at run time from the processor,
+// Eigen's blocked GEMM on processors without AVX2 (ops/gemm_kernels.hpp names them; the
+// measurements behind the choice: docs/benchmarks.md, "GEMM").
 //
 //   C [M, N] = alpha * op(A) [M, K] * op(B) [K, N] + beta * C
 //   op(X) = X or X^T (Trans::Yes); all matrices row-major with leading dimensions (row strides)
