@@ -4,7 +4,7 @@
 // in all four transpose forms, then on three rows of each benchmark shape (first, middle, last).
 //   gemm_bench [--rounds 5] [--threads 1,2] [--ms 40] [--only SUBSTRING] [--shapes SUBSTRING]
 // Candidates: attnkit's gemm_with(kernel) for every kernel this processor runs (Eigen, our AVX2 and
-// AVX-512 builds); OpenBLAS, BLIS and oneDNN when their shared libraries are installed (dlopen, so
+// AVX-512 builds); attnkit's gemm_packed with B packed once before the timing (GemmPackedB); OpenBLAS, BLIS and oneDNN when their shared libraries are installed (dlopen, so
 // that their two cblas_sgemm do not collide: libopenblas0-pthread, libblis4-openmp, libdnnl2);
 // libxsmm (static, linked when CMake found it) for the small no-transpose per-step products.
 // OpenBLAS reads OPENBLAS_CORETYPE when it loads: the header prints its value; to compare run twice.
@@ -90,6 +90,23 @@ std::vector<Candidate> candidates(const std::string& only) {
   };
   for (ops::GemmKernel k : {ops::GemmKernel::Eigen, ops::GemmKernel::Avx2, ops::GemmKernel::Avx512})
     if (ops::gemm_kernel_available(k)) out.push_back({ops::gemm_kernel_name(k), ours(k), [](int t) { set_num_threads(t); }});
+  // ops::gemm_packed with op(B) packed once (outside the timing, as a recurrent layer packs W_hh once
+  // per forward): the per-step products without the packing
+  out.push_back({"attnkit-packed",
+                 [](Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                    const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                   // keyed by address, form, shape and three sampled values (a freed B's address comes back)
+                   static std::map<std::tuple<const float*, int, int64_t, int64_t, int64_t, float, float, float>,
+                                   ops::GemmPackedB>
+                       cache;
+                   const int64_t last = (tb == Trans::Yes ? N : K) * ldb - 1;
+                   auto key = std::make_tuple(B, int(tb == Trans::Yes), K, N, ldb, B[0], B[last / 2], B[last]);
+                   auto it = cache.find(key);
+                   if (it == cache.end()) it = cache.emplace(key, ops::GemmPackedB(tb, K, N, B, ldb)).first;
+                   ops::gemm_packed(ta, M, alpha, A, lda, it->second, beta, C, ldc);
+                   return true;
+                 },
+                 [](int t) { set_num_threads(t); }});
   if (void* h = open_lib("/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0")) {
     auto f = reinterpret_cast<cblas_sgemm_t>(dlsym(h, "cblas_sgemm"));
     auto nt = reinterpret_cast<void (*)(int)>(dlsym(h, "openblas_set_num_threads"));

@@ -139,3 +139,49 @@ TEST_CASE("gemm kernels: one that the processor cannot run is refused, Auto name
                                                                           : GemmKernel::Eigen;
   CHECK(ops::gemm_kernel_auto() == best);
 }
+
+TEST_CASE("gemm_packed: a pre-packed B gives gemm's result for every form, edge and block, 1 and 2 threads") {
+  Rng rng(24);
+  const std::array<int64_t, 3> shapes[] = {{1, 1, 1},    {5, 7, 3},     {6, 16, 1},    {13, 33, 5}, {2, 67, 37},
+                                           {64, 512, 128}, {8, 130, 300}, {241, 35, 385}, {3, 4100, 2}, {7, 0, 3},
+                                           {4, 5, 0},    {1, 300, 40},  {2, 130, 300}, {1, 4100, 3}};
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (Trans ta : {Trans::No, Trans::Yes})
+      for (Trans tb : {Trans::No, Trans::Yes})
+        for (auto [M, N, K] : shapes)
+          for (float beta : {0.0f, -1.5f}) {
+            const int64_t lda = (ta == Trans::No ? K : M) + 3, ldb = (tb == Trans::No ? N : K) + 1, ldc = N + 2;
+            Tensor A = rand_normal({ta == Trans::No ? M : K, lda}, rng);
+            Tensor B = rand_normal({tb == Trans::No ? K : N, ldb}, rng), C = rand_normal({M, ldc}, rng);
+            if (beta == 0.0f)
+              for (int64_t i = 0; i < C.numel(); ++i) C[i] = NAN;
+            Tensor R = C;
+            const ops::GemmPackedB packed(tb, K, N, B.data(), ldb);
+            CHECK(packed.rows() == K);
+            CHECK(packed.cols() == N);
+            ops::gemm_packed(ta, M, 0.5f, A.data(), lda, packed, beta, C.data(), ldc);
+            ops::gemm_naive(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, R.data(), ldc);
+            for (int64_t i = 0; i < M; ++i)
+              for (int64_t j = 0; j < ldc; ++j) {
+                const float c = C[i * ldc + j], r = R[i * ldc + j];
+                if (j >= N) REQUIRE((c == r || (std::isnan(c) && std::isnan(r))));  // padding untouched
+                else REQUIRE_MESSAGE(std::fabs(c - r) <= 1e-5f * (K + 1) * (1.0f + std::fabs(r)),
+                                     "M ", M, " N ", N, " K ", K, " ta ", int(ta == Trans::Yes), " tb ",
+                                     int(tb == Trans::Yes), " threads ", threads, " at (", i, ", ", j, ")");
+              }
+          }
+  }
+  // inside an OpenMP region: each call on its own thread, the same bits as a single-thread call
+  const int64_t M = 9, N = 70, K = 40;
+  Tensor A = rand_normal({M, K}, rng), B = rand_normal({N, K}, rng);
+  const ops::GemmPackedB packed(Trans::Yes, K, N, B.data(), K);
+  Tensor single({M, N});
+  ops::gemm_packed(Trans::No, M, 1.0f, A.data(), K, packed, 0.0f, single.data(), N, ops::GemmThreads::This);
+  std::vector<Tensor> out(4, Tensor({M, N}));
+#pragma omp parallel for num_threads(2)
+  for (int t = 0; t < 4; ++t) ops::gemm_packed(Trans::No, M, 1.0f, A.data(), K, packed, 0.0f, out[t].data(), N);
+  for (int t = 0; t < 4; ++t)
+    for (int64_t i = 0; i < M * N; ++i) REQUIRE(out[t][i] == single[i]);
+  set_num_threads(1);
+}

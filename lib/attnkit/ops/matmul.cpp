@@ -166,6 +166,68 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   gemm_with(GemmKernel::Auto, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads);
 }
 
+GemmPackedB::GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb) : K_(K), N_(N) {
+  AK_CHECK(K >= 0 && N >= 0, "gemm_pack_b: negative size K {} N {}", K, N);
+  const GemmKernel kernel = gemm_kernel_auto();
+  kernel_ = static_cast<int>(kernel);
+  if (kernel == GemmKernel::Eigen) {  // op(B) as a row-major [K, N] copy
+    data_.resize(K * N);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) data_[k * N + j] = tb == Trans::No ? B[k * ldb + j] : B[j * ldb + k];
+  } else if (kernel == GemmKernel::Avx512) {
+    data_.resize(detail::avx512::packed_size(K, N));
+    detail::avx512::pack_b_all(tb == Trans::Yes, B, ldb, K, N, data_.data());
+  } else {
+    data_.resize(detail::avx2::packed_size(K, N));
+    detail::avx2::pack_b_all(tb == Trans::Yes, B, ldb, K, N, data_.data());
+  }
+}
+
+void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, const GemmPackedB& B, float beta,
+                 float* C, int64_t ldc, GemmThreads threads) {
+  const int64_t N = B.N_, K = B.K_;
+  AK_CHECK(M >= 0, "gemm_packed: negative size M {}", M);
+  AK_CHECK(B.kernel_ == static_cast<int>(gemm_kernel_auto()), "gemm_packed: B was packed for another kernel");
+  if (M == 0 || N == 0) return;
+  const bool serial = threads == GemmThreads::This || omp_in_parallel() || num_threads() <= 1 ||
+                      M * N * K < (int64_t(1) << 21);
+  const GemmKernel kernel = static_cast<GemmKernel>(B.kernel_);
+  if (K == 0 || alpha == 0.0f || kernel == GemmKernel::Eigen) {
+    Map c(C, M, N, Stride(ldc));
+    if (beta == 0.0f) c.setZero();
+    else if (beta != 1.0f) c *= beta;
+    if (K == 0 || alpha == 0.0f) return;
+    eigen_gemm(serial, ta, Trans::No, M, N, K, alpha, A, lda, B.data_.data(), N, C, ldc);
+    return;
+  }
+  const bool avx512 = kernel == GemmKernel::Avx512;
+  const auto fn = avx512 ? &detail::avx512::gemm_packed : &detail::avx2::gemm_packed;
+  const float* p = B.data_.data();
+  const bool t = ta == Trans::Yes;
+  if (serial) {
+    if (fn(t, M, N, K, alpha, A, lda, p, 0, N, beta, C, ldc)) return;
+    AK_CHECK(omp_in_parallel(), "gemm_packed: cannot allocate the packing buffer for [{}, {}]", M, K);
+    // allocation-free fallback inside an OpenMP region: plain loops over the packed layout
+    const auto at = avx512 ? &detail::avx512::packed_at : &detail::avx2::packed_at;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += (t ? A[k * lda + i] : A[i * lda + k]) * at(p, K, N, k, j);
+        C[i * ldc + j] = alpha * acc + (beta == 0.0f ? 0.0f : beta * C[i * ldc + j]);
+      }
+    return;
+  }
+  std::vector<char> failed(num_threads(), 0);
+#pragma omp parallel num_threads(num_threads())
+  {  // thread t: columns [t * chunk, (t + 1) * chunk), chunk a multiple of 32 (whole panels)
+    const int th = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t chunk = (N / nt + 31) / 32 * 32;
+    const int64_t lo = std::min<int64_t>(N, th * chunk), hi = th + 1 == nt ? N : std::min(N, lo + chunk);
+    if (lo < hi && !fn(t, M, N, K, alpha, A, lda, p, lo, hi, beta, C, ldc)) failed[th] = 1;
+  }
+  for (char f : failed) AK_CHECK(!f, "gemm_packed: cannot allocate the packing buffer for [{}, {}]", M, K);
+}
+
 void gemm_naive(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i)

@@ -1,5 +1,8 @@
 // The library's one matrix-multiply entry (DESIGN.md §9): every kernel's GEMM goes through here,
-// so the implementation behind it (today Eigen's blocked GEMM) is chosen in one place.
+// so the implementation behind it is chosen in one place: attnkit's own BLIS-style kernel
+// (ops/gemm_kernel.inc) in its AVX-512 or AVX2+FMA build, picked at run time from the processor,
+// Eigen's blocked GEMM on processors without AVX2 (ops/gemm_kernels.hpp names them; the
+// measurements behind the choice: docs/benchmarks.md, "GEMM").
 //
 //   C [M, N] = alpha * op(A) [M, K] * op(B) [K, N] + beta * C
 //   op(X) = X or X^T (Trans::Yes); all matrices row-major with leading dimensions (row strides)
@@ -10,6 +13,7 @@
 // OpenMP parallel region, or with GemmThreads::This, runs on the calling thread only.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace attnkit::ops {
 
@@ -18,6 +22,29 @@ enum class GemmThreads { Policy, This };
 
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmThreads threads = GemmThreads::Policy);
+
+// op(B) [K, N] packed once for many products with it, e.g. a recurrent layer's W_hh at every time
+// step: the panels the kernel that ops::gemm picks would otherwise pack on every call. A derived copy
+// (DESIGN.md §9): build a new one when the weight's values change (its Parameter's version).
+class GemmPackedB {
+ public:
+  GemmPackedB() = default;
+  GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb);
+  int64_t rows() const { return K_; }  // K
+  int64_t cols() const { return N_; }  // N
+
+ private:
+  friend void gemm_packed(Trans, int64_t, float, const float*, int64_t, const GemmPackedB&, float, float*, int64_t,
+                          GemmThreads);
+  int64_t K_ = 0, N_ = 0;
+  int kernel_ = 0;  // the GemmKernel it was packed for
+  std::vector<float> data_;
+};
+
+// C [M, N] = alpha * op(A) [M, K] * B [K, N] + beta * C with B pre-packed: ops::gemm's semantics
+// (strides, beta 0 ignores C, threads), without packing B.
+void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, const GemmPackedB& B, float beta,
+                 float* C, int64_t ldc, GemmThreads threads = GemmThreads::Policy);
 
 // Reference: plain loops in double precision (tests compare gemm to it).
 void gemm_naive(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
