@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -179,6 +180,18 @@ TEST_CASE("cross_entropy: every row ignored gives 0 and zero gradients (PyTorch:
   CHECK(test::error_of([&] {
           ops::cross_entropy_forward(logits, std::vector<int64_t>{0, 1, 2}, {-100, 1.0f, ops::Reduction::Mean});
         }) == "cross_entropy: label_smoothing is 1, expected a number in [0, 1)");
+  // masked logits (-inf, not the target) get exactly 0 gradient, as in PyTorch
+  {
+    const float inf = std::numeric_limits<float>::infinity();
+    Tensor masked({1, 20});
+    for (int j = 0; j < 20; ++j) masked[j] = j % 2 ? -inf : 0.1f * j;
+    ops::CrossEntropySaved s;
+    const Tensor loss = ops::cross_entropy_forward(masked, std::vector<int64_t>{4}, {}, &s);
+    CHECK(std::isfinite(loss[0]));
+    Tensor d({1, 20});
+    ops::cross_entropy_backward(Tensor::scalar(1.0f), masked, {4}, {}, s, d);
+    for (int j = 1; j < 20; j += 2) CHECK(d[j] == 0.0f);
+  }
   // large logits stay finite (the row max is subtracted)
   Tensor big({2, 3}, {1e4f, -1e4f, 0.0f, 3e4f, 3e4f, 3e4f});
   Tensor l = ops::cross_entropy_forward(big, std::vector<int64_t>{1, 2}, {-100, 0.0f, ops::Reduction::None});
@@ -314,6 +327,11 @@ TEST_CASE("softmax and log_softmax: backward against finite differences; masked 
   }
   CHECK(ds[4] == 0.0f);  // a masked entry of softmax: y = 0
   CHECK(dl[4] == 5.0f);  // of log-softmax: dy_j - 0 * sum (PyTorch gives the same)
+  // masked entries are exactly 0 in softmax's forward (Eigen's packet exp(-inf) is 2.9e-39, not 0)
+  Tensor wide({1, 20});
+  for (int j = 0; j < 20; ++j) wide[j] = j % 2 ? -inf : 0.1f * j;
+  const Tensor sw = ops::softmax_forward(wide);
+  for (int j = 1; j < 20; j += 2) CHECK(sw[j] == 0.0f);
   CHECK(test::error_of([&] { ops::softmax_backward(Tensor({2, 3}), Tensor({2, 4}), ds); }) ==
         "softmax: output gradient has shape [2, 3], expected [2, 4] like the output");
 }

@@ -15,6 +15,7 @@ namespace attnkit::ops {
 namespace {
 
 using CArr = Eigen::Map<const Eigen::ArrayXf>;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 Shape without_last(const Shape& s) { return Shape(s.begin(), s.end() - 1); }
 
@@ -58,7 +59,7 @@ Tensor cross_entropy_forward(const Tensor& logits, const std::vector<int64_t>& t
     const CArr x(logits.data() + r * C, C);
     const float m = x.maxCoeff();
     // lse = m + log sum_j exp(x_j - m): every exp in (0, 1]
-    const float l = m == -std::numeric_limits<float>::infinity() ? m : m + std::log((x - m).exp().sum());
+    const float l = m == kNegInf ? m : m + std::log((x - m).exp().sum());
     lse[r] = l;
     float loss = l - x[t];                                              // nll = lse - x_t
     if (eps > 0.0f) loss = (1.0f - eps) * loss + eps * (l - x.mean());  // + eps * (lse - mean_j x_j)
@@ -112,7 +113,8 @@ void cross_entropy_backward(const Tensor& dloss, const Tensor& logits, const std
     float* dx = dlogits.data() + r * C;
     // forward: loss_r = (1 - eps)(lse - x_t) + eps (lse - mean_j x_j), d lse / d x_j = p_j
     //   ->  dx_j += g (p_j - (1 - eps) [j = t] - eps / C)
-    Eigen::Map<Eigen::ArrayXf>(dx, C) += g * ((x - saved.row_lse[r]).exp() - off);
+    // (a masked logit, -inf, has p = 0 exactly: Eigen's packet exp(-inf) is 2.9e-39, not 0)
+    Eigen::Map<Eigen::ArrayXf>(dx, C) += g * ((x == kNegInf).select(0.0f, (x - saved.row_lse[r]).exp()) - off);
     dx[t] -= g * (1.0f - eps);
   });
 }

@@ -30,7 +30,9 @@ void softmax_rows(float* x, int64_t rows, int64_t cols, float* row_max, float* r
     if (m == kNegInf) {
       row.setZero();  // every entry masked: zero weights, not 0/0
     } else {
-      row = (row == kNegInf).select(0.0f, (row - m).exp());  // in [0, 1]; masked exactly 0 (Eigen's exp(-inf) is not)
+      // vectorised exp, every value in (0, 1]; a masked entry (-inf) gives exactly 0 (Eigen's
+      // packet exp(-inf) is 2.9e-39, not 0)
+      row = (row == kNegInf).select(0.0f, (row - m).exp());
       l = row.sum();
       row *= 1.0f / l;
     }
@@ -96,7 +98,8 @@ void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
     if (yr.maxCoeff() == kNegInf) return;  // a fully masked row: zero gradient, not NaN
     // forward: y_j = x_j - m - log(sum_k exp(x_k - m))  ->  dx_j += dy_j - exp(y_j) sum_k dy_k
     const float s = g.sum();
-    Eigen::Map<Eigen::ArrayXf>(dx.data() + r * C, C) += g - yr.exp() * s;
+    // (a masked entry, y = -inf, has exp(y) = 0 exactly: not Eigen's 2.9e-39)
+    Eigen::Map<Eigen::ArrayXf>(dx.data() + r * C, C) += g - (yr == kNegInf).select(0.0f, yr.exp()) * s;
   });
 }
 
