@@ -223,7 +223,7 @@ TEST_CASE("writer: nested, flat, pretty, bundles") {
   CHECK(to_json(t, {TensorFormat::Nested, true}) == "[[1, 2, 3],\n [4, 5, 6.5]]");
   CHECK(to_json(Tensor::scalar(2)) == "2");
   CHECK(to_json(Tensor(Shape{0})) == "[]");
-  CHECK(to_json(Tensor(Shape{2, 0})) == "[[],[]]");
+  CHECK(to_json(Tensor(Shape{2, 0})) == R"({"shape":[2,0],"data":[]})");  // a size 0 of rank >= 2: flat
   CHECK(to_json(Tensor(Shape{1, 2, 2}, {1, 2, 3, 4}), {TensorFormat::Nested, true}) == "[[[1, 2],\n  [3, 4]]]");
   CHECK(to_json(Tensor(Shape{2, 1, 2}, {1, 2, 3, 4}), {TensorFormat::Nested, true}) == "[[[1, 2]],\n\n [[3, 4]]]");
 
@@ -559,4 +559,65 @@ TEST_CASE("read_text: files, folders, pipes") {
   std::string cmd = "(printf '[3]' > '" + fifo + "') &";
   REQUIRE(std::system(cmd.c_str()) == 0);
   CHECK(read_text(fifo) == "[3]");
+}
+
+TEST_CASE("shapes survive the wire: every shape reads back unchanged, in both formats") {
+  // every shape of rank 0..4 with sizes 0..2, then sizes past float32's exact integers
+  std::vector<Shape> shapes;
+  for (int rank = 0; rank <= 4; ++rank) {
+    int count = 1;
+    for (int i = 0; i < rank; ++i) count *= 3;
+    for (int code = 0; code < count; ++code) {
+      Shape s;
+      for (int i = 0, c = code; i < rank; ++i, c /= 3) s.push_back(c % 3);
+      shapes.push_back(s);
+    }
+  }
+  for (int64_t big : {int64_t{16777217}, int64_t{1} << 31, (int64_t{1} << 53) + 1, std::numeric_limits<int64_t>::max()}) {
+    shapes.push_back({big, 0});
+    shapes.push_back({0, big});
+    shapes.push_back({2, 0, big});
+  }
+  shapes.push_back({16777217});  // 16777217 values: past float32's exact integers, within the limit
+  int checked = 0;
+  for (const Shape& s : shapes) {
+    Tensor t(s);
+    for (int64_t i = 0; i < t.numel(); ++i) t[i] = static_cast<float>(i % 7);
+    for (TensorFormat format : {TensorFormat::Nested, TensorFormat::Flat}) {
+      WriteOptions w;
+      w.format = format;
+      std::string text = to_json(t, w);
+      Value back = parse_json(text, "t.json");
+      REQUIRE_MESSAGE(back.is_tensor(), shape_str(s) << " wrote " << text.substr(0, 80) << ": " << back.why());
+      CHECK_MESSAGE(back.tensor().shape() == s, shape_str(s) << " wrote " << text.substr(0, 80) << ", read "
+                                                             << back.tensor().shape_str());
+      CHECK(back.tensor().values() == t.values());
+      ++checked;
+    }
+  }
+  CHECK(checked == 2 * static_cast<int>(shapes.size()));
+  // the default (nested) writes a tensor of rank >= 2 with a size 0 in the flat form
+  CHECK(to_json(Tensor({2, 0, 4})) == R"({"shape":[2,0,4],"data":[]})");
+  CHECK(to_json(Tensor({0, 3})) == R"({"shape":[0,3],"data":[]})");
+  CHECK(to_json(Tensor({3, 0})) == R"({"shape":[3,0],"data":[]})");
+  CHECK(to_json(Tensor({0})) == "[]");
+}
+
+TEST_CASE("flat form: shape sizes are exact integers, not float32") {
+  CHECK(parse(R"({"shape": [16777217, 0], "data": []})").tensor().shape() == Shape{16777217, 0});
+  CHECK(parse(R"({"shape": [9223372036854775807, 0], "data": []})").tensor().shape() == Shape{INT64_MAX, 0});
+  CHECK(parse(R"({"shape": [3.0, 1e0], "data": [1, 2, 3]})").tensor().shape() == Shape{3, 1});
+  CHECK(parse(R"({"shape": [ 2 ,
+   2 ], "data": [1, 2, 3, 4]})").tensor().shape() == Shape{2, 2});
+  // 16777217 values is one past float32's exact integers: refused for the limit, not misread
+  ReadOptions small;
+  small.max_elements = 16777216;
+  CHECK(parse_error(R"({"shape": [16777217], "data": []})", "x.json", small) ==
+        "x.json:1:1: flat tensor of shape [16777217] has more than 16777216 elements (see --max-elements)");
+  CHECK(why_not(R"({"shape": [9223372036854775808, 0], "data": []})") ==
+        "a flat tensor whose \"shape\" holds 9223372036854775808 (sizes are non-negative integers) (line 1, column 1)");
+  CHECK(why_not(R"({"shape": [1e17, 0], "data": []})") ==
+        "a flat tensor whose \"shape\" holds 1e17 (sizes are non-negative integers) (line 1, column 1)");
+  CHECK(why_not(R"({"shape": ["NaN"], "data": []})") ==
+        "a flat tensor whose \"shape\" holds \"NaN\" (sizes are non-negative integers) (line 1, column 1)");
 }

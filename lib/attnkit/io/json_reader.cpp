@@ -1,6 +1,7 @@
 #include "attnkit/io/json_reader.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fcntl.h>
@@ -582,6 +583,7 @@ class Parser {
     ++p_;  // '{'
     Value bundle = Value::bundle();
     std::string problem;
+    const char* shape_at = nullptr;
     std::unordered_set<std::string> seen;  // used past kLinearKeys members (a linear search below)
     constexpr size_t kLinearKeys = 16;
     skip_ws();
@@ -598,6 +600,7 @@ class Parser {
         if (p_ == end_ || *p_ != ':') expected("':' after an object key");
         ++p_;
         skip_ws();
+        if (key == "shape") shape_at = p_;  // a flat form's sizes are read again from the text, exactly
         Value member = value(depth + 1);
         if (problem.empty()) {
           size_t n = bundle.members().size();
@@ -616,11 +619,39 @@ class Parser {
       }
     }
     if (!problem.empty()) return Value::other(problem);
-    return flat_form(std::move(bundle), open);
+    return flat_form(std::move(bundle), open, shape_at);
+  }
+
+  // The sizes in the "shape" list at `at` (already read as an array of numbers), exactly: a size
+  // written as an integer is read as one (up to 2^63 - 1), not through float32, so that every shape a
+  // tensor can have reads back unchanged ([16777217, 0]). Written with a fraction or an exponent
+  // (3.0, 1e3) it must be a whole number up to 2^53. Returns "" or the text of the first bad size.
+  std::string exact_sizes(const char* at, Shape& shape) const {
+    const char* q = at + 1;  // past '['
+    for (;;) {
+      while (q < end_ && (is_ws(*q) || *q == ',')) ++q;
+      if (q >= end_ || *q == ']') return "";
+      const char* start = q;
+      bool digits = true;
+      while (q < end_ && !is_ws(*q) && *q != ',' && *q != ']') digits &= *q >= '0' && *q <= '9', ++q;
+      std::string_view text(start, static_cast<size_t>(q - start));
+      int64_t d = -1;
+      if (digits) {
+        auto r = std::from_chars(start, q, d);
+        if (r.ec != std::errc() || r.ptr != q) d = -1;
+      } else if (*start != '"') {
+        double x = -1;
+        auto r = fast_float::from_chars(start, q, x);
+        if (r.ec == std::errc() && r.ptr == q && x >= 0 && x == std::floor(x) && x <= 9007199254740992.0)
+          d = static_cast<int64_t>(x);
+      }
+      if (d < 0) return std::string(text.substr(0, 40));
+      shape.push_back(d);
+    }
   }
 
   // {"shape": [...], "data": [...], "dtype"?: "..."} is a tensor; any other object is a bundle.
-  Value flat_form(Value bundle, const char* open) {
+  Value flat_form(Value bundle, const char* open, const char* shape_at) {
     const Value* shape_v = bundle.find("shape");
     const Value* data_v = bundle.find("data");
     size_t extra = bundle.members().size() - (shape_v ? 1 : 0) - (data_v ? 1 : 0) - (bundle.find("dtype") ? 1 : 0);
@@ -629,15 +660,13 @@ class Parser {
     if (!shape_v->is_tensor() || shape_v->tensor().rank() != 1)
       return bad("a flat tensor whose \"shape\" is not a list of sizes");
     Shape shape;
-    for (float d : shape_v->tensor().values()) {
-      if (!(d >= 0) || d != std::floor(d) || d > 9.0e18f)
-        return bad(fmt::format("a flat tensor whose \"shape\" holds {} (sizes are non-negative integers)", d));
-      shape.push_back(static_cast<int64_t>(d));
-    }
+    if (std::string size = exact_sizes(shape_at, shape); !size.empty())
+      return bad(fmt::format("a flat tensor whose \"shape\" holds {} (sizes are non-negative integers)", size));
     if (shape.size() > static_cast<size_t>(kMaxRank)) return bad(fmt::format("a flat tensor with more than {} dimensions", kMaxRank));
     int64_t numel = 1;
-    for (int64_t d : shape)
-      if (__builtin_mul_overflow(numel, d, &numel) || numel > options_.max_elements)
+    bool overflow = false;
+    for (int64_t d : shape) overflow = overflow || __builtin_mul_overflow(numel, d, &numel);
+    if (overflow || numel > options_.max_elements)  // the whole product: [2^40, 0] holds nothing
         syntax_error_at(open, fmt::format("flat tensor of shape {} has more than {} elements (see --max-elements)",
                                           shape_str(shape), options_.max_elements));
     if (const Value* dtype = bundle.find("dtype"); dtype && dtype->kind() != Value::Kind::Other)
