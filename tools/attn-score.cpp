@@ -85,8 +85,6 @@ int main(int argc, char** argv) {
 
     io::Sources sources(in.read_options());
     auto tensor = [&](const std::string& ref, const char* role) { return sources.tensor(ref, role, in.allow_nan); };
-    const std::vector<std::string> refs = {query, keys, values, self, weights_ref, mask, key_lengths};
-    const bool reads_stdin = std::any_of(refs.begin(), refs.end(), [](const std::string& r) { return io::is_stdin(r); });
 
     // Weights are read per record (with NDJSON on stdin, -#NAME may differ from record to record).
     auto checked_weights = [&]() -> const io::Value& {
@@ -99,7 +97,7 @@ int main(int argc, char** argv) {
       return tools::with_source(weights_ref, [&] { return nn::MultiheadAttention::from_bundle(w, nh); });
     };
     Tensor shown_weights;  // for the heatmap
-    std::string text = tools::per_record(sources, reads_stdin, out, [&]() -> io::Value {
+    tools::per_record(sources, out, [&]() -> io::Value {
       // With --self the three are one tensor (multi-head attention then projects with one GEMM).
       const Tensor q_in = tensor(self.empty() ? query : self, self.empty() ? "query" : "self");
       const Tensor k_in = self.empty() ? tensor(keys, "keys") : Tensor();
@@ -142,13 +140,12 @@ int main(int argc, char** argv) {
       }
       return result;
     });
-    if (!heatmap.empty()) {
+    if (!heatmap.empty()) {  // last: after the result was written (of the last record, for a stream)
       io::HeatmapOptions h;
       h.row_labels = query_labels;
       h.col_labels = key_labels;
       io::write_heatmap_svg(heatmap, shown_weights, h);
     }
-    tools::emit(out, std::move(text));
     return 0;
   });
 }

@@ -84,16 +84,15 @@ int main(int argc, char** argv) {
       Rng rng(seed);
       model = nn::Recurrent::random(config, rng);
     } else {
-      const io::Value& weights = sources.value(weights_ref);
+      const io::Value& weights = sources.single_value(weights_ref, "weights");
       tools::refuse_nan_weights(weights, weights_ref, in.allow_nan);
       model = tools::with_source(weights_ref, [&] { return nn::Recurrent::from_bundle(weights, cell, layout); });
     }
-    if (!save_path.empty()) io::write_file_atomic(save_path, io::to_json(model->to_bundle(save_layout)) + "\n");
-    if (input_ref.empty()) return 0;  // --save-weights alone
+    // --save-weights is written last: after the run succeeded and its result was written
+    auto save = [&] { if (!save_path.empty()) io::write_file_atomic(save_path, io::to_json(model->to_bundle(save_layout)) + "\n"); };
+    if (input_ref.empty()) return save(), 0;  // --save-weights alone
 
-    const bool reads_stdin = io::is_stdin(input_ref) || io::is_stdin(h0_ref) || io::is_stdin(c0_ref) ||
-                             io::is_stdin(lengths_ref);
-    tools::emit(out, tools::per_record(sources, reads_stdin, out, [&] {
+    tools::per_record(sources, out, [&] {
       auto tensor = [&](const std::string& ref, const char* role) {
         return sources.tensor(ref, role, in.allow_nan);
       };
@@ -110,7 +109,8 @@ int main(int argc, char** argv) {
       req.threads = threads;
       req.layout = layout;
       return nn::run_sequence(*model, req);
-    }));
+    });
+    save();
     return 0;
   });
 }

@@ -1,6 +1,7 @@
 // tensor: build, inspect and compare JSON tensors, for building and checking pipelines.
 #include <cmath>
 #include <iostream>
+#include <optional>
 
 #include "attnkit/io/diff.hpp"
 #include "attnkit/io/pretty_print.hpp"
@@ -129,45 +130,59 @@ int main(int argc, char** argv) {
                             : rand_uniform(s, rng, static_cast<float>(low), static_cast<float>(high));
       tools::emit(out, io::to_json(t, out.write_options()));
     } else if (*show_cmd) {
-      // text, not JSON: one block per NDJSON record
-      std::string shown;
-      size_t records = io::is_stdin(ref) ? std::max<size_t>(1, sources.stdin_records()) : 1;
-      for (size_t i = 0; i < records; ++i) {
-        if (records > 1) sources.select_stdin_record(i);
-        shown += io::pretty_print(sources.tensor_or_bundle(ref));
-      }
-      if (!shown.empty() && shown.back() == '\n') shown.pop_back();
-      tools::emit(out, std::move(shown));
+      // text, not JSON: one block per record
+      tools::per_record_text(sources, out, [&] {
+        std::string shown = io::pretty_print(sources.tensor_or_bundle(ref));
+        if (!shown.empty() && shown.back() == '\n') shown.pop_back();
+        return shown;
+      });
     } else if (*get_cmd) {
-      tools::emit(out, tools::per_record(sources, io::is_stdin(ref), out, [&] { return sources.tensor_or_bundle(ref); }));
+      tools::per_record(sources, out, [&] { return sources.tensor_or_bundle(ref); });
     } else if (*reshape_cmd) {
       Shape s = shape(true);
-      tools::emit(out, tools::per_record(sources, io::is_stdin(ref), out, [&] { return io::Value(input(ref).reshaped(s)); }));
+      tools::per_record(sources, out, [&] { return io::Value(input(ref).reshaped(s)); });
     } else if (*transpose_cmd) {
-      tools::emit(out, tools::per_record(sources, io::is_stdin(ref), out, [&] { return io::Value(transpose(input(ref), axes)); }));
+      tools::per_record(sources, out, [&] { return io::Value(transpose(input(ref), axes)); });
     } else if (*pack_cmd) {
-      io::Value bundle = io::Value::bundle();
+      std::vector<std::pair<std::vector<std::string>, std::string>> named;  // (path in the bundle, reference)
       for (const auto& m : members) {
         size_t eq = m.find('=');
         if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())
           throw UsageError(fmt::format("pack: \"{}\" is not NAME=REF", m));
-        std::string name = m.substr(0, eq), member_ref = m.substr(eq + 1);
-        bundle.set_path(io::parse_reference("pack#" + name).names, sources.tensor_or_bundle(member_ref));
+        named.emplace_back(io::parse_reference("pack#" + m.substr(0, eq)).names, m.substr(eq + 1));
       }
-      tools::emit(out, io::to_json(bundle, out.write_options()));
+      tools::per_record(sources, out, [&] {
+        io::Value bundle = io::Value::bundle();
+        for (const auto& [names, member_ref] : named) bundle.set_path(names, sources.tensor_or_bundle(member_ref));
+        return bundle;
+      });
     } else if (*diff_cmd) {
-      // like diff(1), trouble (unreadable input, NaN without --allow-nan) is status 2, not 1
-      io::DiffReport report;
+      // like diff(1), trouble (unreadable input, NaN without --allow-nan) is status 2, not 1;
+      // streams are compared record by record (paired as every tool pairs them): 1 if any differs
+      bool equal = true;
       try {
-        const io::Value& a = sources.value(ref);  // A first: its errors come first
-        report = io::diff(a, sources.value(ref_b), Tolerance{rtol, atol}, in.allow_nan, ref, ref_b);
+        std::optional<tools::Output> sink;
+        if (!quiet) sink.emplace(out);
+        do {
+          const size_t record = sources.record_index();
+          const std::string at = record ? fmt::format("record {}: ", record + 1) : "";
+          io::DiffReport report;
+          try {
+            const io::Value& a = sources.value(ref);  // A first: its errors come first
+            report = io::diff(a, sources.value(ref_b), Tolerance{rtol, atol}, in.allow_nan, ref, ref_b);
+          } catch (const Error& e) {
+            throw Error(at + e.what());
+          }
+          equal = equal && report.equal;
+          if (sink) sink->write(io::to_json(report.to_value(), out.write_options()));
+          if (!report.equal && !quiet) std::cerr << "tensor diff: " << at << report.summary() << '\n';
+        } while (sources.next_record());
+        if (sink) sink->commit();
       } catch (const Error& e) {
         std::cerr << "tensor: " << e.what() << '\n';
         return 2;
       }
-      if (!quiet) tools::emit(out, io::to_json(report.to_value(), out.write_options()));
-      if (!report.equal && !quiet) std::cerr << "tensor diff: " << report.summary() << '\n';
-      return report.equal ? 0 : 1;
+      return equal ? 0 : 1;
     }
     return 0;
   });

@@ -101,5 +101,14 @@ if [[ -f "$source_dir/tests/cli/hostile_weights.inc" ]]; then
   source "$source_dir/tests/cli/hostile_weights.inc"
 fi
 
+# --- streams where one document is expected: refused, never cut to the first record ---
+lstm-run --init --input-size 2 --hidden-size 3 --seed 1 --save-weights w1.json
+tensor randn --shape 3,2 --seed 1 > x32.json
+expect 1 '<stdin>: holds more than one record; weights take one document' bash -c 'cat w1.json w1.json | lstm-run x32.json --weights -'
+expect 1 'w2.ndjson: holds more than one record; weights take one document' bash -c 'cat w1.json w1.json > w2.ndjson; lstm-run x32.json --weights w2.ndjson'
+# --save-weights is written only when the run succeeded
+expect 1 'input' lstm-run nonfinite.json --weights w1.json --save-weights saved.json
+[[ ! -e saved.json ]] || { echo "FAIL: --save-weights written by a failed run" >&2; failures=$((failures + 1)); }
+
 echo "hostile_input: $cases cases, $failures failures"
 [[ $failures -eq 0 ]]

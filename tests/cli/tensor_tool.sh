@@ -156,7 +156,12 @@ ok "tensor show <(tensor arange 3)" "tensor([0., 1., 2.], shape=[3])"  # pipes a
 bad "tensor get -" 1 "tensor: <stdin>:1:1: empty input, expected a JSON value" ""
 bad "tensor get -" 1 'tensor: <stdin>:1:5: expected a number, found NaN (JSON has no NaN: write the string "NaN")' "[1, NaN]"
 bad "tensor get -" 1 "tensor: <stdin>: not a tensor: number 1e39 is out of the float32 range (write \"Infinity\" for infinity) (line 1, column 2)" "[1e39]"
-bad "tensor get -#a" 1 "tensor: record 2: <stdin>: no tensor named \"a\" (has: b)" $'{"a": [1]}\n{"b": [2]}\n'
+# a stream's records are written as they are made: record 1 stays written when record 2 fails
+run "tensor get -#a" $'{"a": [1]}\n{"b": [2]}\n'
+[[ $rc -eq 1 && "$out" == "[1]" && "$err" == 'tensor: record 2: <stdin>: no tensor named "a" (has: b)' ]] ||
+  fail "record 2 fails: exit $rc, stdout $out, stderr $err"
+run "tensor get -#a -o rec.json" $'{"a": [1]}\n{"b": [2]}\n'
+[[ $rc -eq 1 && ! -e rec.json ]] || fail "-o: a stream that fails at record 2 left rec.json"
 bad "tensor get -" 1 "tensor: <stdin>:1:5: expected the end of the line after a JSON document" "[1] [2]"
 bad "tensor get - --max-elements 3" 1 "tensor: <stdin>:1:11: tensor has more than 3 elements (see --max-elements)" "[1, 2, 3, 4]"
 bad "tensor get -" 1 "tensor: <stdin>:1:1: flat tensor of shape [1000000, 1000000, 1000000] has more than 1073741824 elements (see --max-elements)" \
@@ -210,6 +215,41 @@ bad "tensor arange 3 -o no/such/dir/z.json" 1 "tensor: no/such/dir/z.json: canno
 ok "tensor show ../a.json -o shown.txt" ""
 [[ "$(cat shown.txt)" == $'tensor([[1., 2.],\n        [3., 4.]], shape=[2, 2])' ]] || fail "show -o: $(cat shown.txt)"
 cd ..
+
+# --- shapes survive the wire (a size 0 of rank >= 2 is written flat; flat sizes are exact integers)
+ok "tensor arange 0 --shape 2,0,4" '{"shape":[2,0,4],"data":[]}'
+ok "tensor arange 0 --shape 2,0,4 | tensor reshape - --shape 0,8 | tensor get -" '{"shape":[0,8],"data":[]}'
+ok "tensor get - --format flat" '{"shape":[16777217,0],"data":[]}' '{"shape": [16777217, 0], "data": []}'
+ok "tensor show -" "tensor([], shape=[16777217, 0])" '{"shape": [16777217, 0], "data": []}'
+bad "tensor get - --max-elements 16777216" 1 "tensor: <stdin>:1:1: flat tensor of shape [16777217] has more than 16777216 elements (see --max-elements)" '{"shape": [16777217], "data": []}'
+
+# --- streams: every tool treats every record -------------------------------------------------
+# diff and pack pair the records of two streams; one document goes with every record
+run "(tensor arange 3; tensor arange 3 | tensor reshape - --shape 1,3) | tensor diff - <(tensor arange 3) -q"
+[[ $rc -eq 1 ]] || fail "diff: a differing second record must give exit 1, got $rc ($err)"
+run "(tensor arange 3; tensor arange 3) | tensor diff - <(tensor arange 3) -q"
+[[ $rc -eq 0 ]] || fail "diff: two equal records: exit $rc ($err)"
+ok "(tensor arange 3; tensor arange 2) | tensor pack a=- b=-" $'{"a":[0,1,2],"b":[0,1,2]}\n{"a":[0,1],"b":[0,1]}'
+ok "(tensor arange 3; tensor arange 2) | tensor pack a=- b=<(tensor arange 4; tensor arange 5)" $'{"a":[0,1,2],"b":[0,1,2,3]}\n{"a":[0,1],"b":[0,1,2,3,4]}'
+ok "(tensor arange 3; tensor arange 2) | tensor pack a=- one=<(tensor arange 1)" $'{"a":[0,1,2],"one":[0]}\n{"a":[0,1],"one":[0]}'
+run "(tensor arange 3; tensor arange 2; tensor arange 1) | tensor diff - <(tensor arange 3; tensor arange 2) -q"
+[[ $rc -eq 2 && "$err" == *"ends after 2 records"*"streams are paired record by record"* ]] || fail "diff: streams of 3 and 2 records: exit $rc ($err)"
+# a file holding several documents is a stream, as standard input is
+printf '[1, 2]\n[3, 4]\n' > two.ndjson
+ok "tensor show two.ndjson" $'tensor([1., 2.], shape=[2])\ntensor([3., 4.], shape=[2])'
+ok "tensor reshape two.ndjson --shape 2,1 -o out.ndjson && tensor get out.ndjson" $'[[1],[2]]\n[[3],[4]]'
+ok "tensor pack x=two.ndjson | tensor get -#x" $'[1,2]\n[3,4]'
+# records are written as they are made: the first line comes before the second record exists
+start=$(date +%s%N)
+first=$( (tensor arange 3; sleep 4; tensor arange 4) | tensor get - | { IFS= read -r line; echo "$(( ($(date +%s%N) - start) / 1000000 )) $line"; cat >/dev/null; })
+[[ "${first#* }" == "[0,1,2]" && "${first%% *}" -lt 3500 ]] || fail "stream: first record not written before the next arrived ($first ms)"
+# memory is bounded by the record, not the stream: 4000 records of [8, 64] (22 MB) in under 40 MB
+tensor randn --shape 8,64 --seed 1 > rec.json
+for i in $(seq 4000); do cat rec.json; done > many.ndjson
+if [[ -x /usr/bin/time ]]; then
+  /usr/bin/time -f '%M' -o rss.txt tensor get - < many.ndjson | cmp -s - many.ndjson || fail "stream of 4000 records changed"
+  (( $(cat rss.txt) < 40000 )) || fail "stream of 22 MB peaked at $(cat rss.txt) KB"
+fi
 
 # --- --help and --version --------------------------------------------------------------------------
 run "tensor --help"

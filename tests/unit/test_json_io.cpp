@@ -90,11 +90,23 @@ struct TempDir {
 };
 
 // Standard input replaced by `text` while alive.
+// Standard input (file descriptor 0, which the readers read) replaced by `text` for a scope.
 struct FakeStdin {
-  std::istringstream in;
-  std::streambuf* old;
-  explicit FakeStdin(const std::string& text) : in(text), old(std::cin.rdbuf(in.rdbuf())) {}
-  ~FakeStdin() { std::cin.rdbuf(old); }
+  int saved = dup(0);
+  explicit FakeStdin(const std::string& text) {
+    char path[] = "/tmp/attnkit-stdin-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+    lseek(fd, 0, SEEK_SET);
+    unlink(path);
+    dup2(fd, 0);
+    close(fd);
+  }
+  ~FakeStdin() {
+    dup2(saved, 0);
+    close(saved);
+  }
 };
 
 }  // namespace
@@ -473,12 +485,15 @@ TEST_CASE("references: PATH, PATH#NAME, PATH#a/b, and - read once") {
   SUBCASE("standard input as an NDJSON stream") {
     FakeStdin in("[1]\n[2, 3]\n{\"a\": [4]}\n");
     Sources s;
-    CHECK(s.stdin_records() == 3);
-    s.select_stdin_record(1);
+    CHECK(s.tensor("-").numel() == 1);
+    CHECK(s.record_index() == 0);
+    CHECK(s.next_record());
+    CHECK(s.streaming());
     CHECK(s.tensor("-").numel() == 2);
-    s.select_stdin_record(2);
+    CHECK(s.next_record());
     CHECK(s.tensor("-#a")[0] == 4);
-    CHECK(error_of([&] { s.select_stdin_record(3); }) == "<stdin>: no record 4 (has 3)");
+    CHECK(!s.next_record());
+    CHECK(s.record_index() == 2);
   }
   SUBCASE("empty standard input") {
     FakeStdin in("");
@@ -620,4 +635,69 @@ TEST_CASE("flat form: shape sizes are exact integers, not float32") {
         "a flat tensor whose \"shape\" holds 1e17 (sizes are non-negative integers) (line 1, column 1)");
   CHECK(why_not(R"({"shape": ["NaN"], "data": []})") ==
         "a flat tensor whose \"shape\" holds \"NaN\" (sizes are non-negative integers) (line 1, column 1)");
+}
+
+TEST_CASE("RecordReader: a stream read record by record, with positions in the whole input") {
+  TempDir dir;
+  auto records = [&](const std::string& text) {
+    RecordReader r(dir.file("s.ndjson", text));
+    std::vector<std::string> out;
+    Value v;
+    while (r.next(v)) out.push_back(to_json(v));
+    return out;
+  };
+  using V = std::vector<std::string>;
+  CHECK(records("[1, 2]\n{\"a\": [3]}\n\n  7  \n[[1],\n [2]]\n") == V{"[1,2]", "{\"a\":[3]}", "7", "[[1],[2]]"});
+  CHECK(records("[1]\r\n[2]") == V{"[1]", "[2]"});  // no newline after the last
+  CHECK(records("\n\n[1]\n\n") == V{"[1]"});
+  // brackets and newlines inside strings do not end or open a record
+  CHECK(records("{\"s\": \"]]}\\n[\", \"t\": [1]}\n[2]\n") == V{"{\"s\":\"]]}\\n[\",\"t\":[1]}", "[2]"});
+  CHECK(records("{\"s\": \"\\\\\", \"t\": [1]}\n[2]\n") == V{"{\"s\":\"\\\\\",\"t\":[1]}", "[2]"});
+  // a record past the read buffer (1 MiB), with escapes across its boundary
+  std::string big = "{\"s\": \"";
+  for (int i = 0; i < 400000; ++i) big += "\\\"]";
+  big += "\", \"x\": [1, 2]}";
+  CHECK(records(big + "\n" + big + "\n[3]\n").size() == 3);
+  // messages give the line in the whole input
+  CHECK(error_of([&] { records("[1]\n\n[2,\n 3]\n[4, x]\n"); }) == dir.path + "/s.ndjson:5:5: expected a number, found 'x'");
+  CHECK(error_of([&] { records("[1]\n[2] [3]\n"); }) == dir.path + "/s.ndjson:2:5: expected the end of the line after a JSON document");
+  CHECK(error_of([&] { records("[1]\n[2,\n"); }) == dir.path + "/s.ndjson:2:1: unterminated array");
+  CHECK(error_of([&] { records("\n  "); }) == dir.path + "/s.ndjson:2:3: empty input, expected a JSON value");
+  CHECK(error_of([&] { RecordReader r(dir.path + "/none.json"); }) == dir.path + "/none.json: cannot open (No such file or directory)");
+}
+
+TEST_CASE("Sources: streams are paired record by record, one document goes with every record") {
+  TempDir dir;
+  std::string a = dir.file("a.ndjson", "[1]\n[2]\n[3]\n");
+  std::string b = dir.file("b.ndjson", "[10]\n[20]\n[30]\n");
+  std::string one = dir.file("one.json", "[100]");
+  std::string short_ = dir.file("short.ndjson", "[1]\n[2]\n");
+  {
+    Sources s;
+    std::vector<float> seen;
+    do seen.push_back(s.tensor(a)[0] + s.tensor(b)[0] + s.tensor(one)[0]);
+    while (s.next_record());
+    CHECK(seen == std::vector<float>{111, 122, 133});
+    CHECK(s.streaming());
+  }
+  {
+    Sources s;
+    CHECK(s.tensor(one)[0] == 100);
+    CHECK(!s.next_record());  // one document: one record
+    CHECK(!s.streaming());
+  }
+  {
+    Sources s;
+    auto run = [&] {
+      do (void)(s.tensor(short_)[0] + s.tensor(a)[0]);
+      while (s.next_record());
+    };
+    CHECK(error_of(run) == short_ + " ends after 2 records, " + a +
+                               " has more: streams are paired record by record and must hold as many");
+  }
+  {
+    Sources s;
+    CHECK(error_of([&] { s.single_value(a + "#x", "weights"); }) == a + ": holds more than one record; weights take one document");
+    CHECK(s.single_value(one, "weights").tensor()[0] == 100);
+  }
 }

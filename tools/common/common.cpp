@@ -87,33 +87,51 @@ void add_threads_option(CLI::App& app, int& threads) {
       ->capture_default_str();
 }
 
-void emit(const OutputOptions& out, std::string body) {
-  body += '\n';
-  if (out.path == "-") {
-    std::fwrite(body.data(), 1, body.size(), stdout);
-    std::fflush(stdout);
-    AK_CHECK(!std::ferror(stdout), "standard output: write error");
-  } else {
-    io::write_file_atomic(out.path, body);
-  }
+Output::Output(const OutputOptions& out) {
+  if (out.path != "-") file_ = std::make_unique<io::AtomicFileWriter>(out.path);
 }
 
-std::string per_record(io::Sources& sources, bool reads_stdin, const OutputOptions& out,
-                       const std::function<io::Value()>& compute) {
-  if (!reads_stdin || sources.stdin_records() <= 1) return io::to_json(compute(), out.write_options());
-  io::WriteOptions compact = out.write_options();
-  compact.pretty = false;  // NDJSON: one record a line
-  std::string text;
-  for (size_t i = 0; i < sources.stdin_records(); ++i) {
-    sources.select_stdin_record(i);
-    try {
-      if (i) text += '\n';
-      io::write_json(text, compute(), compact);
-    } catch (const Error& e) {
-      fail("record {}: {}", i + 1, e.what());
-    }
+Output::~Output() = default;
+
+void Output::write(std::string body) {
+  body += '\n';
+  if (file_) {
+    file_->write(body);
+    return;
   }
-  return text;
+  std::fwrite(body.data(), 1, body.size(), stdout);
+  std::fflush(stdout);
+  AK_CHECK(!std::ferror(stdout), "standard output: write error");
+}
+
+void Output::commit() {
+  if (file_) file_->commit();
+}
+
+void emit(const OutputOptions& out, std::string body) {
+  Output sink(out);
+  sink.write(std::move(body));
+  sink.commit();
+}
+
+void per_record_text(io::Sources& sources, const OutputOptions& out, const std::function<std::string()>& compute) {
+  Output sink(out);
+  do {
+    std::string text;
+    try {
+      text = compute();
+    } catch (const Error& e) {
+      if (sources.record_index() == 0) throw;
+      fail("record {}: {}", sources.record_index() + 1, e.what());
+    }
+    sink.write(std::move(text));
+  } while (sources.next_record());
+  sink.commit();
+}
+
+void per_record(io::Sources& sources, const OutputOptions& out, const std::function<io::Value()>& compute) {
+  const io::WriteOptions w = out.write_options();
+  per_record_text(sources, out, [&] { return io::to_json(compute(), w); });
 }
 
 namespace {

@@ -2,11 +2,13 @@
 // 2 usage), the shared option groups, and output that is written whole or not at all.
 #pragma once
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "attnkit/io/atomic_file.hpp"
 #include "attnkit/io/json_writer.hpp"
 #include "attnkit/io/reference.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -57,14 +59,30 @@ void add_output_options(CLI::App& app, OutputOptions& out);  // -o, --format, --
 void add_input_options(CLI::App& app, InputOptions& in);     // --max-elements, --allow-nan
 void add_threads_option(CLI::App& app, int& threads);        // --threads N (0: one per core)
 
-// Writes `text` (plus a newline) to standard output or atomically to the file.
-void emit(const OutputOptions& out, std::string text);  // by value: callers move their (large) text in
+// Where a run's result goes: standard output, or -o FILE (written to a temporary, moved into place
+// by commit(), removed if the run fails). Each write() is one document or record, a newline
+// appended, written and flushed at once (a stream's records appear as they are made).
+class Output {
+ public:
+  explicit Output(const OutputOptions& out);
+  ~Output();
+  void write(std::string text);  // by value: callers move their (large) text in
+  void commit();
 
-// Runs `compute` once for each NDJSON record on standard input (once if it holds one or none,
-// or if the tool does not read standard input) and returns the output text: one document, or one
-// compact line per record.
-std::string per_record(io::Sources& sources, bool reads_stdin, const OutputOptions& out,
-                       const std::function<io::Value()>& compute);
+ private:
+  std::unique_ptr<io::AtomicFileWriter> file_;
+};
+
+// Writes `text` (plus a newline) to standard output or atomically to the file.
+void emit(const OutputOptions& out, std::string text);
+
+// Runs `compute` for the first record of the inputs, then for every further record of the
+// streams among them (io::Sources: one document goes with every record, streams are paired),
+// writing each result as it is made: one document per record (compact unless --pretty). An error
+// in record 2 or later names the record ("record 3: ..."); the records before it stay written.
+void per_record(io::Sources& sources, const OutputOptions& out, const std::function<io::Value()>& compute);
+// The same for text made by the tool (tensor show): `compute` returns the text of one record.
+void per_record_text(io::Sources& sources, const OutputOptions& out, const std::function<std::string()>& compute);
 
 // Parses the command line and runs `body` inside the error boundary; returns the exit status.
 // `body` returns the exit status of a successful run (normally 0).

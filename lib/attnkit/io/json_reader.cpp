@@ -73,8 +73,10 @@ struct TensorBuilder {
 
 class Parser {
  public:
-  Parser(std::string_view text, std::string_view source, const ReadOptions& options)
-      : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), source_(source), options_(options) {}
+  // first_line: the line `text` starts on in its input (a record of a stream)
+  Parser(std::string_view text, std::string_view source, const ReadOptions& options, int64_t first_line = 1)
+      : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), source_(source), options_(options),
+        pos_line_(first_line), first_line_(first_line) {}
 
   bool at_end() {
     skip_ws();
@@ -108,11 +110,13 @@ class Parser {
   // order (an object's many string members), so the scan resumes from the last one asked.
   mutable const char* pos_at_ = nullptr;
   mutable int64_t pos_line_ = 1, pos_col_ = 1;
+  int64_t first_line_ = 1;
   std::pair<int64_t, int64_t> line_col(const char* at) const {
     if (at > end_) at = end_;
     if (pos_at_ == nullptr || at < pos_at_) {
       pos_at_ = begin_;
-      pos_line_ = pos_col_ = 1;
+      pos_line_ = first_line_;
+      pos_col_ = 1;
     }
     for (const char* q = pos_at_; q < at; ++q) {
       if (*q == '\n') {
@@ -701,12 +705,9 @@ std::vector<Value> parse_json_stream(std::string_view text, std::string_view sou
   return out;
 }
 
-std::string read_text(const std::string& path) {
-  if (path == "-") {
-    std::string text{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
-    AK_CHECK(!std::cin.bad(), "<stdin>: read error");
-    return text;
-  }
+namespace {
+
+int open_input(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   AK_CHECK(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
   struct stat st {};
@@ -714,6 +715,113 @@ std::string read_text(const std::string& path) {
     close(fd);
     fail("{}: is a folder, not a file", path);
   }
+  return fd;
+}
+
+}  // namespace
+
+RecordReader::RecordReader(const std::string& path, const ReadOptions& options)
+    : source_(path == "-" ? "<stdin>" : path), options_(options) {
+  fd_ = path == "-" ? 0 : open_input(path);
+}
+
+RecordReader::~RecordReader() {
+  if (fd_ > 0) close(fd_);
+}
+
+bool RecordReader::fill() {
+  if (eof_) return false;
+  if (start_ > 0 && (start_ >= used_ / 2 || used_ == buf_.size())) {  // drop what was consumed
+    buf_.erase(0, start_);
+    used_ -= start_;
+    scan_ -= start_;
+    start_ = 0;
+  }
+  constexpr size_t kChunk = size_t{1} << 20;
+  if (buf_.size() - used_ < kChunk / 2) buf_.resize(std::max(buf_.size() * 2, used_ + kChunk));
+  for (;;) {
+    ssize_t n = read(fd_, buf_.data() + used_, buf_.size() - used_);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("{}: read error ({})", source_, std::strerror(errno));
+    if (n == 0) {
+      eof_ = true;
+      return false;
+    }
+    used_ += static_cast<size_t>(n);
+    return true;
+  }
+}
+
+bool RecordReader::next(Value& out) {
+  // Find the newline that ends the record at start_: one at bracket depth 0 outside strings, after
+  // something that is not whitespace (blank lines between records are skipped). The parser
+  // checks the record itself; this scan only finds where it ends.
+  for (;;) {
+    const char* b = buf_.data();
+    size_t i = scan_, end_at = std::string::npos;
+    if (!started_) {
+      while (i < used_ && is_ws(b[i])) {
+        if (b[i] == '\n') start_ = i + 1, ++line_;
+        ++i;
+      }
+      if (i < used_) started_ = true;
+    }
+    if (started_) {
+      for (; i < used_; ++i) {
+        char c = b[i];
+        if (in_string_) {
+          if (c == '\\') {  // skip the escaped character (once it has arrived)
+            if (i + 1 >= used_) break;
+            ++i;
+            continue;
+          }
+          if (c == '"' || c == '\n') in_string_ = false;  // a newline in a string ends it: invalid anyway
+          if (c != '\n') continue;
+        }
+        if (c == '"') in_string_ = true;
+        else if (c == '[' || c == '{') ++depth_;
+        else if (c == ']' || c == '}') --depth_;
+        if (c == '\n') {
+          if (depth_ <= 0) {
+            end_at = i;
+            break;
+          }
+          ++newlines_;
+        }
+      }
+    }
+    scan_ = i;
+    if (end_at == std::string::npos && fill()) continue;
+    if (end_at == std::string::npos) end_at = used_;  // the end of the input
+    if (!started_) {
+      if (records_ == 0) {  // nothing but whitespace: "empty input" at its end
+        Parser parser(std::string_view(buf_.data() + start_, used_ - start_), source_, options_, line_);
+        parser.document();
+      }
+      return false;
+    }
+    std::string_view text(buf_.data() + start_, end_at - start_);
+    Parser parser(text, source_, options_, line_);
+    out = parser.document();
+    parser.end_of_document(true);
+    ++records_;
+    line_ += newlines_ + 1;
+    start_ = scan_ = std::min(end_at + 1, used_);
+    depth_ = newlines_ = 0;
+    in_string_ = started_ = false;
+    return true;
+  }
+}
+
+std::string read_text(const std::string& path) {
+  if (path == "-") {
+    std::string text{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+    AK_CHECK(!std::cin.bad(), "<stdin>: read error");
+    return text;
+  }
+  int fd = open_input(path);
+  struct stat st {};
+  fstat(fd, &st);
   // Regular files are read in one go; pipes and FIFOs (<(...), /dev/stdin) until their end.
   std::string text;
   size_t size = S_ISREG(st.st_mode) ? static_cast<size_t>(st.st_size) : 0;
