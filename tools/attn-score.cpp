@@ -51,9 +51,10 @@ int main(int argc, char** argv) {
                  "causal (key s visible to query t when s <= t), causal-lower-right (s <= t + S - T), or a reference "
                  "to a 0/1 tensor [T, S] / [N, T, S] / [N, NH, T, S] with 1 = ATTEND, 0 = masked")->type_name("causal|causal-lower-right|REF");
   app.add_option("--key-lengths", key_lengths, "Valid keys per batch element, [N] integers (padded batches)")->type_name("REF");
-  app.add_option("--heads", heads, "Multi-head attention with NH heads (needs --weights, or --split-heads)")
+  auto* heads_opt = app.add_option("--heads", heads, "Multi-head attention with NH heads (needs --weights, or --split-heads)")
       ->check(tools::positive());
-  app.add_flag("--split-heads", split_heads, "Multi-head without projections: split Q, K, V into NH equal parts");
+  app.add_flag("--split-heads", split_heads, "Multi-head without projections: split Q, K, V into NH equal parts (needs --heads)")
+      ->needs(heads_opt);
   app.add_flag("--need-weights", need_weights, "Multi-head: add \"weights\" averaged over heads [.., T, S]");
   app.add_flag("--per-head", per_head, "Multi-head: add \"weights\" per head [.., NH, T, S]");
   app.add_option("--heatmap", heatmap, "Also write the weights as an SVG heatmap to FILE.svg")->type_name("FILE.svg");

@@ -110,5 +110,25 @@ expect 1 'w2.ndjson: holds more than one record; weights take one document' bash
 expect 1 'input' lstm-run nonfinite.json --weights w1.json --save-weights saved.json
 [[ ! -e saved.json ]] || { echo "FAIL: --save-weights written by a failed run" >&2; failures=$((failures + 1)); }
 
+# --- crashes and silent mistakes: refused with the option named ---
+tensor randn --shape 4,8 --seed 1 > x48.json
+expect 2 'threads: 100000 is not a thread count: give 0 \(one per core\) to 256' attn-score --self x48.json --heads 2 --split-heads --threads 100000
+expect 2 'threads: 257 is not a thread count' lstm-run x32.json --weights w1.json --threads 257
+expect 0 '' lstm-run x32.json --weights w1.json --threads 256
+expect 2 '--split-heads requires --heads' attn-score --self x48.json --split-heads
+expect 2 '--save-layout requires --save-weights' lstm-run x32.json --weights w1.json --save-layout cs231n
+expect 2 '--save-weights - and the result would share standard output' lstm-run x32.json --weights w1.json --save-weights -
+lstm-run --weights w1.json --save-weights - > w_stdout.json 2>err.txt && cmp -s w_stdout.json w1.json && [[ ! -e ./- ]] ||
+  { echo "FAIL: --save-weights - should write the weights to standard output: $(cat err.txt)" >&2; failures=$((failures + 1)); }
+expect 1 'init: weight_ih_l0 \[400000, 1000000\] has 400000000000 elements, more than --max-elements' lstm-run x32.json --init --input-size 1000000 --hidden-size 100000
+expect 1 'init: weight_hh_l0 \[40, 10\] has 400 elements, more than --max-elements 300' lstm-run x32.json --init --input-size 2 --hidden-size 10 --max-elements 300
+tensor rand --shape 1000 --seed 3 --low -2e38 --high 2e38 --format flat > wide.json
+python3 -c '
+import json, sys
+d = json.load(open("wide.json"))["data"]
+bad = [x for x in d if not isinstance(x, (int, float)) or not (-2e38 <= x < 2e38)]
+sys.exit(1 if bad or max(d) < 1e38 or min(d) > -1e38 else 0)' ||
+  { echo "FAIL: rand --low -2e38 --high 2e38 left [low, high): $(head -c 200 wide.json)" >&2; failures=$((failures + 1)); }
+
 echo "hostile_input: $cases cases, $failures failures"
 [[ $failures -eq 0 ]]

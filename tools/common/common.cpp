@@ -82,8 +82,15 @@ void add_input_options(CLI::App& app, InputOptions& in) {
 }
 
 void add_threads_option(CLI::App& app, int& threads) {
-  app.add_option("--threads", threads, "Threads for the heavy kernels (0: one per core)")
-      ->check(non_negative())
+  app.add_option("--threads", threads, fmt::format("Threads for the heavy kernels, 0 (one per core) to {}", kMaxThreads))
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            long long n = -1;
+            if (!CLI::detail::lexical_cast(text, n) || n < 0 || n > kMaxThreads)
+              return fmt::format("{} is not a thread count: give 0 (one per core) to {}", text, kMaxThreads);
+            return "";
+          },
+          fmt::format("0..{}", kMaxThreads)))
       ->capture_default_str();
 }
 
@@ -190,6 +197,14 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) 
     std::cerr << name << ": " << e.what() << '\n';
     return 1;
   }
+}
+
+void refuse_over_limit(const std::string& what, const Shape& shape, int64_t max_elements) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n)) n = INT64_MAX;
+  if (n > max_elements)
+    fail("{} {} has {} elements, more than --max-elements {}", what, shape_str(shape), n, max_elements);
 }
 
 Shape parse_shape(const std::string& text, bool allow_infer) {

@@ -57,7 +57,10 @@ void refuse_nan_weights(const io::Value& weights, const std::string& ref, bool a
 void describe(CLI::App& app, const std::string& description, const std::string& examples);
 void add_output_options(CLI::App& app, OutputOptions& out);  // -o, --format, --pretty
 void add_input_options(CLI::App& app, InputOptions& in);     // --max-elements, --allow-nan
-void add_threads_option(CLI::App& app, int& threads);        // --threads N (0: one per core)
+// --threads N, 0 (one per core) to kMaxThreads; more is refused (exit 2) by every tool alike
+// (libgomp itself dies by SIGSEGV at 100000).
+constexpr int kMaxThreads = 256;
+void add_threads_option(CLI::App& app, int& threads);
 
 // Where a run's result goes: standard output, or -o FILE (written to a temporary, moved into place
 // by commit(), removed if the run fails). Each write() is one document or record, a newline
@@ -87,6 +90,10 @@ void per_record_text(io::Sources& sources, const OutputOptions& out, const std::
 // Parses the command line and runs `body` inside the error boundary; returns the exit status.
 // `body` returns the exit status of a successful run (normally 0).
 int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+
+// Refuses (exit 1) a tensor to be made whose element count passes --max-elements, before it is
+// allocated: "--init: weight_ih_l0 [4096, 1000000] has 4096000000 elements, more than --max-elements ...".
+void refuse_over_limit(const std::string& what, const Shape& shape, int64_t max_elements);
 
 // Parses "3,4" or "3x4" into a shape; a size of -1 is allowed only when allow_infer.
 Shape parse_shape(const std::string& text, bool allow_infer = false);
