@@ -110,8 +110,8 @@ int main(int argc, char** argv) {
       const int64_t N = q.rank() == 3 ? q.dim(0) : 1;
       if (mask == "causal") spec.causal = ops::CausalKind::UpperLeft;
       else if (mask == "causal-lower-right") spec.causal = ops::CausalKind::LowerRight;
-      else if (!mask.empty()) spec.mask = tensor(mask, "mask");
-      if (!key_lengths.empty()) spec.key_lengths = ops::key_lengths_from(tensor(key_lengths, "key lengths"), N, "attn-score");
+      else if (!mask.empty()) spec.mask = tools::keyword_or_tensor(sources, mask, "--mask", {"causal", "causal-lower-right"}, in.allow_nan);
+      if (!key_lengths.empty()) spec.key_lengths = ops::key_lengths_from(tensor(key_lengths, "key lengths"), N, io::display_name(key_lengths));
       io::Value result = io::Value::bundle();
       if (multi) {
         nn::MhaOptions o;

@@ -91,6 +91,8 @@ int main(int argc, char** argv) {
     } else {
       const io::Value& weights = sources.single_value(weights_ref, "weights");
       tools::refuse_nan_weights(weights, weights_ref, in.allow_nan);
+      for (const auto& [name, w] : weights.members())  // PyTorch's nn.LSTM(proj_size=P) adds weight_hr_l*
+        AK_CHECK(name.rfind("weight_hr_l", 0) != 0, "{}: {}: proj_size is not supported (an LSTM with projections)", weights_ref, name);
       model = tools::with_source(weights_ref, [&] { return nn::Recurrent::from_bundle(weights, cell, layout); });
     }
     // --save-weights is written last: after the run succeeded and its result was written

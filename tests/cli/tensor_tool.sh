@@ -178,7 +178,7 @@ bad "tensor arange 1e12" 1 "tensor: arange: 1000000000000 values is more than --
 bad "tensor randn --shape 10,10 --max-elements 99" 1 "tensor: randn: 100 values is more than --max-elements 99"
 
 bad "tensor" 2 "$(usage "A subcommand is required")"
-bad "tensor frobnicate" 2 "$(usage "A subcommand is required")"
+bad "tensor frobnicate" 2 "$(usage 'unknown subcommand "frobnicate" (subcommands: linspace, arange, randn, rand, show, get, reshape, transpose, pack, diff)')"
 bad "tensor linspace 0 1 --shape 3 --bogus" 2 "$(usage "The following argument was not expected: --bogus")"
 bad "tensor linspace 0 1" 2 "$(usage "--shape is required")"
 bad "tensor linspace 0 --shape 3" 2 "$(usage "HI is required")"

@@ -305,7 +305,7 @@ TEST_CASE("reader: what is not a tensor, and why") {
   CHECK(why_not("[1, [2]]") == "an array that mixes numbers and arrays (line 1, column 5)");
   CHECK(why_not("[[2], 1]") == "an array that mixes numbers and arrays (line 1, column 7)");
   CHECK(why_not(R"([1, "x"])") == "an array holding a string (line 1, column 5)");
-  CHECK(why_not("[1, true]") == "an array holding a boolean (line 1, column 5)");
+  CHECK(why_not("[1, true]") == "an array holding a boolean (write true and false as 1 and 0) (line 1, column 5)");
   CHECK(why_not("[null]") == "an array holding null (line 1, column 2)");
   CHECK(why_not(R"([{"a": 1}])") == "an array holding an object (line 1, column 2)");
   CHECK(why_not(R"("hello")") == "a string (line 1, column 1)");

@@ -1,10 +1,13 @@
 #include "common/common.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <iostream>
 #include <new>
+
+#include <unistd.h>
 
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -167,6 +170,16 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) 
     arg_ptrs.push_back(a.data());
   }
   restore_stdin_references(app);
+  // "tensor bogus": name the unknown subcommand and list the real ones (CLI11 says "not expected")
+  auto subcommands = app.get_subcommands([](CLI::App*) { return true; });
+  if (!subcommands.empty() && argc > 1 && argv[1][0] != '-' &&
+      std::none_of(subcommands.begin(), subcommands.end(), [&](CLI::App* s) { return s->check_name(argv[1]); })) {
+    std::vector<std::string> names;
+    for (CLI::App* s : subcommands) names.push_back(s->get_name());
+    std::cerr << name << ": unknown subcommand \"" << argv[1] << "\" (subcommands: " << fmt::format("{}", fmt::join(names, ", "))
+              << ")\n(run " << name << " --help for usage)\n";
+    return 2;
+  }
   try {
     app.parse(argc, arg_ptrs.data());
   } catch (const CLI::CallForHelp& e) {
@@ -197,6 +210,14 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) 
     std::cerr << name << ": " << e.what() << '\n';
     return 1;
   }
+}
+
+Tensor keyword_or_tensor(io::Sources& sources, const std::string& ref, const std::string& option,
+                         const std::vector<std::string>& keywords, bool allow_nan) {
+  const io::Reference r = io::parse_reference(ref);
+  if (r.path != "-" && access(r.path.c_str(), F_OK) != 0)
+    throw UsageError(fmt::format("{} {}: not one of {} and no file of that name", option, ref, fmt::join(keywords, ", ")));
+  return sources.tensor(ref, option.substr(option.find_first_not_of('-')), allow_nan);
 }
 
 void refuse_over_limit(const std::string& what, const Shape& shape, int64_t max_elements) {

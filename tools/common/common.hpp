@@ -95,6 +95,11 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 // allocated: "--init: weight_ih_l0 [4096, 1000000] has 4096000000 elements, more than --max-elements ...".
 void refuse_over_limit(const std::string& what, const Shape& shape, int64_t max_elements);
 
+// The tensor `ref` names, for an option that also takes keywords (--mask causal): a reference that
+// names no file is taken for a mistyped keyword and refused with the keywords (exit 2).
+Tensor keyword_or_tensor(io::Sources& sources, const std::string& ref, const std::string& option,
+                         const std::vector<std::string>& keywords, bool allow_nan);
+
 // Parses "3,4" or "3x4" into a shape; a size of -1 is allowed only when allow_infer.
 Shape parse_shape(const std::string& text, bool allow_infer = false);
 

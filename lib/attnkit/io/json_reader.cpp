@@ -488,7 +488,7 @@ class Parser {
             b.data.push_back(f);
           }
         } else if (c == '{' || c == 't' || c == 'f' || c == 'n') {
-          const char* kind = c == '{' ? "an object" : c == 'n' ? "null" : "a boolean";
+          const char* kind = c == '{' ? "an object" : c == 'n' ? "null" : "a boolean (write true and false as 1 and 0)";
           skip_value(depth + 1);
           note_problem(b, at, fmt::format("an array holding {}", kind));
         } else {
