@@ -9,6 +9,7 @@
 #include "attnkit/tensor/creation.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
+#include "attnkit/tensor/slice.hpp"
 #include "common/common.hpp"
 
 using namespace attnkit;
@@ -63,9 +64,28 @@ int main(int argc, char** argv) {
   auto* show_cmd = app.add_subcommand("show", "Print a tensor or bundle readably (numpy style, with the shape)");
   show_cmd->add_option("REF", ref, "Tensor reference PATH[#NAME], - for standard input")->capture_default_str();
   show_cmd->footer("Example: tensor linspace 0 1 --shape 2,3 | tensor show -");
-  auto* get_cmd = app.add_subcommand("get", "Extract a member of a bundle");
-  get_cmd->add_option("REF", ref, "Reference PATH#NAME[/NAME...]")->required();
-  get_cmd->footer("Example: tensor get run.json#h_n");
+  std::string index_spec;
+  auto* get_cmd = app.add_subcommand("get", "Extract a member of a bundle, or part of a tensor (numpy indexing)");
+  get_cmd->add_option("REF", ref, "Reference PATH#NAME[/NAME...], or PATH#PREFIX. for the members named PREFIX.*")->required();
+  get_cmd->add_option("--index", index_spec, "numpy indexing: -1 (last of axis 0, axis dropped), 0,:,2:5, ::-1 (reversed), 1::2");
+  get_cmd->footer("Example: tensor arange 24 --shape 2,3,4 | tensor get - --index '-1,:,1:3'");
+
+  // cat / stack / select
+  std::vector<std::string> refs;
+  int axis = 0;
+  auto* cat_cmd = app.add_subcommand("cat", "Join tensors along an existing axis (numpy.concatenate)");
+  cat_cmd->add_option("REFS", refs, "Tensor references")->required();
+  cat_cmd->add_option("--axis", axis, "Axis (negative from the end)")->capture_default_str();
+  cat_cmd->footer("Example: tensor cat <(tensor arange 3) <(tensor arange 2)");
+  auto* stack_cmd = app.add_subcommand("stack", "Stack tensors of one shape along a new axis (numpy.stack)");
+  stack_cmd->add_option("REFS", refs, "Tensor references")->required();
+  stack_cmd->add_option("--axis", axis, "Axis of the result (negative from the end)")->capture_default_str();
+  stack_cmd->footer("Example: tensor stack <(tensor arange 3) <(tensor arange 3) --axis 1");
+  std::vector<std::string> picked;
+  auto* select_cmd = app.add_subcommand("select", "A bundle of some members: by NAME, or by PREFIX. (the prefix stripped)");
+  select_cmd->add_option("REF", ref, "Bundle reference")->required();
+  select_cmd->add_option("NAMES", picked, "Member names, or prefixes ending in '.' (enc. selects enc.weight_ih_l0 as weight_ih_l0)")->required();
+  select_cmd->footer("Example: tensor pack enc.w=<(tensor arange 2) dec.w=<(tensor arange 3) | tensor select - enc.");
   auto* reshape_cmd = app.add_subcommand("reshape", "Same values, new shape (one size may be -1)");
   reshape_cmd->add_option("REF", ref, "Tensor reference")->required();
   reshape_cmd->add_option("--shape", shape_text, "New shape, e.g. 4,-1")->required();
@@ -137,7 +157,28 @@ int main(int argc, char** argv) {
         return shown;
       });
     } else if (*get_cmd) {
-      tools::per_record(sources, out, [&] { return sources.tensor_or_bundle(ref); });
+      tools::per_record(sources, out, [&] {
+        return index_spec.empty() ? sources.tensor_or_bundle(ref) : io::Value(index(input(ref), index_spec));
+      });
+    } else if (*cat_cmd || *stack_cmd) {
+      tools::per_record(sources, out, [&] {
+        std::vector<Tensor> parts;
+        std::vector<std::string> names;
+        for (const auto& r : refs) parts.push_back(input(r)), names.push_back(io::display_name(r));
+        return io::Value(*cat_cmd ? concatenate(parts, axis, names) : stack(parts, axis, names));
+      });
+    } else if (*select_cmd) {
+      tools::per_record(sources, out, [&] {
+        const io::Value& whole = sources.tensor_or_bundle(ref);
+        if (!whole.is_bundle()) fail("{}: is a tensor, not a bundle; select picks members of a bundle", io::display_name(ref));
+        if (picked.size() == 1 && picked[0].back() == '.') return io::select_prefix(whole, picked[0], io::display_name(ref));
+        io::Value bundle = io::Value::bundle();
+        for (const auto& name : picked) {
+          const std::string key = name.back() == '.' ? name.substr(0, name.size() - 1) : name;
+          bundle.set(key, name.back() == '.' ? io::select_prefix(whole, name, io::display_name(ref)) : sources.value(ref + (ref.find('#') == std::string::npos ? "#" : "/") + name));
+        }
+        return bundle;
+      });
     } else if (*reshape_cmd) {
       Shape s = shape(true);
       tools::per_record(sources, out, [&] { return io::Value(input(ref).reshaped(s)); });

@@ -131,7 +131,7 @@ sys.exit(1 if bad or max(d) < 1e38 or min(d) > -1e38 else 0)' ||
   { echo "FAIL: rand --low -2e38 --high 2e38 left [low, high): $(head -c 200 wide.json)" >&2; failures=$((failures + 1)); }
 
 # --- messages that help ---
-expect 2 'tensor: unknown subcommand "bogus" \(subcommands: linspace, arange, randn, rand, show, get, reshape, transpose, pack, diff' tensor bogus
+expect 2 'tensor: unknown subcommand "bogus" \(subcommands: linspace, arange, randn, rand, show, get, cat, stack, select, reshape, transpose, pack, diff\)' tensor bogus
 expect 2 'attn-score: --mask casual: not one of causal, causal-lower-right and no file of that name' attn-score --query x48.json --keys x48.json --mask casual
 echo '[2, 1, 1]' > len29.json
 tensor randn --shape 2,3,8 --seed 1 > q238.json

@@ -178,7 +178,7 @@ bad "tensor arange 1e12" 1 "tensor: arange: 1000000000000 values is more than --
 bad "tensor randn --shape 10,10 --max-elements 99" 1 "tensor: randn: 100 values is more than --max-elements 99"
 
 bad "tensor" 2 "$(usage "A subcommand is required")"
-bad "tensor frobnicate" 2 "$(usage 'unknown subcommand "frobnicate" (subcommands: linspace, arange, randn, rand, show, get, reshape, transpose, pack, diff)')"
+bad "tensor frobnicate" 2 "$(usage 'unknown subcommand "frobnicate" (subcommands: linspace, arange, randn, rand, show, get, cat, stack, select, reshape, transpose, pack, diff)')"
 bad "tensor linspace 0 1 --shape 3 --bogus" 2 "$(usage "The following argument was not expected: --bogus")"
 bad "tensor linspace 0 1" 2 "$(usage "--shape is required")"
 bad "tensor linspace 0 --shape 3" 2 "$(usage "HI is required")"
@@ -251,10 +251,45 @@ if [[ -x /usr/bin/time ]]; then
   (( $(cat rss.txt) < 40000 )) || fail "stream of 22 MB peaked at $(cat rss.txt) KB"
 fi
 
+# --- slicing and selecting (expected values: numpy 1.24, a = np.arange(24).reshape(2, 3, 4)) ------
+tensor arange 24 --shape 2,3,4 > a24.json
+while IFS=' ' read -r spec want; do
+  run "tensor get a24.json --index '$spec'"
+  [[ $rc -eq 0 && "$out" == "$want" ]] || fail "get --index '$spec': got $out ($err), numpy gives $want"
+done <<'EOF'
+-1 [[12,13,14,15],[16,17,18,19],[20,21,22,23]]
+0,:,2:5 [[2,3],[6,7],[10,11]]
+::-1 [[[12,13,14,15],[16,17,18,19],[20,21,22,23]],[[0,1,2,3],[4,5,6,7],[8,9,10,11]]]
+1,::2,-1 [15,23]
+:,-1 [[8,9,10,11],[20,21,22,23]]
+0,1,::-2 [7,5]
+0,-4:-1:1 [[0,1,2,3],[4,5,6,7]]
+1,-1:-10:-1,3 [23,19,15]
+-2,:2,::3 [[0,3],[4,7]]
+0,1,1 5
+EOF
+bad "tensor get a24.json --index 0,5" 1 "tensor: index \"0,5\": 5 is out of range for axis 1 of size 3 (tensor [2, 3, 4])"
+bad "tensor get a24.json --index ::0" 1 "tensor: index \"::0\": step \"0\" is not a non-zero integer"
+ok "tensor cat <(tensor arange 3) <(tensor arange 2)" "[0,1,2,0,1]"
+ok "tensor cat <(tensor arange 6 --shape 2,3) <(tensor arange 4 --shape 2,2) --axis -1" "[[0,1,2,0,1],[3,4,5,2,3]]"
+ok "tensor stack <(tensor arange 3) <(tensor arange 3) --axis 1" "[[0,0],[1,1],[2,2]]"
+ok "tensor stack a24.json a24.json | tensor get - --index '1,1,2'" "[20,21,22,23]"
+run "tensor stack <(tensor arange 3) <(tensor arange 2)"
+[[ $rc -eq 1 && "$err" == *"stacked tensors have one shape"* ]] || fail "stack of [3] and [2]: $rc $err"
+# a state_dict's flat keys select as a bundle, the prefix stripped; references take the prefix too
+tensor pack enc.weight_ih_l0=<(tensor arange 2) enc.bias_ih_l0=<(tensor arange 3) dec.weight=<(tensor arange 1) > sd.json
+ok "tensor select sd.json enc." '{"weight_ih_l0":[0,1],"bias_ih_l0":[0,1,2]}'
+ok "tensor get sd.json#enc." '{"weight_ih_l0":[0,1],"bias_ih_l0":[0,1,2]}'
+ok "tensor get sd.json#enc./bias_ih_l0" '[0,1,2]'
+ok "tensor select sd.json enc. dec.weight" '{"enc":{"weight_ih_l0":[0,1],"bias_ih_l0":[0,1,2]},"dec.weight":[0]}'
+bad "tensor get sd.json#x." 1 'tensor: sd.json: no member starts with "x." (has: enc.weight_ih_l0, enc.bias_ih_l0, dec.weight)'
+# slicing in a pipe, record by record
+ok "(tensor arange 6 --shape 2,3; tensor arange 4 --shape 2,2) | tensor get - --index ':,-1'" $'[2,5]\n[1,3]'
+
 # --- --help and --version --------------------------------------------------------------------------
 run "tensor --help"
 [[ $rc -eq 0 && "$out" == *"Examples:"* && "$out" == *"tensor linspace -0.4 1.2 --shape 3,4 | tensor show -"* ]] || fail "--help has no example"
-for sub in linspace arange randn rand show get reshape transpose pack diff; do
+for sub in linspace arange randn rand show get reshape transpose pack diff cat stack select; do
   run "tensor $sub --help"
   [[ $rc -eq 0 && "$out" == *"Example: tensor "* ]] || fail "tensor $sub --help has no example"
 done

@@ -38,6 +38,25 @@ Reference parse_reference(std::string_view ref) {
   return r;
 }
 
+Value select_prefix(const Value& bundle, const std::string& prefix, const std::string& at) {
+  Value out = Value::bundle();
+  const std::string whole = prefix.substr(0, prefix.size() - 1);
+  for (const auto& [name, member] : bundle.members()) {
+    if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0) {
+      AK_CHECK(out.find(name.substr(prefix.size())) == nullptr, "{}: \"{}\" is given twice under the prefix {}", at,
+               name.substr(prefix.size()), prefix);
+      out.append(name.substr(prefix.size()), member);
+    } else if (name == whole && member.is_bundle()) {
+      for (const auto& [n, m] : member.members()) out.set(n, m);
+    }
+  }
+  if (out.members().empty()) {
+    auto names = bundle.names();
+    fail("{}: no member starts with \"{}\" (has: {})", at, prefix, names.empty() ? "nothing" : fmt::format("{}", fmt::join(names, ", ")));
+  }
+  return out;
+}
+
 int64_t find_nan(const Tensor& t) {
   const float* d = t.data();
   for (int64_t i = 0; i < t.numel(); ++i)
@@ -111,6 +130,7 @@ bool Sources::next_record() {
            in->reader.source(), in->count, longer->reader.source());
   for (auto& in : inputs_)
     if (!in->ended) std::swap(in->current, in->next);
+  made_.clear();
   ++record_;
   return true;
 }
@@ -123,6 +143,12 @@ const Value& Sources::value(std::string_view ref_text) {
     if (!v->is_bundle()) {
       if (v->kind() == Value::Kind::Other) fail("{}: cannot take \"{}\" from {}", at, name, v->why());
       fail("{}: is a tensor of shape {}, not a bundle; cannot take \"{}\"", at, v->tensor().shape_str(), name);
+    }
+    if (name.size() > 1 && name.back() == '.') {  // #enc. : the members enc.*, prefix stripped
+      made_.push_back(std::make_unique<Value>(select_prefix(*v, name, at)));
+      at += (at.find('#') == std::string::npos ? "#" : "/") + name;
+      v = made_.back().get();
+      continue;
     }
     const Value* member = v->find(name);
     if (!member) {

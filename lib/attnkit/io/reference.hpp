@@ -2,6 +2,7 @@
 //   x.json            the whole document
 //   run.json#h_n      member h_n of a bundle
 //   ckpt.json#enc/W   a nested member
+//   model.json#enc.   the members named enc.* as one bundle, the prefix stripped (state_dict keys)
 //   -  and  -#output  standard input, read once and referenced any number of times
 // Any input (standard input or a file) may hold an NDJSON stream; a reference then names the
 // current record (see Sources).
@@ -68,7 +69,13 @@ class Sources {
   ReadOptions options_;
   std::vector<std::unique_ptr<Input>> inputs_;  // in the order they were first used
   size_t record_ = 0;
+  std::vector<std::unique_ptr<Value>> made_;  // bundles made by prefix references (#enc.)
 };
+
+// The members of `bundle` whose names start with `prefix` (ending in '.'), the prefix stripped: a
+// PyTorch state_dict's flat keys enc.weight_ih_l0, enc.bias_ih_l0 select as {weight_ih_l0, bias_ih_l0}.
+// Nested members named prefix-without-the-dot are taken whole. `at` names the bundle in messages.
+Value select_prefix(const Value& bundle, const std::string& prefix, const std::string& at);
 
 // Index of the first NaN, or -1.
 int64_t find_nan(const Tensor& t);
