@@ -56,9 +56,10 @@ int main(int argc, char** argv) {
                  "causal (key s visible to query t when s <= t), causal-lower-right (s <= t + S - T), or a reference "
                  "to a 0/1 tensor [T, S] / [N, T, S] / [N, NH, T, S] with 1 = ATTEND, 0 = masked")->type_name("causal|causal-lower-right|REF");
   app.add_option("--key-lengths", key_lengths, "Valid keys per batch element, [N] integers (padded batches)")->type_name("REF");
-  app.add_option("--heads", heads, "Multi-head attention with NH heads (needs --weights, or --split-heads)")
+  auto* heads_opt = app.add_option("--heads", heads, "Multi-head attention with NH heads (needs --weights, or --split-heads)")
       ->check(tools::positive());
-  app.add_flag("--split-heads", split_heads, "Multi-head without projections: split Q, K, V into NH equal parts");
+  app.add_flag("--split-heads", split_heads, "Multi-head without projections: split Q, K, V into NH equal parts (needs --heads)")
+      ->needs(heads_opt);
   app.add_flag("--need-weights", need_weights, "Multi-head: add \"weights\" averaged over heads [.., T, S]");
   app.add_flag("--per-head", per_head, "Multi-head: add \"weights\" per head [.., NH, T, S]");
   app.add_option("--grad-output", grad_output,
@@ -95,8 +96,6 @@ int main(int argc, char** argv) {
 
     io::Sources sources(in.read_options());
     auto tensor = [&](const std::string& ref, const char* role) { return sources.tensor(ref, role, in.allow_nan); };
-    const std::vector<std::string> refs = {query, keys, values, self, weights_ref, mask, key_lengths, grad_output};
-    const bool reads_stdin = std::any_of(refs.begin(), refs.end(), [](const std::string& r) { return io::is_stdin(r); });
 
     // Weights are read per record (with NDJSON on stdin, -#NAME may differ from record to record).
     auto checked_weights = [&]() -> const io::Value& {
@@ -135,7 +134,7 @@ int main(int argc, char** argv) {
       if (nested) grad.set("out_proj", std::move(out_proj));
     };
     Tensor shown_weights;  // for the heatmap
-    std::string text = tools::per_record(sources, reads_stdin, out, [&]() -> io::Value {
+    tools::per_record(sources, out, [&]() -> io::Value {
       // With --self the three are one tensor (multi-head attention then projects with one GEMM).
       const Tensor q_in = tensor(self.empty() ? query : self, self.empty() ? "query" : "self");
       const Tensor k_in = self.empty() ? tensor(keys, "keys") : Tensor();
@@ -147,8 +146,8 @@ int main(int argc, char** argv) {
       const int64_t N = q.rank() == 3 ? q.dim(0) : 1;
       if (mask == "causal") spec.causal = ops::CausalKind::UpperLeft;
       else if (mask == "causal-lower-right") spec.causal = ops::CausalKind::LowerRight;
-      else if (!mask.empty()) spec.mask = tensor(mask, "mask");
-      if (!key_lengths.empty()) spec.key_lengths = nn::key_lengths_from(tensor(key_lengths, "key lengths"), N, "attn-score");
+      else if (!mask.empty()) spec.mask = tools::keyword_or_tensor(sources, mask, "--mask", {"causal", "causal-lower-right"}, in.allow_nan);
+      if (!key_lengths.empty()) spec.key_lengths = nn::key_lengths_from(tensor(key_lengths, "key lengths"), N, io::display_name(key_lengths));
       io::Value result = io::Value::bundle();
       if (multi) {
         nn::MhaOptions o;
@@ -217,13 +216,12 @@ int main(int argc, char** argv) {
       }
       return result;
     });
-    if (!heatmap.empty()) {
+    if (!heatmap.empty()) {  // last: after the result was written (of the last record, for a stream)
       io::HeatmapOptions h;
       h.row_labels = query_labels;
       h.col_labels = key_labels;
       io::write_heatmap_svg(heatmap, shown_weights, h);
     }
-    tools::emit(out, std::move(text));
     return 0;
   });
 }

@@ -56,9 +56,10 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "--init: seed (the same seed gives the same weights everywhere)")
       ->check(tools::non_negative())
       ->capture_default_str();
-  app.add_option("--save-weights", save_path, "Write the weights (atomically) to FILE")->type_name("FILE");
+  auto* save_opt = app.add_option("--save-weights", save_path, "Write the weights (atomically) to FILE; - for standard output (without INPUT)")->type_name("FILE");
   app.add_option("--save-layout", save_layout_text, "Layout of --save-weights (default: --layout)")
-      ->check(CLI::IsMember({"torch", "cs231n"}));
+      ->check(CLI::IsMember({"torch", "cs231n"}))
+      ->needs(save_opt);
   weights_opt->excludes(init_opt);
   tools::OutputOptions out;
   tools::InputOptions in;
@@ -92,19 +93,28 @@ int main(int argc, char** argv) {
       nn::RecurrentConfig config;
       config.cell = cell, config.input_size = input_size, config.hidden_size = hidden_size;
       config.layers = layers, config.bidirectional = bidirectional;
+      const int64_t gates = cell == ops::CellKind::Lstm ? 4 : cell == ops::CellKind::Gru ? 3 : 1;
+      for (int l = 0; l < layers; ++l)  // refused before anything is allocated
+        tools::refuse_over_limit(fmt::format("--init: weight_ih_l{}", l), {gates * hidden_size, l ? hidden_size * (bidirectional ? 2 : 1) : input_size}, in.max_elements);
+      tools::refuse_over_limit("--init: weight_hh_l0", {gates * hidden_size, hidden_size}, in.max_elements);
       Rng rng(seed);
       model = nn::Recurrent::random(config, rng);
     } else {
-      const io::Value& weights = sources.value(weights_ref);
+      const io::Value& weights = sources.single_value(weights_ref, "weights");
       tools::refuse_nan_weights(weights, weights_ref, in.allow_nan);
+      for (const auto& [name, w] : weights.members())  // PyTorch's nn.LSTM(proj_size=P) adds weight_hr_l*
+        AK_CHECK(name.rfind("weight_hr_l", 0) != 0, "{}: {}: proj_size is not supported (an LSTM with projections)", weights_ref, name);
       model = tools::with_source(weights_ref, [&] { return nn::Recurrent::from_bundle(weights, cell, layout); });
     }
-    if (!save_path.empty()) io::write_file_atomic(save_path, io::to_json(model->to_bundle(save_layout)) + "\n");
-    if (input_ref.empty()) return 0;  // --save-weights alone
+    // --save-weights is written last: after the run succeeded and its result was written
+    if (save_path == "-" && !input_ref.empty() && out.path == "-")
+      throw UsageError("--save-weights - and the result would share standard output; give the weights a FILE, or -o FILE for the result");
+    tools::OutputOptions save_to;
+    save_to.path = save_path;
+    auto save = [&] { if (!save_path.empty()) tools::emit(save_to, io::to_json(model->to_bundle(save_layout))); };
+    if (input_ref.empty()) return save(), 0;  // --save-weights alone
 
-    const bool reads_stdin = io::is_stdin(input_ref) || io::is_stdin(h0_ref) || io::is_stdin(c0_ref) ||
-                             io::is_stdin(lengths_ref) || io::is_stdin(grad_ref);
-    tools::emit(out, tools::per_record(sources, reads_stdin, out, [&] {
+    tools::per_record(sources, out, [&] {
       auto tensor = [&](const std::string& ref, const char* role) {
         return sources.tensor(ref, role, in.allow_nan);
       };
@@ -124,7 +134,8 @@ int main(int argc, char** argv) {
         req.grad_output_source = io::display_name(grad_ref);
       }
       return app::run_sequence(*model, req);
-    }));
+    });
+    save();
     return 0;
   });
 }

@@ -1,6 +1,7 @@
 // tensor: build, inspect and compare JSON tensors, for building and checking pipelines.
 #include <cmath>
 #include <iostream>
+#include <optional>
 
 #include "attnkit/io/diff.hpp"
 #include "attnkit/io/pretty_print.hpp"
@@ -8,6 +9,7 @@
 #include "attnkit/tensor/creation.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
+#include "attnkit/tensor/slice.hpp"
 #include "common/common.hpp"
 
 using namespace attnkit;
@@ -62,9 +64,28 @@ int main(int argc, char** argv) {
   auto* show_cmd = app.add_subcommand("show", "Print a tensor or bundle readably (numpy style, with the shape)");
   show_cmd->add_option("REF", ref, "Tensor reference PATH[#NAME], - for standard input")->capture_default_str();
   show_cmd->footer("Example: tensor linspace 0 1 --shape 2,3 | tensor show -");
-  auto* get_cmd = app.add_subcommand("get", "Extract a member of a bundle");
-  get_cmd->add_option("REF", ref, "Reference PATH#NAME[/NAME...]")->required();
-  get_cmd->footer("Example: tensor get run.json#h_n");
+  std::string index_spec;
+  auto* get_cmd = app.add_subcommand("get", "Extract a member of a bundle, or part of a tensor (numpy indexing)");
+  get_cmd->add_option("REF", ref, "Reference PATH#NAME[/NAME...], or PATH#PREFIX. for the members named PREFIX.*")->required();
+  get_cmd->add_option("--index", index_spec, "numpy indexing: -1 (last of axis 0, axis dropped), 0,:,2:5, ::-1 (reversed), 1::2");
+  get_cmd->footer("Example: tensor arange 24 --shape 2,3,4 | tensor get - --index '-1,:,1:3'");
+
+  // cat / stack / select
+  std::vector<std::string> refs;
+  int axis = 0;
+  auto* cat_cmd = app.add_subcommand("cat", "Join tensors along an existing axis (numpy.concatenate)");
+  cat_cmd->add_option("REFS", refs, "Tensor references")->required();
+  cat_cmd->add_option("--axis", axis, "Axis (negative from the end)")->capture_default_str();
+  cat_cmd->footer("Example: tensor cat <(tensor arange 3) <(tensor arange 2)");
+  auto* stack_cmd = app.add_subcommand("stack", "Stack tensors of one shape along a new axis (numpy.stack)");
+  stack_cmd->add_option("REFS", refs, "Tensor references")->required();
+  stack_cmd->add_option("--axis", axis, "Axis of the result (negative from the end)")->capture_default_str();
+  stack_cmd->footer("Example: tensor stack <(tensor arange 3) <(tensor arange 3) --axis 1");
+  std::vector<std::string> picked;
+  auto* select_cmd = app.add_subcommand("select", "A bundle of some members: by NAME, or by PREFIX. (the prefix stripped)");
+  select_cmd->add_option("REF", ref, "Bundle reference")->required();
+  select_cmd->add_option("NAMES", picked, "Member names, or prefixes ending in '.' (enc. selects enc.weight_ih_l0 as weight_ih_l0)")->required();
+  select_cmd->footer("Example: tensor pack enc.w=<(tensor arange 2) dec.w=<(tensor arange 3) | tensor select - enc.");
   auto* reshape_cmd = app.add_subcommand("reshape", "Same values, new shape (one size may be -1)");
   reshape_cmd->add_option("REF", ref, "Tensor reference")->required();
   reshape_cmd->add_option("--shape", shape_text, "New shape, e.g. 4,-1")->required();
@@ -129,45 +150,80 @@ int main(int argc, char** argv) {
                             : rand_uniform(s, rng, static_cast<float>(low), static_cast<float>(high));
       tools::emit(out, io::to_json(t, out.write_options()));
     } else if (*show_cmd) {
-      // text, not JSON: one block per NDJSON record
-      std::string shown;
-      size_t records = io::is_stdin(ref) ? std::max<size_t>(1, sources.stdin_records()) : 1;
-      for (size_t i = 0; i < records; ++i) {
-        if (records > 1) sources.select_stdin_record(i);
-        shown += io::pretty_print(sources.tensor_or_bundle(ref));
-      }
-      if (!shown.empty() && shown.back() == '\n') shown.pop_back();
-      tools::emit(out, std::move(shown));
+      // text, not JSON: one block per record
+      tools::per_record_text(sources, out, [&] {
+        std::string shown = io::pretty_print(sources.tensor_or_bundle(ref));
+        if (!shown.empty() && shown.back() == '\n') shown.pop_back();
+        return shown;
+      });
     } else if (*get_cmd) {
-      tools::emit(out, tools::per_record(sources, io::is_stdin(ref), out, [&] { return sources.tensor_or_bundle(ref); }));
+      tools::per_record(sources, out, [&] {
+        return index_spec.empty() ? sources.tensor_or_bundle(ref) : io::Value(index(input(ref), index_spec));
+      });
+    } else if (*cat_cmd || *stack_cmd) {
+      tools::per_record(sources, out, [&] {
+        std::vector<Tensor> parts;
+        std::vector<std::string> names;
+        for (const auto& r : refs) parts.push_back(input(r)), names.push_back(io::display_name(r));
+        return io::Value(*cat_cmd ? concatenate(parts, axis, names) : stack(parts, axis, names));
+      });
+    } else if (*select_cmd) {
+      tools::per_record(sources, out, [&] {
+        const io::Value& whole = sources.tensor_or_bundle(ref);
+        if (!whole.is_bundle()) fail("{}: is a tensor, not a bundle; select picks members of a bundle", io::display_name(ref));
+        if (picked.size() == 1 && picked[0].back() == '.') return io::select_prefix(whole, picked[0], io::display_name(ref));
+        io::Value bundle = io::Value::bundle();
+        for (const auto& name : picked) {
+          const std::string key = name.back() == '.' ? name.substr(0, name.size() - 1) : name;
+          bundle.set(key, name.back() == '.' ? io::select_prefix(whole, name, io::display_name(ref)) : sources.value(ref + (ref.find('#') == std::string::npos ? "#" : "/") + name));
+        }
+        return bundle;
+      });
     } else if (*reshape_cmd) {
       Shape s = shape(true);
-      tools::emit(out, tools::per_record(sources, io::is_stdin(ref), out, [&] { return io::Value(input(ref).reshaped(s)); }));
+      tools::per_record(sources, out, [&] { return io::Value(input(ref).reshaped(s)); });
     } else if (*transpose_cmd) {
-      tools::emit(out, tools::per_record(sources, io::is_stdin(ref), out, [&] { return io::Value(transpose(input(ref), axes)); }));
+      tools::per_record(sources, out, [&] { return io::Value(transpose(input(ref), axes)); });
     } else if (*pack_cmd) {
-      io::Value bundle = io::Value::bundle();
+      std::vector<std::pair<std::vector<std::string>, std::string>> named;  // (path in the bundle, reference)
       for (const auto& m : members) {
         size_t eq = m.find('=');
         if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())
           throw UsageError(fmt::format("pack: \"{}\" is not NAME=REF", m));
-        std::string name = m.substr(0, eq), member_ref = m.substr(eq + 1);
-        bundle.set_path(io::parse_reference("pack#" + name).names, sources.tensor_or_bundle(member_ref));
+        named.emplace_back(io::parse_reference("pack#" + m.substr(0, eq)).names, m.substr(eq + 1));
       }
-      tools::emit(out, io::to_json(bundle, out.write_options()));
+      tools::per_record(sources, out, [&] {
+        io::Value bundle = io::Value::bundle();
+        for (const auto& [names, member_ref] : named) bundle.set_path(names, sources.tensor_or_bundle(member_ref));
+        return bundle;
+      });
     } else if (*diff_cmd) {
-      // like diff(1), trouble (unreadable input, NaN without --allow-nan) is status 2, not 1
-      io::DiffReport report;
+      // like diff(1), trouble (unreadable input, NaN without --allow-nan) is status 2, not 1;
+      // streams are compared record by record (paired as every tool pairs them): 1 if any differs
+      bool equal = true;
       try {
-        const io::Value& a = sources.value(ref);  // A first: its errors come first
-        report = io::diff(a, sources.value(ref_b), Tolerance{rtol, atol}, in.allow_nan, ref, ref_b);
+        std::optional<tools::Output> sink;
+        if (!quiet) sink.emplace(out);
+        do {
+          const size_t record = sources.record_index();
+          const std::string at = record ? fmt::format("record {}: ", record + 1) : "";
+          io::DiffReport report;
+          try {
+            const io::Value& a = sources.value(ref);  // A first: its errors come first
+            report = io::diff(a, sources.value(ref_b), Tolerance{rtol, atol}, in.allow_nan, ref, ref_b);
+          } catch (const Error& e) {
+            throw Error(at + e.what());
+          }
+          equal = equal && report.equal;
+          if (sink) sink->write(io::to_json(report.to_value(), out.write_options()));
+          if (!report.equal && !quiet) std::cerr << "tensor diff: " << at << report.summary() << '\n';
+        } while (sources.next_record());
+        if (sink) sink->commit();
       } catch (const Error& e) {
         std::cerr << "tensor: " << e.what() << '\n';
         return 2;
       }
-      if (!quiet) tools::emit(out, io::to_json(report.to_value(), out.write_options()));
-      if (!report.equal && !quiet) std::cerr << "tensor diff: " << report.summary() << '\n';
-      return report.equal ? 0 : 1;
+      return equal ? 0 : 1;
     }
     return 0;
   });

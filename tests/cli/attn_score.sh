@@ -28,7 +28,7 @@ tensor get sh.json#weights | tensor show - | grep -q 'shape=\[2, 5, 5\]' || fail
 attn-score --self x.json --split-heads --heads 2 > sh2.json
 tensor show sh2.json#output | grep -q 'shape=\[2, 5, 4\]' || fail "split-heads output shape"
 # no weights without --need-weights / --per-head (the long-sequence path)
-attn-score --self x.json --split-heads --heads 2 | grep -q '"weights"' && fail "weights printed without --need-weights"
+lacks '"weights"' "weights printed without --need-weights" attn-score --self x.json --split-heads --heads 2
 
 # the documents' pipeline with a real encoder: s0 = the LSTM's last state h_n, keys = its outputs
 if command -v lstm-run > /dev/null; then
@@ -51,7 +51,7 @@ grep -q '"data":\[[^]]*,0,[^]]*\]' lr.json || fail "lower-right should mask the 
 echo '[[1, 1, 0, 0, 0], [0, 0, 0, 0, 0]]' > m.json
 attn-score --query q2.json --keys k5.json --mask m.json > mm.json
 tensor get mm.json#context | grep -q '\[0,0,0,0\]\]$' || fail "fully masked row: $(tensor get mm.json#context)"
-grep -q NaN mm.json && fail "NaN in output"
+lacks NaN "NaN in output" cat mm.json
 tensor randn --shape 2,3,4 --seed 5 > q3.json
 echo '[5, 2]' > len.json
 attn-score --query q3.json --keys x.json --key-lengths len.json > kl.json

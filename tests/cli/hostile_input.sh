@@ -52,7 +52,7 @@ expect 1 'transpose: 2 axes given for a tensor of shape \[\]' tensor transpose s
 expect 1 'scalar.json: not a tensor: number 1e39 is out of the float32 range' bash -c 'echo "1e39" > scalar.json && tensor reshape scalar.json --shape 1'
 echo '{"x": "abc", "y": [1, true], "z": {"w": null}}' > members.json
 expect 1 'members.json#x: not a tensor: a string \(line 1, column 7\)' tensor reshape members.json#x --shape -1
-expect 1 'members.json#y: not a tensor: an array holding a boolean \(line 1, column 23\)' tensor get members.json#y
+expect 1 'members.json#y: not a tensor: an array holding a boolean \(write true and false as 1 and 0\) \(line 1, column 23\)' tensor get members.json#y
 expect 1 'members.json#z/w: not a tensor: null' tensor get members.json#z/w
 expect 1 'members.json#z: is a bundle, not a tensor \(has: w\)' tensor reshape members.json#z --shape -1
 expect 1 'members.json: no tensor named "q" \(has: x, y, z\)' tensor get members.json#q
@@ -100,6 +100,48 @@ if [[ -f "$source_dir/tests/cli/hostile_weights.inc" ]]; then
   # shellcheck source=/dev/null
   source "$source_dir/tests/cli/hostile_weights.inc"
 fi
+
+# --- streams where one document is expected: refused, never cut to the first record ---
+lstm-run --init --input-size 2 --hidden-size 3 --seed 1 --save-weights w1.json
+tensor randn --shape 3,2 --seed 1 > x32.json
+expect 1 '<stdin>: holds more than one record; weights take one document' bash -c 'cat w1.json w1.json | lstm-run x32.json --weights -'
+expect 1 'w2.ndjson: holds more than one record; weights take one document' bash -c 'cat w1.json w1.json > w2.ndjson; lstm-run x32.json --weights w2.ndjson'
+# --save-weights is written only when the run succeeded
+expect 1 'input' lstm-run nonfinite.json --weights w1.json --save-weights saved.json
+[[ ! -e saved.json ]] || { echo "FAIL: --save-weights written by a failed run" >&2; failures=$((failures + 1)); }
+
+# --- crashes and silent mistakes: refused with the option named ---
+tensor randn --shape 4,8 --seed 1 > x48.json
+expect 2 'threads: 100000 is not a thread count: give 0 \(one per core\) to 256' attn-score --self x48.json --heads 2 --split-heads --threads 100000
+expect 2 'threads: 257 is not a thread count' lstm-run x32.json --weights w1.json --threads 257
+expect 0 '' lstm-run x32.json --weights w1.json --threads 256
+expect 2 '--split-heads requires --heads' attn-score --self x48.json --split-heads
+expect 2 '--save-layout requires --save-weights' lstm-run x32.json --weights w1.json --save-layout cs231n
+expect 2 '--save-weights - and the result would share standard output' lstm-run x32.json --weights w1.json --save-weights -
+lstm-run --weights w1.json --save-weights - > w_stdout.json 2>err.txt && cmp -s w_stdout.json w1.json && [[ ! -e ./- ]] ||
+  { echo "FAIL: --save-weights - should write the weights to standard output: $(cat err.txt)" >&2; failures=$((failures + 1)); }
+expect 1 'init: weight_ih_l0 \[400000, 1000000\] has 400000000000 elements, more than --max-elements' lstm-run x32.json --init --input-size 1000000 --hidden-size 100000
+expect 1 'init: weight_hh_l0 \[40, 10\] has 400 elements, more than --max-elements 300' lstm-run x32.json --init --input-size 2 --hidden-size 10 --max-elements 300
+tensor rand --shape 1000 --seed 3 --low -2e38 --high 2e38 --format flat > wide.json
+python3 -c '
+import json, sys
+d = json.load(open("wide.json"))["data"]
+bad = [x for x in d if not isinstance(x, (int, float)) or not (-2e38 <= x < 2e38)]
+sys.exit(1 if bad or max(d) < 1e38 or min(d) > -1e38 else 0)' ||
+  { echo "FAIL: rand --low -2e38 --high 2e38 left [low, high): $(head -c 200 wide.json)" >&2; failures=$((failures + 1)); }
+
+# --- messages that help ---
+expect 2 'tensor: unknown subcommand "bogus" \(subcommands: linspace, arange, randn, rand, show, get, cat, stack, select, reshape, transpose, pack, diff\)' tensor bogus
+expect 2 'attn-score: --mask casual: not one of causal, causal-lower-right and no file of that name' attn-score --query x48.json --keys x48.json --mask casual
+echo '[2, 1, 1]' > len29.json
+tensor randn --shape 2,3,8 --seed 1 > q238.json
+expect 1 '^attn-score: len29.json: key lengths have shape \[3\], expected \[N\] = \[2\]' attn-score --query q238.json --keys q238.json --key-lengths len29.json
+grep -q 'attn-score: attn-score:' err.txt && { echo "FAIL: doubled prefix: $(cat err.txt)" >&2; failures=$((failures + 1)); }
+tensor pack weight_ih_l0=<(tensor randn --shape 8,2) weight_hh_l0=<(tensor randn --shape 8,1) weight_hr_l0=<(tensor randn --shape 1,2) \
+  bias_ih_l0=<(tensor randn --shape 8) bias_hh_l0=<(tensor randn --shape 8) > proj.json
+expect 1 'proj.json: weight_hr_l0: proj_size is not supported' lstm-run x32.json --weights proj.json
+echo '[[true, false, true, true]]' > boolmask.json
+expect 1 'an array holding a boolean \(write true and false as 1 and 0\)' attn-score --self x48.json --heads 2 --split-heads --mask boolmask.json
 
 echo "hostile_input: $cases cases, $failures failures"
 [[ $failures -eq 0 ]]

@@ -156,7 +156,12 @@ ok "tensor show <(tensor arange 3)" "tensor([0., 1., 2.], shape=[3])"  # pipes a
 bad "tensor get -" 1 "tensor: <stdin>:1:1: empty input, expected a JSON value" ""
 bad "tensor get -" 1 'tensor: <stdin>:1:5: expected a number, found NaN (JSON has no NaN: write the string "NaN")' "[1, NaN]"
 bad "tensor get -" 1 "tensor: <stdin>: not a tensor: number 1e39 is out of the float32 range (write \"Infinity\" for infinity) (line 1, column 2)" "[1e39]"
-bad "tensor get -#a" 1 "tensor: record 2: <stdin>: no tensor named \"a\" (has: b)" $'{"a": [1]}\n{"b": [2]}\n'
+# a stream's records are written as they are made: record 1 stays written when record 2 fails
+run "tensor get -#a" $'{"a": [1]}\n{"b": [2]}\n'
+[[ $rc -eq 1 && "$out" == "[1]" && "$err" == 'tensor: record 2: <stdin>: no tensor named "a" (has: b)' ]] ||
+  fail "record 2 fails: exit $rc, stdout $out, stderr $err"
+run "tensor get -#a -o rec.json" $'{"a": [1]}\n{"b": [2]}\n'
+[[ $rc -eq 1 && ! -e rec.json ]] || fail "-o: a stream that fails at record 2 left rec.json"
 bad "tensor get -" 1 "tensor: <stdin>:1:5: expected the end of the line after a JSON document" "[1] [2]"
 bad "tensor get - --max-elements 3" 1 "tensor: <stdin>:1:11: tensor has more than 3 elements (see --max-elements)" "[1, 2, 3, 4]"
 bad "tensor get -" 1 "tensor: <stdin>:1:1: flat tensor of shape [1000000, 1000000, 1000000] has more than 1073741824 elements (see --max-elements)" \
@@ -173,7 +178,7 @@ bad "tensor arange 1e12" 1 "tensor: arange: 1000000000000 values is more than --
 bad "tensor randn --shape 10,10 --max-elements 99" 1 "tensor: randn: 100 values is more than --max-elements 99"
 
 bad "tensor" 2 "$(usage "A subcommand is required")"
-bad "tensor frobnicate" 2 "$(usage "A subcommand is required")"
+bad "tensor frobnicate" 2 "$(usage 'unknown subcommand "frobnicate" (subcommands: linspace, arange, randn, rand, show, get, cat, stack, select, reshape, transpose, pack, diff)')"
 bad "tensor linspace 0 1 --shape 3 --bogus" 2 "$(usage "The following argument was not expected: --bogus")"
 bad "tensor linspace 0 1" 2 "$(usage "--shape is required")"
 bad "tensor linspace 0 --shape 3" 2 "$(usage "HI is required")"
@@ -211,10 +216,80 @@ ok "tensor show ../a.json -o shown.txt" ""
 [[ "$(cat shown.txt)" == $'tensor([[1., 2.],\n        [3., 4.]], shape=[2, 2])' ]] || fail "show -o: $(cat shown.txt)"
 cd ..
 
+# --- shapes survive the wire (a size 0 of rank >= 2 is written flat; flat sizes are exact integers)
+ok "tensor arange 0 --shape 2,0,4" '{"shape":[2,0,4],"data":[]}'
+ok "tensor arange 0 --shape 2,0,4 | tensor reshape - --shape 0,8 | tensor get -" '{"shape":[0,8],"data":[]}'
+ok "tensor get - --format flat" '{"shape":[16777217,0],"data":[]}' '{"shape": [16777217, 0], "data": []}'
+ok "tensor show -" "tensor([], shape=[16777217, 0])" '{"shape": [16777217, 0], "data": []}'
+bad "tensor get - --max-elements 16777216" 1 "tensor: <stdin>:1:1: flat tensor of shape [16777217] has more than 16777216 elements (see --max-elements)" '{"shape": [16777217], "data": []}'
+
+# --- streams: every tool treats every record -------------------------------------------------
+# diff and pack pair the records of two streams; one document goes with every record
+run "(tensor arange 3; tensor arange 3 | tensor reshape - --shape 1,3) | tensor diff - <(tensor arange 3) -q"
+[[ $rc -eq 1 ]] || fail "diff: a differing second record must give exit 1, got $rc ($err)"
+run "(tensor arange 3; tensor arange 3) | tensor diff - <(tensor arange 3) -q"
+[[ $rc -eq 0 ]] || fail "diff: two equal records: exit $rc ($err)"
+ok "(tensor arange 3; tensor arange 2) | tensor pack a=- b=-" $'{"a":[0,1,2],"b":[0,1,2]}\n{"a":[0,1],"b":[0,1]}'
+ok "(tensor arange 3; tensor arange 2) | tensor pack a=- b=<(tensor arange 4; tensor arange 5)" $'{"a":[0,1,2],"b":[0,1,2,3]}\n{"a":[0,1],"b":[0,1,2,3,4]}'
+ok "(tensor arange 3; tensor arange 2) | tensor pack a=- one=<(tensor arange 1)" $'{"a":[0,1,2],"one":[0]}\n{"a":[0,1],"one":[0]}'
+run "(tensor arange 3; tensor arange 2; tensor arange 1) | tensor diff - <(tensor arange 3; tensor arange 2) -q"
+[[ $rc -eq 2 && "$err" == *"ends after 2 records"*"streams are paired record by record"* ]] || fail "diff: streams of 3 and 2 records: exit $rc ($err)"
+# a file holding several documents is a stream, as standard input is
+printf '[1, 2]\n[3, 4]\n' > two.ndjson
+ok "tensor show two.ndjson" $'tensor([1., 2.], shape=[2])\ntensor([3., 4.], shape=[2])'
+ok "tensor reshape two.ndjson --shape 2,1 -o out.ndjson && tensor get out.ndjson" $'[[1],[2]]\n[[3],[4]]'
+ok "tensor pack x=two.ndjson | tensor get -#x" $'[1,2]\n[3,4]'
+# records are written as they are made: the first line comes before the second record exists
+start=$(date +%s%N)
+first=$( (tensor arange 3; sleep 4; tensor arange 4) | tensor get - | { IFS= read -r line; echo "$(( ($(date +%s%N) - start) / 1000000 )) $line"; cat >/dev/null; })
+[[ "${first#* }" == "[0,1,2]" && "${first%% *}" -lt 3500 ]] || fail "stream: first record not written before the next arrived ($first ms)"
+# memory is bounded by the record, not the stream: 4000 records of [8, 64] (22 MB) in under 40 MB
+tensor randn --shape 8,64 --seed 1 > rec.json
+for i in $(seq 4000); do cat rec.json; done > many.ndjson
+if [[ -x /usr/bin/time ]]; then
+  /usr/bin/time -f '%M' -o rss.txt tensor get - < many.ndjson | cmp -s - many.ndjson || fail "stream of 4000 records changed"
+  (( $(cat rss.txt) < 40000 )) || fail "stream of 22 MB peaked at $(cat rss.txt) KB"
+fi
+
+# --- slicing and selecting (expected values: numpy 1.24, a = np.arange(24).reshape(2, 3, 4)) ------
+tensor arange 24 --shape 2,3,4 > a24.json
+while IFS=' ' read -r spec want; do
+  run "tensor get a24.json --index '$spec'"
+  [[ $rc -eq 0 && "$out" == "$want" ]] || fail "get --index '$spec': got $out ($err), numpy gives $want"
+done <<'EOF'
+-1 [[12,13,14,15],[16,17,18,19],[20,21,22,23]]
+0,:,2:5 [[2,3],[6,7],[10,11]]
+::-1 [[[12,13,14,15],[16,17,18,19],[20,21,22,23]],[[0,1,2,3],[4,5,6,7],[8,9,10,11]]]
+1,::2,-1 [15,23]
+:,-1 [[8,9,10,11],[20,21,22,23]]
+0,1,::-2 [7,5]
+0,-4:-1:1 [[0,1,2,3],[4,5,6,7]]
+1,-1:-10:-1,3 [23,19,15]
+-2,:2,::3 [[0,3],[4,7]]
+0,1,1 5
+EOF
+bad "tensor get a24.json --index 0,5" 1 "tensor: index \"0,5\": 5 is out of range for axis 1 of size 3 (tensor [2, 3, 4])"
+bad "tensor get a24.json --index ::0" 1 "tensor: index \"::0\": step \"0\" is not a non-zero integer"
+ok "tensor cat <(tensor arange 3) <(tensor arange 2)" "[0,1,2,0,1]"
+ok "tensor cat <(tensor arange 6 --shape 2,3) <(tensor arange 4 --shape 2,2) --axis -1" "[[0,1,2,0,1],[3,4,5,2,3]]"
+ok "tensor stack <(tensor arange 3) <(tensor arange 3) --axis 1" "[[0,0],[1,1],[2,2]]"
+ok "tensor stack a24.json a24.json | tensor get - --index '1,1,2'" "[20,21,22,23]"
+run "tensor stack <(tensor arange 3) <(tensor arange 2)"
+[[ $rc -eq 1 && "$err" == *"stacked tensors have one shape"* ]] || fail "stack of [3] and [2]: $rc $err"
+# a state_dict's flat keys select as a bundle, the prefix stripped; references take the prefix too
+tensor pack enc.weight_ih_l0=<(tensor arange 2) enc.bias_ih_l0=<(tensor arange 3) dec.weight=<(tensor arange 1) > sd.json
+ok "tensor select sd.json enc." '{"weight_ih_l0":[0,1],"bias_ih_l0":[0,1,2]}'
+ok "tensor get sd.json#enc." '{"weight_ih_l0":[0,1],"bias_ih_l0":[0,1,2]}'
+ok "tensor get sd.json#enc./bias_ih_l0" '[0,1,2]'
+ok "tensor select sd.json enc. dec.weight" '{"enc":{"weight_ih_l0":[0,1],"bias_ih_l0":[0,1,2]},"dec.weight":[0]}'
+bad "tensor get sd.json#x." 1 'tensor: sd.json: no member starts with "x." (has: enc.weight_ih_l0, enc.bias_ih_l0, dec.weight)'
+# slicing in a pipe, record by record
+ok "(tensor arange 6 --shape 2,3; tensor arange 4 --shape 2,2) | tensor get - --index ':,-1'" $'[2,5]\n[1,3]'
+
 # --- --help and --version --------------------------------------------------------------------------
 run "tensor --help"
 [[ $rc -eq 0 && "$out" == *"Examples:"* && "$out" == *"tensor linspace -0.4 1.2 --shape 3,4 | tensor show -"* ]] || fail "--help has no example"
-for sub in linspace arange randn rand show get reshape transpose pack diff; do
+for sub in linspace arange randn rand show get reshape transpose pack diff cat stack select; do
   run "tensor $sub --help"
   [[ $rc -eq 0 && "$out" == *"Example: tensor "* ]] || fail "tensor $sub --help has no example"
 done

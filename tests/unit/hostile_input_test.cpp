@@ -8,6 +8,7 @@
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/io/reference.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "test_util.hpp"
 
 using namespace attnkit;
 using namespace attnkit::io;
@@ -15,12 +16,7 @@ using namespace attnkit::io;
 namespace {
 
 std::string error_of(const std::string& text, const ReadOptions& options = {}) {
-  try {
-    parse_json(text, "x.json", options);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { parse_json(text, "x.json", options); });
 }
 
 std::string why_of(const std::string& text) {

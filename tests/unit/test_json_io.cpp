@@ -90,11 +90,23 @@ struct TempDir {
 };
 
 // Standard input replaced by `text` while alive.
+// Standard input (file descriptor 0, which the readers read) replaced by `text` for a scope.
 struct FakeStdin {
-  std::istringstream in;
-  std::streambuf* old;
-  explicit FakeStdin(const std::string& text) : in(text), old(std::cin.rdbuf(in.rdbuf())) {}
-  ~FakeStdin() { std::cin.rdbuf(old); }
+  int saved = dup(0);
+  explicit FakeStdin(const std::string& text) {
+    char path[] = "/tmp/attnkit-stdin-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+    lseek(fd, 0, SEEK_SET);
+    unlink(path);
+    dup2(fd, 0);
+    close(fd);
+  }
+  ~FakeStdin() {
+    dup2(saved, 0);
+    close(saved);
+  }
 };
 
 }  // namespace
@@ -223,7 +235,7 @@ TEST_CASE("writer: nested, flat, pretty, bundles") {
   CHECK(to_json(t, {TensorFormat::Nested, true}) == "[[1, 2, 3],\n [4, 5, 6.5]]");
   CHECK(to_json(Tensor::scalar(2)) == "2");
   CHECK(to_json(Tensor(Shape{0})) == "[]");
-  CHECK(to_json(Tensor(Shape{2, 0})) == "[[],[]]");
+  CHECK(to_json(Tensor(Shape{2, 0})) == R"({"shape":[2,0],"data":[]})");  // a size 0 of rank >= 2: flat
   CHECK(to_json(Tensor(Shape{1, 2, 2}, {1, 2, 3, 4}), {TensorFormat::Nested, true}) == "[[[1, 2],\n  [3, 4]]]");
   CHECK(to_json(Tensor(Shape{2, 1, 2}, {1, 2, 3, 4}), {TensorFormat::Nested, true}) == "[[[1, 2]],\n\n [[3, 4]]]");
 
@@ -293,7 +305,7 @@ TEST_CASE("reader: what is not a tensor, and why") {
   CHECK(why_not("[1, [2]]") == "an array that mixes numbers and arrays (line 1, column 5)");
   CHECK(why_not("[[2], 1]") == "an array that mixes numbers and arrays (line 1, column 7)");
   CHECK(why_not(R"([1, "x"])") == "an array holding a string (line 1, column 5)");
-  CHECK(why_not("[1, true]") == "an array holding a boolean (line 1, column 5)");
+  CHECK(why_not("[1, true]") == "an array holding a boolean (write true and false as 1 and 0) (line 1, column 5)");
   CHECK(why_not("[null]") == "an array holding null (line 1, column 2)");
   CHECK(why_not(R"([{"a": 1}])") == "an array holding an object (line 1, column 2)");
   CHECK(why_not(R"("hello")") == "a string (line 1, column 1)");
@@ -473,12 +485,15 @@ TEST_CASE("references: PATH, PATH#NAME, PATH#a/b, and - read once") {
   SUBCASE("standard input as an NDJSON stream") {
     FakeStdin in("[1]\n[2, 3]\n{\"a\": [4]}\n");
     Sources s;
-    CHECK(s.stdin_records() == 3);
-    s.select_stdin_record(1);
+    CHECK(s.tensor("-").numel() == 1);
+    CHECK(s.record_index() == 0);
+    CHECK(s.next_record());
+    CHECK(s.streaming());
     CHECK(s.tensor("-").numel() == 2);
-    s.select_stdin_record(2);
+    CHECK(s.next_record());
     CHECK(s.tensor("-#a")[0] == 4);
-    CHECK(error_of([&] { s.select_stdin_record(3); }) == "<stdin>: no record 4 (has 3)");
+    CHECK(!s.next_record());
+    CHECK(s.record_index() == 2);
   }
   SUBCASE("empty standard input") {
     FakeStdin in("");
@@ -559,4 +574,130 @@ TEST_CASE("read_text: files, folders, pipes") {
   std::string cmd = "(printf '[3]' > '" + fifo + "') &";
   REQUIRE(std::system(cmd.c_str()) == 0);
   CHECK(read_text(fifo) == "[3]");
+}
+
+TEST_CASE("shapes survive the wire: every shape reads back unchanged, in both formats") {
+  // every shape of rank 0..4 with sizes 0..2, then sizes past float32's exact integers
+  std::vector<Shape> shapes;
+  for (int rank = 0; rank <= 4; ++rank) {
+    int count = 1;
+    for (int i = 0; i < rank; ++i) count *= 3;
+    for (int code = 0; code < count; ++code) {
+      Shape s;
+      for (int i = 0, c = code; i < rank; ++i, c /= 3) s.push_back(c % 3);
+      shapes.push_back(s);
+    }
+  }
+  for (int64_t big : {int64_t{16777217}, int64_t{1} << 31, (int64_t{1} << 53) + 1, std::numeric_limits<int64_t>::max()}) {
+    shapes.push_back({big, 0});
+    shapes.push_back({0, big});
+    shapes.push_back({2, 0, big});
+  }
+  shapes.push_back({16777217});  // 16777217 values: past float32's exact integers, within the limit
+  int checked = 0;
+  for (const Shape& s : shapes) {
+    Tensor t(s);
+    for (int64_t i = 0; i < t.numel(); ++i) t[i] = static_cast<float>(i % 7);
+    for (TensorFormat format : {TensorFormat::Nested, TensorFormat::Flat}) {
+      WriteOptions w;
+      w.format = format;
+      std::string text = to_json(t, w);
+      Value back = parse_json(text, "t.json");
+      REQUIRE_MESSAGE(back.is_tensor(), shape_str(s) << " wrote " << text.substr(0, 80) << ": " << back.why());
+      CHECK_MESSAGE(back.tensor().shape() == s, shape_str(s) << " wrote " << text.substr(0, 80) << ", read "
+                                                             << back.tensor().shape_str());
+      CHECK(back.tensor().values() == t.values());
+      ++checked;
+    }
+  }
+  CHECK(checked == 2 * static_cast<int>(shapes.size()));
+  // the default (nested) writes a tensor of rank >= 2 with a size 0 in the flat form
+  CHECK(to_json(Tensor({2, 0, 4})) == R"({"shape":[2,0,4],"data":[]})");
+  CHECK(to_json(Tensor({0, 3})) == R"({"shape":[0,3],"data":[]})");
+  CHECK(to_json(Tensor({3, 0})) == R"({"shape":[3,0],"data":[]})");
+  CHECK(to_json(Tensor({0})) == "[]");
+}
+
+TEST_CASE("flat form: shape sizes are exact integers, not float32") {
+  CHECK(parse(R"({"shape": [16777217, 0], "data": []})").tensor().shape() == Shape{16777217, 0});
+  CHECK(parse(R"({"shape": [9223372036854775807, 0], "data": []})").tensor().shape() == Shape{INT64_MAX, 0});
+  CHECK(parse(R"({"shape": [3.0, 1e0], "data": [1, 2, 3]})").tensor().shape() == Shape{3, 1});
+  CHECK(parse(R"({"shape": [ 2 ,
+   2 ], "data": [1, 2, 3, 4]})").tensor().shape() == Shape{2, 2});
+  // 16777217 values is one past float32's exact integers: refused for the limit, not misread
+  ReadOptions small;
+  small.max_elements = 16777216;
+  CHECK(parse_error(R"({"shape": [16777217], "data": []})", "x.json", small) ==
+        "x.json:1:1: flat tensor of shape [16777217] has more than 16777216 elements (see --max-elements)");
+  CHECK(why_not(R"({"shape": [9223372036854775808, 0], "data": []})") ==
+        "a flat tensor whose \"shape\" holds 9223372036854775808 (sizes are non-negative integers) (line 1, column 1)");
+  CHECK(why_not(R"({"shape": [1e17, 0], "data": []})") ==
+        "a flat tensor whose \"shape\" holds 1e17 (sizes are non-negative integers) (line 1, column 1)");
+  CHECK(why_not(R"({"shape": ["NaN"], "data": []})") ==
+        "a flat tensor whose \"shape\" holds \"NaN\" (sizes are non-negative integers) (line 1, column 1)");
+}
+
+TEST_CASE("RecordReader: a stream read record by record, with positions in the whole input") {
+  TempDir dir;
+  auto records = [&](const std::string& text) {
+    RecordReader r(dir.file("s.ndjson", text));
+    std::vector<std::string> out;
+    Value v;
+    while (r.next(v)) out.push_back(to_json(v));
+    return out;
+  };
+  using V = std::vector<std::string>;
+  CHECK(records("[1, 2]\n{\"a\": [3]}\n\n  7  \n[[1],\n [2]]\n") == V{"[1,2]", "{\"a\":[3]}", "7", "[[1],[2]]"});
+  CHECK(records("[1]\r\n[2]") == V{"[1]", "[2]"});  // no newline after the last
+  CHECK(records("\n\n[1]\n\n") == V{"[1]"});
+  // brackets and newlines inside strings do not end or open a record
+  CHECK(records("{\"s\": \"]]}\\n[\", \"t\": [1]}\n[2]\n") == V{"{\"s\":\"]]}\\n[\",\"t\":[1]}", "[2]"});
+  CHECK(records("{\"s\": \"\\\\\", \"t\": [1]}\n[2]\n") == V{"{\"s\":\"\\\\\",\"t\":[1]}", "[2]"});
+  // a record past the read buffer (1 MiB), with escapes across its boundary
+  std::string big = "{\"s\": \"";
+  for (int i = 0; i < 400000; ++i) big += "\\\"]";
+  big += "\", \"x\": [1, 2]}";
+  CHECK(records(big + "\n" + big + "\n[3]\n").size() == 3);
+  // messages give the line in the whole input
+  CHECK(error_of([&] { records("[1]\n\n[2,\n 3]\n[4, x]\n"); }) == dir.path + "/s.ndjson:5:5: expected a number, found 'x'");
+  CHECK(error_of([&] { records("[1]\n[2] [3]\n"); }) == dir.path + "/s.ndjson:2:5: expected the end of the line after a JSON document");
+  CHECK(error_of([&] { records("[1]\n[2,\n"); }) == dir.path + "/s.ndjson:2:1: unterminated array");
+  CHECK(error_of([&] { records("\n  "); }) == dir.path + "/s.ndjson:2:3: empty input, expected a JSON value");
+  CHECK(error_of([&] { RecordReader r(dir.path + "/none.json"); }) == dir.path + "/none.json: cannot open (No such file or directory)");
+}
+
+TEST_CASE("Sources: streams are paired record by record, one document goes with every record") {
+  TempDir dir;
+  std::string a = dir.file("a.ndjson", "[1]\n[2]\n[3]\n");
+  std::string b = dir.file("b.ndjson", "[10]\n[20]\n[30]\n");
+  std::string one = dir.file("one.json", "[100]");
+  std::string short_ = dir.file("short.ndjson", "[1]\n[2]\n");
+  {
+    Sources s;
+    std::vector<float> seen;
+    do seen.push_back(s.tensor(a)[0] + s.tensor(b)[0] + s.tensor(one)[0]);
+    while (s.next_record());
+    CHECK(seen == std::vector<float>{111, 122, 133});
+    CHECK(s.streaming());
+  }
+  {
+    Sources s;
+    CHECK(s.tensor(one)[0] == 100);
+    CHECK(!s.next_record());  // one document: one record
+    CHECK(!s.streaming());
+  }
+  {
+    Sources s;
+    auto run = [&] {
+      do (void)(s.tensor(short_)[0] + s.tensor(a)[0]);
+      while (s.next_record());
+    };
+    CHECK(error_of(run) == short_ + " ends after 2 records, " + a +
+                               " has more: streams are paired record by record and must hold as many");
+  }
+  {
+    Sources s;
+    CHECK(error_of([&] { s.single_value(a + "#x", "weights"); }) == a + ": holds more than one record; weights take one document");
+    CHECK(s.single_value(one, "weights").tensor()[0] == 100);
+  }
 }

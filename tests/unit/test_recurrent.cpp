@@ -17,6 +17,7 @@
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/threads.hpp"
+#include "test_util.hpp"
 
 using namespace attnkit;
 using nn::Recurrent;
@@ -62,14 +63,7 @@ void check_close(const Tensor& got, const Tensor& want, const std::string& what,
   CHECK_MESSAGE(c.close, what << ": max abs error " << c.max_abs_error << " at " << shape_str(c.max_abs_at));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 }  // namespace
 

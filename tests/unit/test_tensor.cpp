@@ -300,3 +300,9 @@ TEST_CASE("diff: report per member, largest errors and where") {
   CHECK(error_of([&] { io::diff(n, n, {}, false); }) == "tensor in A has NaN at [1] (pass --allow-nan to compare NaNs as equal)");
   CHECK(io::diff(n, n, {}, true).equal);
 }
+
+TEST_CASE("test_util error_of: the message, or \"\" when nothing is thrown, for every test file") {
+  CHECK(error_of([] { fail("bad {}", 1); }) == "bad 1");
+  CHECK(error_of([] {}).empty());
+  CHECK(error_of([] {}) == "");
+}

@@ -10,7 +10,8 @@
 
 namespace attnkit::test {
 
-// The message of the attnkit::Error that `f` throws ("" if none): for checking messages verbatim.
+// The message of the attnkit::Error that `f` throws, "" if it throws nothing: for checking
+// messages verbatim (CHECK(error_of(f).empty()) for "no error"). The one helper of the unit tests.
 template <typename F>
 std::string error_of(F&& f) {
   try {

@@ -1,10 +1,13 @@
 #include "common/common.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <iostream>
 #include <new>
+
+#include <unistd.h>
 
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -82,38 +85,63 @@ void add_input_options(CLI::App& app, InputOptions& in) {
 }
 
 void add_threads_option(CLI::App& app, int& threads) {
-  app.add_option("--threads", threads, "Threads for the heavy kernels (0: one per core)")
-      ->check(non_negative())
+  app.add_option("--threads", threads, fmt::format("Threads for the heavy kernels, 0 (one per core) to {}", kMaxThreads))
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            long long n = -1;
+            if (!CLI::detail::lexical_cast(text, n) || n < 0 || n > kMaxThreads)
+              return fmt::format("{} is not a thread count: give 0 (one per core) to {}", text, kMaxThreads);
+            return "";
+          },
+          fmt::format("0..{}", kMaxThreads)))
       ->capture_default_str();
 }
 
-void emit(const OutputOptions& out, std::string body) {
-  body += '\n';
-  if (out.path == "-") {
-    std::fwrite(body.data(), 1, body.size(), stdout);
-    std::fflush(stdout);
-    AK_CHECK(!std::ferror(stdout), "standard output: write error");
-  } else {
-    io::write_file_atomic(out.path, body);
-  }
+Output::Output(const OutputOptions& out) {
+  if (out.path != "-") file_ = std::make_unique<io::AtomicFileWriter>(out.path);
 }
 
-std::string per_record(io::Sources& sources, bool reads_stdin, const OutputOptions& out,
-                       const std::function<io::Value()>& compute) {
-  if (!reads_stdin || sources.stdin_records() <= 1) return io::to_json(compute(), out.write_options());
-  io::WriteOptions compact = out.write_options();
-  compact.pretty = false;  // NDJSON: one record a line
-  std::string text;
-  for (size_t i = 0; i < sources.stdin_records(); ++i) {
-    sources.select_stdin_record(i);
-    try {
-      if (i) text += '\n';
-      io::write_json(text, compute(), compact);
-    } catch (const Error& e) {
-      fail("record {}: {}", i + 1, e.what());
-    }
+Output::~Output() = default;
+
+void Output::write(std::string body) {
+  body += '\n';
+  if (file_) {
+    file_->write(body);
+    return;
   }
-  return text;
+  std::fwrite(body.data(), 1, body.size(), stdout);
+  std::fflush(stdout);
+  AK_CHECK(!std::ferror(stdout), "standard output: write error");
+}
+
+void Output::commit() {
+  if (file_) file_->commit();
+}
+
+void emit(const OutputOptions& out, std::string body) {
+  Output sink(out);
+  sink.write(std::move(body));
+  sink.commit();
+}
+
+void per_record_text(io::Sources& sources, const OutputOptions& out, const std::function<std::string()>& compute) {
+  Output sink(out);
+  do {
+    std::string text;
+    try {
+      text = compute();
+    } catch (const Error& e) {
+      if (sources.record_index() == 0) throw;
+      fail("record {}: {}", sources.record_index() + 1, e.what());
+    }
+    sink.write(std::move(text));
+  } while (sources.next_record());
+  sink.commit();
+}
+
+void per_record(io::Sources& sources, const OutputOptions& out, const std::function<io::Value()>& compute) {
+  const io::WriteOptions w = out.write_options();
+  per_record_text(sources, out, [&] { return io::to_json(compute(), w); });
 }
 
 namespace {
@@ -142,6 +170,16 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) 
     arg_ptrs.push_back(a.data());
   }
   restore_stdin_references(app);
+  // "tensor bogus": name the unknown subcommand and list the real ones (CLI11 says "not expected")
+  auto subcommands = app.get_subcommands([](CLI::App*) { return true; });
+  if (!subcommands.empty() && argc > 1 && argv[1][0] != '-' &&
+      std::none_of(subcommands.begin(), subcommands.end(), [&](CLI::App* s) { return s->check_name(argv[1]); })) {
+    std::vector<std::string> names;
+    for (CLI::App* s : subcommands) names.push_back(s->get_name());
+    std::cerr << name << ": unknown subcommand \"" << argv[1] << "\" (subcommands: " << fmt::format("{}", fmt::join(names, ", "))
+              << ")\n(run " << name << " --help for usage)\n";
+    return 2;
+  }
   try {
     app.parse(argc, arg_ptrs.data());
   } catch (const CLI::CallForHelp& e) {
@@ -172,6 +210,22 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) 
     std::cerr << name << ": " << e.what() << '\n';
     return 1;
   }
+}
+
+Tensor keyword_or_tensor(io::Sources& sources, const std::string& ref, const std::string& option,
+                         const std::vector<std::string>& keywords, bool allow_nan) {
+  const io::Reference r = io::parse_reference(ref);
+  if (r.path != "-" && access(r.path.c_str(), F_OK) != 0)
+    throw UsageError(fmt::format("{} {}: not one of {} and no file of that name", option, ref, fmt::join(keywords, ", ")));
+  return sources.tensor(ref, option.substr(option.find_first_not_of('-')), allow_nan);
+}
+
+void refuse_over_limit(const std::string& what, const Shape& shape, int64_t max_elements) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n)) n = INT64_MAX;
+  if (n > max_elements)
+    fail("{} {} has {} elements, more than --max-elements {}", what, shape_str(shape), n, max_elements);
 }
 
 Shape parse_shape(const std::string& text, bool allow_infer) {

@@ -2,11 +2,13 @@
 // 2 usage), the shared option groups, and output that is written whole or not at all.
 #pragma once
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "attnkit/io/atomic_file.hpp"
 #include "attnkit/io/json_writer.hpp"
 #include "attnkit/io/reference.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -55,20 +57,48 @@ void refuse_nan_weights(const io::Value& weights, const std::string& ref, bool a
 void describe(CLI::App& app, const std::string& description, const std::string& examples);
 void add_output_options(CLI::App& app, OutputOptions& out);  // -o, --format, --pretty
 void add_input_options(CLI::App& app, InputOptions& in);     // --max-elements, --allow-nan
-void add_threads_option(CLI::App& app, int& threads);        // --threads N (0: one per core)
+// --threads N, 0 (one per core) to kMaxThreads; more is refused (exit 2) by every tool alike
+// (libgomp itself dies by SIGSEGV at 100000).
+constexpr int kMaxThreads = 256;
+void add_threads_option(CLI::App& app, int& threads);
+
+// Where a run's result goes: standard output, or -o FILE (written to a temporary, moved into place
+// by commit(), removed if the run fails). Each write() is one document or record, a newline
+// appended, written and flushed at once (a stream's records appear as they are made).
+class Output {
+ public:
+  explicit Output(const OutputOptions& out);
+  ~Output();
+  void write(std::string text);  // by value: callers move their (large) text in
+  void commit();
+
+ private:
+  std::unique_ptr<io::AtomicFileWriter> file_;
+};
 
 // Writes `text` (plus a newline) to standard output or atomically to the file.
-void emit(const OutputOptions& out, std::string text);  // by value: callers move their (large) text in
+void emit(const OutputOptions& out, std::string text);
 
-// Runs `compute` once for each NDJSON record on standard input (once if it holds one or none,
-// or if the tool does not read standard input) and returns the output text: one document, or one
-// compact line per record.
-std::string per_record(io::Sources& sources, bool reads_stdin, const OutputOptions& out,
-                       const std::function<io::Value()>& compute);
+// Runs `compute` for the first record of the inputs, then for every further record of the
+// streams among them (io::Sources: one document goes with every record, streams are paired),
+// writing each result as it is made: one document per record (compact unless --pretty). An error
+// in record 2 or later names the record ("record 3: ..."); the records before it stay written.
+void per_record(io::Sources& sources, const OutputOptions& out, const std::function<io::Value()>& compute);
+// The same for text made by the tool (tensor show): `compute` returns the text of one record.
+void per_record_text(io::Sources& sources, const OutputOptions& out, const std::function<std::string()>& compute);
 
 // Parses the command line and runs `body` inside the error boundary; returns the exit status.
 // `body` returns the exit status of a successful run (normally 0).
 int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+
+// Refuses (exit 1) a tensor to be made whose element count passes --max-elements, before it is
+// allocated: "--init: weight_ih_l0 [4096, 1000000] has 4096000000 elements, more than --max-elements ...".
+void refuse_over_limit(const std::string& what, const Shape& shape, int64_t max_elements);
+
+// The tensor `ref` names, for an option that also takes keywords (--mask causal): a reference that
+// names no file is taken for a mistyped keyword and refused with the keywords (exit 2).
+Tensor keyword_or_tensor(io::Sources& sources, const std::string& ref, const std::string& option,
+                         const std::vector<std::string>& keywords, bool allow_nan);
 
 // Parses "3,4" or "3x4" into a shape; a size of -1 is allowed only when allow_infer.
 Shape parse_shape(const std::string& text, bool allow_infer = false);

@@ -12,65 +12,61 @@
 
 namespace attnkit::io {
 
-namespace {
-
-// Devices and FIFOs (-o /dev/null, -o /dev/stdout, a named pipe) are written to as they are: a
-// rename would replace them with a regular file (as root, /dev/null itself).
-void write_in_place(const std::string& path, std::string_view contents) {
-  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  AK_CHECK(fd >= 0, "{}: cannot open for writing ({})", path, std::strerror(errno));
-  const char* p = contents.data();
-  size_t left = contents.size();
-  while (left > 0) {
-    ssize_t n = write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      fail("{}: write failed ({})", path, std::strerror(err));
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  close(fd);
+void write_file_atomic(const std::string& path, std::string_view contents) {
+  AtomicFileWriter file(path);
+  file.write(contents);
+  file.commit();
 }
 
-}  // namespace
-
-void write_file_atomic(const std::string& path_given, std::string_view contents) {
-  AK_CHECK(!path_given.empty(), "output file: empty path");
-  std::string path = path_given;
+AtomicFileWriter::AtomicFileWriter(const std::string& path_given) : given_(path_given), path_(path_given) {
+  AK_CHECK(!given_.empty(), "output file: empty path");
   struct stat st {};
-  if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+  if (lstat(path_.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
     // A symbolic link: replace the file it points to, and keep the link.
-    char* target = realpath(path.c_str(), nullptr);
+    char* target = realpath(path_.c_str(), nullptr);
     if (target) {
-      path = target;
+      path_ = target;
       free(target);
     }
   }
-  if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    AK_CHECK(!S_ISDIR(st.st_mode), "{}: is a folder, not a file", path_given);
-    write_in_place(path, contents);
+  if (stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    // Devices and FIFOs (-o /dev/null, -o /dev/stdout, a named pipe) are written to as they are: a
+    // rename would replace them with a regular file (as root, /dev/null itself).
+    AK_CHECK(!S_ISDIR(st.st_mode), "{}: is a folder, not a file", given_);
+    fd_ = open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    AK_CHECK(fd_ >= 0, "{}: cannot open for writing ({})", path_, std::strerror(errno));
     return;
   }
-  size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  AK_CHECK(!base.empty(), "{}: is a folder, not a file", path);
-  std::string tmp = (slash == std::string::npos ? std::string() : dir) + "." + base + ".tmp.XXXXXX";
-  int fd = mkstemp(tmp.data());
-  AK_CHECK(fd >= 0, "{}: cannot create a temporary file in {} ({})", path, dir, std::strerror(errno));
-  auto give_up = [&](const char* what) {
-    int err = errno;
-    close(fd);
-    unlink(tmp.c_str());
-    fail("{}: {} failed ({})", path, what, std::strerror(err));
-  };
-  const char* p = contents.data();
-  size_t left = contents.size();
+  size_t slash = path_.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash + 1);
+  std::string base = slash == std::string::npos ? path_ : path_.substr(slash + 1);
+  AK_CHECK(!base.empty(), "{}: is a folder, not a file", path_);
+  tmp_ = (slash == std::string::npos ? std::string() : dir) + "." + base + ".tmp.XXXXXX";
+  fd_ = mkstemp(tmp_.data());
+  AK_CHECK(fd_ >= 0, "{}: cannot create a temporary file in {} ({})", path_, dir, std::strerror(errno));
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (done_) return;
+  if (fd_ >= 0) close(fd_);
+  if (!tmp_.empty()) unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::give_up(const char* what) {
+  int err = errno;
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  if (!tmp_.empty()) unlink(tmp_.c_str());
+  done_ = true;
+  fail("{}: {} failed ({})", path_, what, std::strerror(err));
+}
+
+void AtomicFileWriter::write(std::string_view text) {
+  AK_CHECK(!done_ && fd_ >= 0, "{}: written after it was closed", path_);
+  const char* p = text.data();
+  size_t left = text.size();
   while (left > 0) {
-    ssize_t n = write(fd, p, left);
+    ssize_t n = ::write(fd_, p, left);
     if (n < 0) {
       if (errno == EINTR) continue;
       give_up("write");
@@ -78,18 +74,23 @@ void write_file_atomic(const std::string& path_given, std::string_view contents)
     p += n;
     left -= static_cast<size_t>(n);
   }
-  if (fchmod(fd, 0644) != 0) give_up("chmod");
-  if (fsync(fd) != 0) give_up("fsync");
-  if (close(fd) != 0) {
-    int err = errno;
-    unlink(tmp.c_str());
-    fail("{}: close failed ({})", path, std::strerror(err));
+}
+
+void AtomicFileWriter::commit() {
+  AK_CHECK(!done_ && fd_ >= 0, "{}: committed twice", path_);
+  if (tmp_.empty()) {  // a device or FIFO
+    close(fd_);
+    fd_ = -1;
+    done_ = true;
+    return;
   }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    unlink(tmp.c_str());
-    fail("{}: cannot rename the temporary into place ({})", path, std::strerror(err));
-  }
+  if (fchmod(fd_, 0644) != 0) give_up("chmod");
+  if (fsync(fd_) != 0) give_up("fsync");
+  int closed = close(fd_);
+  fd_ = -1;
+  if (closed != 0) give_up("close");
+  if (rename(tmp_.c_str(), path_.c_str()) != 0) give_up("rename of the temporary into place");
+  done_ = true;
 }
 
 }  // namespace attnkit::io

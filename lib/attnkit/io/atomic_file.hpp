@@ -9,4 +9,23 @@ namespace attnkit::io {
 // Throws attnkit::Error naming the path on any failure (and removes the temporary).
 void write_file_atomic(const std::string& path, std::string_view contents);
 
+// The same, written piece by piece (a stream's records as they are made): nothing is at `path`
+// until commit(); destroyed without commit() (an error on the way), the temporary is removed and
+// the old file stays. Devices and FIFOs (-o /dev/null, a named pipe) are written to directly.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::string& path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  void write(std::string_view text);
+  void commit();
+
+ private:
+  [[noreturn]] void give_up(const char* what);
+  std::string given_, path_, tmp_;  // tmp_ empty: writing in place (a device or FIFO)
+  int fd_ = -1;
+  bool done_ = false;
+};
+
 }  // namespace attnkit::io

@@ -1,6 +1,7 @@
 #include "attnkit/io/json_reader.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fcntl.h>
@@ -72,8 +73,10 @@ struct TensorBuilder {
 
 class Parser {
  public:
-  Parser(std::string_view text, std::string_view source, const ReadOptions& options)
-      : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), source_(source), options_(options) {}
+  // first_line: the line `text` starts on in its input (a record of a stream)
+  Parser(std::string_view text, std::string_view source, const ReadOptions& options, int64_t first_line = 1)
+      : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), source_(source), options_(options),
+        pos_line_(first_line), first_line_(first_line) {}
 
   bool at_end() {
     skip_ws();
@@ -107,11 +110,13 @@ class Parser {
   // order (an object's many string members), so the scan resumes from the last one asked.
   mutable const char* pos_at_ = nullptr;
   mutable int64_t pos_line_ = 1, pos_col_ = 1;
+  int64_t first_line_ = 1;
   std::pair<int64_t, int64_t> line_col(const char* at) const {
     if (at > end_) at = end_;
     if (pos_at_ == nullptr || at < pos_at_) {
       pos_at_ = begin_;
-      pos_line_ = pos_col_ = 1;
+      pos_line_ = first_line_;
+      pos_col_ = 1;
     }
     for (const char* q = pos_at_; q < at; ++q) {
       if (*q == '\n') {
@@ -483,7 +488,7 @@ class Parser {
             b.data.push_back(f);
           }
         } else if (c == '{' || c == 't' || c == 'f' || c == 'n') {
-          const char* kind = c == '{' ? "an object" : c == 'n' ? "null" : "a boolean";
+          const char* kind = c == '{' ? "an object" : c == 'n' ? "null" : "a boolean (write true and false as 1 and 0)";
           skip_value(depth + 1);
           note_problem(b, at, fmt::format("an array holding {}", kind));
         } else {
@@ -582,6 +587,7 @@ class Parser {
     ++p_;  // '{'
     Value bundle = Value::bundle();
     std::string problem;
+    const char* shape_at = nullptr;
     std::unordered_set<std::string> seen;  // used past kLinearKeys members (a linear search below)
     constexpr size_t kLinearKeys = 16;
     skip_ws();
@@ -598,6 +604,7 @@ class Parser {
         if (p_ == end_ || *p_ != ':') expected("':' after an object key");
         ++p_;
         skip_ws();
+        if (key == "shape") shape_at = p_;  // a flat form's sizes are read again from the text, exactly
         Value member = value(depth + 1);
         if (problem.empty()) {
           size_t n = bundle.members().size();
@@ -616,11 +623,39 @@ class Parser {
       }
     }
     if (!problem.empty()) return Value::other(problem);
-    return flat_form(std::move(bundle), open);
+    return flat_form(std::move(bundle), open, shape_at);
+  }
+
+  // The sizes in the "shape" list at `at` (already read as an array of numbers), exactly: a size
+  // written as an integer is read as one (up to 2^63 - 1), not through float32, so that every shape a
+  // tensor can have reads back unchanged ([16777217, 0]). Written with a fraction or an exponent
+  // (3.0, 1e3) it must be a whole number up to 2^53. Returns "" or the text of the first bad size.
+  std::string exact_sizes(const char* at, Shape& shape) const {
+    const char* q = at + 1;  // past '['
+    for (;;) {
+      while (q < end_ && (is_ws(*q) || *q == ',')) ++q;
+      if (q >= end_ || *q == ']') return "";
+      const char* start = q;
+      bool digits = true;
+      while (q < end_ && !is_ws(*q) && *q != ',' && *q != ']') digits &= *q >= '0' && *q <= '9', ++q;
+      std::string_view text(start, static_cast<size_t>(q - start));
+      int64_t d = -1;
+      if (digits) {
+        auto r = std::from_chars(start, q, d);
+        if (r.ec != std::errc() || r.ptr != q) d = -1;
+      } else if (*start != '"') {
+        double x = -1;
+        auto r = fast_float::from_chars(start, q, x);
+        if (r.ec == std::errc() && r.ptr == q && x >= 0 && x == std::floor(x) && x <= 9007199254740992.0)
+          d = static_cast<int64_t>(x);
+      }
+      if (d < 0) return std::string(text.substr(0, 40));
+      shape.push_back(d);
+    }
   }
 
   // {"shape": [...], "data": [...], "dtype"?: "..."} is a tensor; any other object is a bundle.
-  Value flat_form(Value bundle, const char* open) {
+  Value flat_form(Value bundle, const char* open, const char* shape_at) {
     const Value* shape_v = bundle.find("shape");
     const Value* data_v = bundle.find("data");
     size_t extra = bundle.members().size() - (shape_v ? 1 : 0) - (data_v ? 1 : 0) - (bundle.find("dtype") ? 1 : 0);
@@ -629,15 +664,13 @@ class Parser {
     if (!shape_v->is_tensor() || shape_v->tensor().rank() != 1)
       return bad("a flat tensor whose \"shape\" is not a list of sizes");
     Shape shape;
-    for (float d : shape_v->tensor().values()) {
-      if (!(d >= 0) || d != std::floor(d) || d > 9.0e18f)
-        return bad(fmt::format("a flat tensor whose \"shape\" holds {} (sizes are non-negative integers)", d));
-      shape.push_back(static_cast<int64_t>(d));
-    }
+    if (std::string size = exact_sizes(shape_at, shape); !size.empty())
+      return bad(fmt::format("a flat tensor whose \"shape\" holds {} (sizes are non-negative integers)", size));
     if (shape.size() > static_cast<size_t>(kMaxRank)) return bad(fmt::format("a flat tensor with more than {} dimensions", kMaxRank));
     int64_t numel = 1;
-    for (int64_t d : shape)
-      if (__builtin_mul_overflow(numel, d, &numel) || numel > options_.max_elements)
+    bool overflow = false;
+    for (int64_t d : shape) overflow = overflow || __builtin_mul_overflow(numel, d, &numel);
+    if (overflow || numel > options_.max_elements)  // the whole product: [2^40, 0] holds nothing
         syntax_error_at(open, fmt::format("flat tensor of shape {} has more than {} elements (see --max-elements)",
                                           shape_str(shape), options_.max_elements));
     if (const Value* dtype = bundle.find("dtype"); dtype && dtype->kind() != Value::Kind::Other)
@@ -672,12 +705,9 @@ std::vector<Value> parse_json_stream(std::string_view text, std::string_view sou
   return out;
 }
 
-std::string read_text(const std::string& path) {
-  if (path == "-") {
-    std::string text{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
-    AK_CHECK(!std::cin.bad(), "<stdin>: read error");
-    return text;
-  }
+namespace {
+
+int open_input(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   AK_CHECK(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
   struct stat st {};
@@ -685,6 +715,113 @@ std::string read_text(const std::string& path) {
     close(fd);
     fail("{}: is a folder, not a file", path);
   }
+  return fd;
+}
+
+}  // namespace
+
+RecordReader::RecordReader(const std::string& path, const ReadOptions& options)
+    : source_(path == "-" ? "<stdin>" : path), options_(options) {
+  fd_ = path == "-" ? 0 : open_input(path);
+}
+
+RecordReader::~RecordReader() {
+  if (fd_ > 0) close(fd_);
+}
+
+bool RecordReader::fill() {
+  if (eof_) return false;
+  if (start_ > 0 && (start_ >= used_ / 2 || used_ == buf_.size())) {  // drop what was consumed
+    buf_.erase(0, start_);
+    used_ -= start_;
+    scan_ -= start_;
+    start_ = 0;
+  }
+  constexpr size_t kChunk = size_t{1} << 20;
+  if (buf_.size() - used_ < kChunk / 2) buf_.resize(std::max(buf_.size() * 2, used_ + kChunk));
+  for (;;) {
+    ssize_t n = read(fd_, buf_.data() + used_, buf_.size() - used_);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("{}: read error ({})", source_, std::strerror(errno));
+    if (n == 0) {
+      eof_ = true;
+      return false;
+    }
+    used_ += static_cast<size_t>(n);
+    return true;
+  }
+}
+
+bool RecordReader::next(Value& out) {
+  // Find the newline that ends the record at start_: one at bracket depth 0 outside strings, after
+  // something that is not whitespace (blank lines between records are skipped). The parser
+  // checks the record itself; this scan only finds where it ends.
+  for (;;) {
+    const char* b = buf_.data();
+    size_t i = scan_, end_at = std::string::npos;
+    if (!started_) {
+      while (i < used_ && is_ws(b[i])) {
+        if (b[i] == '\n') start_ = i + 1, ++line_;
+        ++i;
+      }
+      if (i < used_) started_ = true;
+    }
+    if (started_) {
+      for (; i < used_; ++i) {
+        char c = b[i];
+        if (in_string_) {
+          if (c == '\\') {  // skip the escaped character (once it has arrived)
+            if (i + 1 >= used_) break;
+            ++i;
+            continue;
+          }
+          if (c == '"' || c == '\n') in_string_ = false;  // a newline in a string ends it: invalid anyway
+          if (c != '\n') continue;
+        }
+        if (c == '"') in_string_ = true;
+        else if (c == '[' || c == '{') ++depth_;
+        else if (c == ']' || c == '}') --depth_;
+        if (c == '\n') {
+          if (depth_ <= 0) {
+            end_at = i;
+            break;
+          }
+          ++newlines_;
+        }
+      }
+    }
+    scan_ = i;
+    if (end_at == std::string::npos && fill()) continue;
+    if (end_at == std::string::npos) end_at = used_;  // the end of the input
+    if (!started_) {
+      if (records_ == 0) {  // nothing but whitespace: "empty input" at its end
+        Parser parser(std::string_view(buf_.data() + start_, used_ - start_), source_, options_, line_);
+        parser.document();
+      }
+      return false;
+    }
+    std::string_view text(buf_.data() + start_, end_at - start_);
+    Parser parser(text, source_, options_, line_);
+    out = parser.document();
+    parser.end_of_document(true);
+    ++records_;
+    line_ += newlines_ + 1;
+    start_ = scan_ = std::min(end_at + 1, used_);
+    depth_ = newlines_ = 0;
+    in_string_ = started_ = false;
+    return true;
+  }
+}
+
+std::string read_text(const std::string& path) {
+  if (path == "-") {
+    std::string text{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+    AK_CHECK(!std::cin.bad(), "<stdin>: read error");
+    return text;
+  }
+  int fd = open_input(path);
+  struct stat st {};
+  fstat(fd, &st);
   // Regular files are read in one go; pipes and FIFOs (<(...), /dev/stdin) until their end.
   std::string text;
   size_t size = S_ISREG(st.st_mode) ? static_cast<size_t>(st.st_size) : 0;

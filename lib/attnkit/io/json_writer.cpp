@@ -340,8 +340,18 @@ void write_nested(std::string& out, const float* data, const Shape& shape, size_
   out += ']';
 }
 
+// Whether nested arrays show this shape. Not when a size of rank >= 2 is 0: [2, 0, 4] would be
+// [[], []], which reads back as [2, 0], and [2^40, 0] would be 2^40 "[]"; such tensors (no values)
+// are written flat. [0] is "[]".
+bool nested_keeps_shape(const Shape& shape) {
+  if (shape.size() < 2) return true;
+  for (int64_t d : shape)
+    if (d == 0) return false;
+  return true;
+}
+
 void write_tensor(std::string& out, const Tensor& t, const WriteOptions& options, int indent) {
-  if (options.format == TensorFormat::Nested) {
+  if (options.format == TensorFormat::Nested && nested_keeps_shape(t.shape())) {
     write_nested(out, t.data(), t.shape(), 0, indent, options.pretty);
     return;
   }

@@ -8,6 +8,8 @@
 
 namespace attnkit::io {
 
+// Nested writes a tensor of rank >= 2 with a size 0 ([2, 0, 4], [3, 0]) in the flat form all the
+// same: nested arrays cannot show the sizes after a 0, and the shape must survive. [0] is "[]".
 enum class TensorFormat { Nested, Flat };
 
 struct WriteOptions {

@@ -1,6 +1,7 @@
 #include "attnkit/io/reference.hpp"
 
 #include <cmath>
+#include <memory>
 
 #include "attnkit/tensor/error.hpp"
 
@@ -37,6 +38,25 @@ Reference parse_reference(std::string_view ref) {
   return r;
 }
 
+Value select_prefix(const Value& bundle, const std::string& prefix, const std::string& at) {
+  Value out = Value::bundle();
+  const std::string whole = prefix.substr(0, prefix.size() - 1);
+  for (const auto& [name, member] : bundle.members()) {
+    if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0) {
+      AK_CHECK(out.find(name.substr(prefix.size())) == nullptr, "{}: \"{}\" is given twice under the prefix {}", at,
+               name.substr(prefix.size()), prefix);
+      out.append(name.substr(prefix.size()), member);
+    } else if (name == whole && member.is_bundle()) {
+      for (const auto& [n, m] : member.members()) out.set(n, m);
+    }
+  }
+  if (out.members().empty()) {
+    auto names = bundle.names();
+    fail("{}: no member starts with \"{}\" (has: {})", at, prefix, names.empty() ? "nothing" : fmt::format("{}", fmt::join(names, ", ")));
+  }
+  return out;
+}
+
 int64_t find_nan(const Tensor& t) {
   const float* d = t.data();
   for (int64_t i = 0; i < t.numel(); ++i)
@@ -44,39 +64,75 @@ int64_t find_nan(const Tensor& t) {
   return -1;
 }
 
-size_t Sources::stdin_records() {
-  if (!stdin_read_) {
-    std::string text = read_text("-");
-    stdin_ = parse_json_stream(text, "<stdin>", options_);
-    stdin_read_ = true;
-    if (stdin_.empty()) {  // where the input ends, for the "empty input" message
-      int64_t line = 1, col = 1;
-      for (char c : text) {
-        if (c == '\n') ++line, col = 1;
-        else ++col;
-      }
-      stdin_end_ = fmt::format("{}:{}", line, col);
+struct Sources::Input {
+  std::string path;
+  RecordReader reader;
+  Value current, next;
+  size_t count = 0;     // records read
+  bool ended = false;   // no record after the last one read
+  bool single = false;  // must hold one document (single_value)
+  Input(const std::string& p, const ReadOptions& o) : path(p), reader(p, o) {}
+};
+
+Sources::Sources(ReadOptions options) : options_(options) {}
+Sources::~Sources() = default;
+
+Sources::Input& Sources::input(const std::string& path) {
+  for (auto& in : inputs_)
+    if (in->path == path) return *in;
+  auto in = std::make_unique<Input>(path, options_);
+  in->reader.next(in->current);  // an input without a document throws ("empty input")
+  in->count = 1;
+  inputs_.push_back(std::move(in));
+  return *inputs_.back();
+}
+
+const Value& Sources::document(const std::string& path) { return input(path).current; }
+
+const Value& Sources::single_value(std::string_view ref, std::string_view role) {
+  Input& in = input(parse_reference(ref).path);
+  if (!in.single) {
+    in.single = true;
+    Value more;
+    AK_CHECK(in.count == 1 && !in.reader.next(more), "{}: holds more than one record; {} take{} one document",
+             in.reader.source(), role, role.size() > 1 && role.back() == 's' ? "" : "s");
+    in.ended = true;
+  }
+  return value(ref);
+}
+
+bool Sources::streaming() const {
+  for (const auto& in : inputs_)
+    if (in->count > 1) return true;
+  return false;
+}
+
+bool Sources::next_record() {
+  bool more = false;
+  for (auto& in : inputs_) {
+    if (in->ended) continue;
+    if (in->reader.next(in->next)) {
+      ++in->count;
+      more = true;
+    } else {
+      in->ended = true;
     }
   }
-  return stdin_.size();
-}
-
-void Sources::select_stdin_record(size_t index) {
-  AK_CHECK(index < stdin_records(), "<stdin>: no record {} (has {})", index + 1, stdin_.size());
-  stdin_index_ = index;
-}
-
-const Value& Sources::document(const std::string& path) {
-  if (path == "-") {
-    size_t n = stdin_records();
-    AK_CHECK(n > 0, "<stdin>:{}: empty input, expected a JSON value", stdin_end_);
-    AK_CHECK(n == 1 || stdin_index_ < n, "<stdin>: no record {}", stdin_index_ + 1);
-    return stdin_[stdin_index_];
-  }
-  auto it = files_.find(path);
-  if (it == files_.end())
-    it = files_.emplace(path, std::make_unique<Value>(parse_json(read_text(path), path, options_))).first;
-  return *it->second;
+  if (!more) return false;
+  // Streams are paired record by record: one that ended while another goes on is refused (an
+  // input of one document goes with every record).
+  const Input* longer = nullptr;
+  for (const auto& in : inputs_)
+    if (in->count == record_ + 2) longer = in.get();
+  for (const auto& in : inputs_)
+    if (in->ended && in->count > 1)
+      fail("{} ends after {} records, {} has more: streams are paired record by record and must hold as many",
+           in->reader.source(), in->count, longer->reader.source());
+  for (auto& in : inputs_)
+    if (!in->ended) std::swap(in->current, in->next);
+  made_.clear();
+  ++record_;
+  return true;
 }
 
 const Value& Sources::value(std::string_view ref_text) {
@@ -87,6 +143,12 @@ const Value& Sources::value(std::string_view ref_text) {
     if (!v->is_bundle()) {
       if (v->kind() == Value::Kind::Other) fail("{}: cannot take \"{}\" from {}", at, name, v->why());
       fail("{}: is a tensor of shape {}, not a bundle; cannot take \"{}\"", at, v->tensor().shape_str(), name);
+    }
+    if (name.size() > 1 && name.back() == '.') {  // #enc. : the members enc.*, prefix stripped
+      made_.push_back(std::make_unique<Value>(select_prefix(*v, name, at)));
+      at += (at.find('#') == std::string::npos ? "#" : "/") + name;
+      v = made_.back().get();
+      continue;
     }
     const Value* member = v->find(name);
     if (!member) {

@@ -27,7 +27,14 @@ double Rng::uniform_double() {
 
 float Rng::uniform() { return static_cast<float>(next_u32() >> 8) * 0x1.0p-24f; }
 
-float Rng::uniform(float lo, float hi) { return lo + (hi - lo) * uniform(); }
+float Rng::uniform(float lo, float hi) {
+  const float u = uniform();
+  float x = lo + (hi - lo) * u;
+  if (!std::isfinite(hi - lo))  // a range past float32 (-2e38, 2e38): the same formula in double
+    x = static_cast<float>(static_cast<double>(lo) + (static_cast<double>(hi) - lo) * static_cast<double>(u));
+  // rounding may reach hi; the draw stays in [lo, hi)
+  return x < hi || !(lo < hi) ? x : std::nextafter(hi, lo);
+}
 
 float Rng::normal() {
   constexpr double kTwoPi = 6.283185307179586476925286766559;

@@ -18,7 +18,7 @@ class Rng {
   uint32_t next_u32();
   double uniform_double();            // [0, 1), 53 bits
   float uniform();                    // [0, 1), 24 bits
-  float uniform(float lo, float hi);  // lo + (hi - lo) * uniform()
+  float uniform(float lo, float hi);  // lo + (hi - lo) * uniform(), in [lo, hi) (double when hi - lo overflows)
   float normal();                     // N(0, 1)
 
  private:
