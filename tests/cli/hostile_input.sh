@@ -135,7 +135,7 @@ expect 2 'tensor: unknown subcommand "bogus" \(subcommands: linspace, arange, ra
 expect 2 'attn-score: --mask casual: not one of causal, causal-lower-right and no file of that name' attn-score --query x48.json --keys x48.json --mask casual
 echo '[2, 1, 1]' > len29.json
 tensor randn --shape 2,3,8 --seed 1 > q238.json
-expect 1 '^attn-score: len29.json: key lengths has shape \[3\], expected \[2\] (one length per sequence)' attn-score --query q238.json --keys q238.json --key-lengths len29.json
+expect 1 '^attn-score: len29.json: key lengths has shape \[3\], expected \[2\] \(one length per sequence\)' attn-score --query q238.json --keys q238.json --key-lengths len29.json
 grep -q 'attn-score: attn-score:' err.txt && { echo "FAIL: doubled prefix: $(cat err.txt)" >&2; failures=$((failures + 1)); }
 tensor pack weight_ih_l0=<(tensor randn --shape 8,2) weight_hh_l0=<(tensor randn --shape 8,1) weight_hr_l0=<(tensor randn --shape 1,2) \
   bias_ih_l0=<(tensor randn --shape 8) bias_hh_l0=<(tensor randn --shape 8) > proj.json
