@@ -271,7 +271,8 @@ std::vector<std::vector<int64_t>> Seq2Seq::greedy(const train::Batch& batch, int
     auto r = autograd::recurrent(decoder_, y, h, c);           // output [N, 1, Hd]
     h = r.h_n;                                                 // [L, N, Hd]
     c = r.c_n;
-    const Tensor& logits = project(r.output, enc, batch.src_lengths).value();  // [N, 1, V]
+    const Var step_logits = project(r.output, enc, batch.src_lengths);  // kept: value() refers into it
+    const Tensor& logits = step_logits.value();                         // [N, 1, V]
     for (int64_t n = 0; n < N; ++n) {
       const float* row = logits.data() + n * V;
       const int64_t best = std::max_element(row, row + V) - row;
