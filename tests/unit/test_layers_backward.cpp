@@ -372,7 +372,7 @@ TEST_CASE("embedding: backward against finite differences; padding_idx; out-of-r
   CHECK(ops::embedding_forward(Tensor::scalar(2.0f), W).shape() == Shape{3});
 }
 
-TEST_CASE("relu and gelu (exact and tanh): backward against finite differences") {
+TEST_CASE("relu, gelu (exact and tanh) and tanh: backward against finite differences") {
   Rng rng(505);
   Tensor x = rand_normal({4, 9}, rng, 0.0f, 2.0f);
   for (float& v : x.values())
@@ -395,6 +395,15 @@ TEST_CASE("relu and gelu (exact and tanh): backward against finite differences")
     ops::gelu_backward(dy, x, dx, a);
     CHECK(test::gradient_mismatch({&x}, {"x"}, reference, {&dx}) == "");
     Tensor wrong = broken(dx, 6);
+    CHECK(test::gradient_mismatch({&x}, {"x"}, reference, {&wrong}) != "");
+  }
+  {  // tanh (the seq2seq combine layer's activation)
+    auto reference = [&] { return dot(dy, ops::tanh_reference(x)); };
+    Tensor y = ops::tanh_forward(x), dx(x.shape());
+    check_close(y, of_doubles(x.shape(), ops::tanh_reference(x)), "tanh forward", 1e-6, 1e-6);
+    ops::tanh_backward(dy, y, dx);
+    CHECK(test::gradient_mismatch({&x}, {"x"}, reference, {&dx}) == "");
+    Tensor wrong = broken(dx, 5);
     CHECK(test::gradient_mismatch({&x}, {"x"}, reference, {&wrong}) != "");
   }
   // the tanh form's block loop: more than one block, and a tail

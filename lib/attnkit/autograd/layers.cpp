@@ -70,6 +70,11 @@ Var relu(const Var& x) {
                                [](const Tensor& dy, const Tensor& y, Tensor& dx) { ops::relu_backward(dy, y, dx); });
 }
 
+Var tanh(const Var& x) {
+  return record_reading_output("tanh", x, ops::tanh_forward(x.value()),
+                               [](const Tensor& dy, const Tensor& y, Tensor& dx) { ops::tanh_backward(dy, y, dx); });
+}
+
 Var gelu(const Var& x, ops::GeluApproximate approximate) {
   return record("gelu", {x}, ops::gelu_forward(x.value(), approximate),
                 [xi = x.impl(), approximate](const auto& dy, const auto& dx) {

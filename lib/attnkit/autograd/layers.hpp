@@ -34,6 +34,7 @@ Var layer_norm(const Var& x, const Var& weight, const Var& bias, float eps = ops
 Var dropout(const Var& x, const ops::DropoutOptions& options, Rng& rng);
 
 Var relu(const Var& x);
+Var tanh(const Var& x);
 Var gelu(const Var& x, ops::GeluApproximate approximate = ops::GeluApproximate::None);
 Var softmax(const Var& x);      // along the last axis
 Var log_softmax(const Var& x);  // along the last axis

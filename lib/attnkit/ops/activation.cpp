@@ -45,6 +45,18 @@ void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
   flat(dx) += (flat(y) > 0.0f).select(flat(dy), 0.0f);
 }
 
+Tensor tanh_forward(const Tensor& x) {
+  Tensor y(x.shape());
+  flat(y) = flat(x).tanh();  // y = tanh(x)
+  return y;
+}
+
+void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
+  check_grads(dy, y, dx, "tanh", "output");
+  // forward: y = tanh(x)  ->  dx += dy * (1 - y^2)
+  flat(dx) += flat(dy) * (1.0f - flat(y).square());
+}
+
 Tensor gelu_forward(const Tensor& x, GeluApproximate approximate) {
   Tensor y(x.shape());
   const CArr v = flat(x);
@@ -83,6 +95,12 @@ void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx, GeluApproximat
 std::vector<double> relu_reference(const Tensor& x) {
   std::vector<double> y(static_cast<size_t>(x.numel()));
   for (int64_t i = 0; i < x.numel(); ++i) y[static_cast<size_t>(i)] = x[i] > 0 ? double(x[i]) : 0.0;
+  return y;
+}
+
+std::vector<double> tanh_reference(const Tensor& x) {
+  std::vector<double> y(static_cast<size_t>(x.numel()));
+  for (int64_t i = 0; i < x.numel(); ++i) y[static_cast<size_t>(i)] = std::tanh(double(x[i]));
   return y;
 }
 

@@ -4,6 +4,7 @@
 //             dx += dy * (Phi(x) + x * phi(x)),     phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
 //   gelu tanh y = 0.5 x (1 + tanh(u)),  u = sqrt(2 / pi) (x + 0.044715 x^3)  (approximate="tanh")
 //             dx += dy * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2 / pi) (1 + 3 * 0.044715 x^2))
+//   tanh      y = tanh(x)                           dx += dy * (1 - y^2)
 // Backward adds into the gradient it is given.
 #pragma once
 #include <vector>
@@ -21,8 +22,13 @@ void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx);
 Tensor gelu_forward(const Tensor& x, GeluApproximate approximate = GeluApproximate::None);
 void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx, GeluApproximate approximate = GeluApproximate::None);
 
+Tensor tanh_forward(const Tensor& x);
+// y: tanh's output (the derivative 1 - y^2 needs only it).
+void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx);
+
 // References: the forwards in double (std::erf, std::tanh), row-major.
 std::vector<double> relu_reference(const Tensor& x);
 std::vector<double> gelu_reference(const Tensor& x, GeluApproximate approximate = GeluApproximate::None);
+std::vector<double> tanh_reference(const Tensor& x);
 
 }  // namespace attnkit::ops

@@ -1,0 +1,292 @@
+#include "attnkit/models/seq2seq.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "attnkit/autograd/attention.hpp"
+#include "attnkit/autograd/functional.hpp"
+#include "attnkit/autograd/layers.hpp"
+#include "attnkit/autograd/recurrent.hpp"
+#include "attnkit/nn/state_dict.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/train/vocab.hpp"
+
+namespace attnkit::models {
+
+using autograd::Var;
+
+namespace {
+
+io::Value string_value(const std::string& s) { return io::Value::other("a string", nlohmann::json(s).dump()); }
+
+std::string string_member(const io::Value& bundle, const char* name, std::string_view what) {
+  const io::Value* v = bundle.find(name);
+  AK_CHECK(v != nullptr, "{}: the model config has no \"{}\"", what, name);
+  nlohmann::json j = nlohmann::json::parse(v->json(), nullptr, false);
+  AK_CHECK(v->kind() == io::Value::Kind::Other && j.is_string(), "{}: config \"{}\" must be a string", what, name);
+  return j.get<std::string>();
+}
+
+int64_t integer_member(const io::Value& bundle, const char* name, std::string_view what) {
+  const std::string s = string_member(bundle, name, what);
+  int64_t x = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+  AK_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty(),
+           "{}: config \"{}\" is \"{}\", not an integer", what, name, s);
+  return x;
+}
+
+// h_n [L*dirs, N, H] -> [L, N, dirs*H]: each layer's directions side by side (the decoder's initial state).
+Var merge_directions(const Var& h_n, int layers, bool bidirectional) {
+  if (!bidirectional) return h_n;  // [L, N, H]
+  std::vector<Var> per_layer;
+  for (int l = 0; l < layers; ++l)
+    per_layer.push_back(autograd::concat({autograd::slice(h_n, 0, 2 * l, 2 * l + 1),         // [1, N, H]
+                                          autograd::slice(h_n, 0, 2 * l + 1, 2 * l + 2)},     // [1, N, H]
+                                         2));                                                  // [1, N, 2H]
+  return per_layer.size() == 1 ? per_layer[0] : autograd::concat(per_layer, 0);              // [L, N, 2H]
+}
+
+}  // namespace
+
+AttentionKind parse_attention_kind(std::string_view name) {
+  if (name == "none") return AttentionKind::None;
+  if (name == "dot") return AttentionKind::Dot;
+  if (name == "scaled-dot") return AttentionKind::ScaledDot;
+  if (name == "general") return AttentionKind::General;
+  if (name == "additive") return AttentionKind::Additive;
+  fail("unknown attention \"{}\" (expected none, dot, scaled-dot, general or additive)", name);
+}
+
+std::string_view attention_kind_name(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::None: return "none";
+    case AttentionKind::Dot: return "dot";
+    case AttentionKind::ScaledDot: return "scaled-dot";
+    case AttentionKind::General: return "general";
+    case AttentionKind::Additive: return "additive";
+  }
+  return "?";
+}
+
+nn::CellKind parse_cell_kind(std::string_view name) {
+  if (name == "rnn") return nn::CellKind::RnnTanh;
+  if (name == "lstm") return nn::CellKind::Lstm;
+  if (name == "gru") return nn::CellKind::Gru;
+  fail("unknown cell \"{}\" (expected rnn, lstm or gru)", name);
+}
+
+std::string_view cell_kind_name(nn::CellKind kind) { return ops::cell_name(kind); }
+
+void Seq2SeqConfig::validate() const {
+  AK_CHECK(cell == nn::CellKind::RnnTanh || cell == nn::CellKind::Lstm || cell == nn::CellKind::Gru,
+           "seq2seq: cell {} is not supported (rnn, lstm, gru)", ops::cell_name(cell));
+  AK_CHECK(src_vocab > train::Vocab::kNumSpecials && tgt_vocab > train::Vocab::kNumSpecials,
+           "seq2seq: vocabularies of {} and {} tokens (each needs the 4 special tokens and at least one more)",
+           src_vocab, tgt_vocab);
+  AK_CHECK(embed >= 1 && hidden >= 1 && layers >= 1, "seq2seq: embed {}, hidden {} and layers {} must be >= 1", embed,
+           hidden, layers);
+}
+
+io::Value Seq2SeqConfig::to_value() const {
+  io::Value v;
+  v.set("cell", string_value(std::string(cell_kind_name(cell))));
+  v.set("attention", string_value(std::string(attention_kind_name(attention))));
+  v.set("src_vocab", string_value(std::to_string(src_vocab)));
+  v.set("tgt_vocab", string_value(std::to_string(tgt_vocab)));
+  v.set("embed", string_value(std::to_string(embed)));
+  v.set("hidden", string_value(std::to_string(hidden)));
+  v.set("layers", string_value(std::to_string(layers)));
+  v.set("bidirectional", string_value(bidirectional ? "true" : "false"));
+  return v;
+}
+
+Seq2SeqConfig Seq2SeqConfig::from_value(const io::Value& value, std::string_view what) {
+  AK_CHECK(value.is_bundle(), "{}: the model config must be an object", what);
+  Seq2SeqConfig c;
+  try {
+    c.cell = parse_cell_kind(string_member(value, "cell", what));
+    c.attention = parse_attention_kind(string_member(value, "attention", what));
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).rfind(what, 0) == 0) throw;
+    fail("{}: config: {}", what, e.what());
+  }
+  c.src_vocab = integer_member(value, "src_vocab", what);
+  c.tgt_vocab = integer_member(value, "tgt_vocab", what);
+  c.embed = integer_member(value, "embed", what);
+  c.hidden = integer_member(value, "hidden", what);
+  const int64_t layers = integer_member(value, "layers", what);
+  AK_CHECK(layers >= 1 && layers <= 64, "{}: config \"layers\" is {}, expected 1 to 64", what, layers);
+  c.layers = static_cast<int>(layers);
+  const std::string bidir = string_member(value, "bidirectional", what);
+  AK_CHECK(bidir == "true" || bidir == "false", "{}: config \"bidirectional\" is \"{}\", expected true or false", what,
+           bidir);
+  c.bidirectional = bidir == "true";
+  AK_CHECK(c.embed <= (1 << 16) && c.hidden <= (1 << 16) && c.src_vocab <= (1 << 24) && c.tgt_vocab <= (1 << 24),
+           "{}: config sizes out of range", what);
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail("{}: {}", what, e.what());
+  }
+  return c;
+}
+
+namespace {
+
+nn::Recurrent make_recurrent(nn::CellKind cell, int64_t input, int64_t hidden, int layers, bool bidirectional,
+                             Rng& rng, const std::string& prefix) {
+  nn::RecurrentConfig rc;
+  rc.cell = cell;
+  rc.input_size = input;
+  rc.hidden_size = hidden;
+  rc.layers = layers;
+  rc.bidirectional = bidirectional;
+  nn::Recurrent r = nn::Recurrent::random(rc, rng);
+  for (nn::Parameter* p : r.named_parameters()) p->name = prefix + "." + p->name;  // "encoder.weight_ih_l0"
+  return r;
+}
+
+Seq2SeqConfig checked(const Seq2SeqConfig& c) {
+  c.validate();
+  return c;
+}
+
+}  // namespace
+
+Seq2Seq::Seq2Seq(const Seq2SeqConfig& config, Rng& rng)
+    : config_(checked(config)),
+      src_embed_(config.src_vocab, config.embed, rng, train::Vocab::kPad, "src_embed"),
+      encoder_(make_recurrent(config.cell, config.embed, config.hidden, config.layers, config.bidirectional, rng,
+                              "encoder")),
+      tgt_embed_(config.tgt_vocab, config.embed, rng, train::Vocab::kPad, "tgt_embed"),
+      decoder_(make_recurrent(config.cell, config.embed, config.decoder_hidden(), config.layers, false, rng, "decoder")),
+      output_(config.decoder_hidden(), config.tgt_vocab, rng, true, "output") {
+  const int64_t Hd = config.decoder_hidden();
+  const float bound = 1.0f / std::sqrt(static_cast<float>(Hd));
+  if (config.attention == AttentionKind::General) {
+    att_W_ = nn::Parameter("attention.W", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, Hd]
+  } else if (config.attention == AttentionKind::Additive) {
+    att_W_q_ = nn::Parameter("attention.W_q", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, A = Hd]
+    att_W_k_ = nn::Parameter("attention.W_k", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, A]
+    att_v_ = nn::Parameter("attention.v", rand_uniform({Hd}, rng, -bound, bound));          // [A]
+  }
+  if (config.attention != AttentionKind::None) combine_.emplace(2 * Hd, Hd, rng, true, "combine");
+}
+
+std::vector<nn::Parameter*> Seq2Seq::named_parameters() {
+  std::vector<nn::Parameter*> out;
+  auto add = [&](nn::Module& m) {
+    for (nn::Parameter* p : m.named_parameters()) out.push_back(p);
+  };
+  add(src_embed_);
+  add(encoder_);
+  add(tgt_embed_);
+  add(decoder_);
+  if (config_.attention == AttentionKind::General) out.push_back(&att_W_);
+  if (config_.attention == AttentionKind::Additive) {
+    out.push_back(&att_W_q_);
+    out.push_back(&att_W_k_);
+    out.push_back(&att_v_);
+  }
+  if (combine_) add(*combine_);
+  add(output_);
+  return out;
+}
+
+io::Value Seq2Seq::parameters_value() const {
+  io::Value v;
+  for (const nn::Parameter* p : named_parameters()) {
+    const size_t dot = p->name.find('.');
+    v.set_path({p->name.substr(0, dot), p->name.substr(dot + 1)}, p->value);
+  }
+  return v;
+}
+
+void Seq2Seq::load_parameters(const io::Value& bundle, std::string_view what) {
+  nn::load_parameters(*this, bundle, what);
+}
+
+Seq2Seq::Encoded Seq2Seq::encode(const train::Batch& batch) {
+  Encoded e;
+  Var x = src_embed_.forward(batch.src, {batch.N, batch.S});                // [N, S, E]
+  auto r = autograd::recurrent(encoder_, x, {}, {}, &batch.src_lengths);    // output [N, S, Hd]
+  e.states = r.output;
+  e.h0 = merge_directions(r.h_n, config_.layers, config_.bidirectional);    // [L, N, Hd]
+  if (config_.cell == nn::CellKind::Lstm) e.c0 = merge_directions(r.c_n, config_.layers, config_.bidirectional);
+  return e;
+}
+
+Var Seq2Seq::project(const Var& s, const Encoded& enc, const std::vector<int64_t>& src_lengths) {
+  if (config_.attention == AttentionKind::None) return output_.forward(s);  // [N, T, Vt]
+  autograd::AttentionOptions o;
+  switch (config_.attention) {
+    case AttentionKind::Dot: o.score = ops::ScoreKind::Dot; break;
+    case AttentionKind::ScaledDot: o.score = ops::ScoreKind::ScaledDot; break;
+    case AttentionKind::General:
+      o.score = ops::ScoreKind::General;
+      o.weights.W = Var::param(att_W_);
+      break;
+    case AttentionKind::Additive:
+      o.score = ops::ScoreKind::Additive;
+      o.weights.W_q = Var::param(att_W_q_);
+      o.weights.W_k = Var::param(att_W_k_);
+      o.weights.v = Var::param(att_v_);
+      break;
+    case AttentionKind::None: break;
+  }
+  o.mask.key_lengths = src_lengths;
+  Var c = autograd::attention(s, enc.states, enc.states, o).context;    // [N, T, Hd]
+  Var h = autograd::tanh(combine_->forward(autograd::concat({s, c}, 2)));  // [N, T, 2Hd] -> [N, T, Hd]
+  return output_.forward(h);                                             // [N, T, Vt]
+}
+
+ForwardResult Seq2Seq::forward(const train::Batch& batch, const LossOptions& options) {
+  Encoded enc = encode(batch);
+  Var y = tgt_embed_.forward(batch.tgt_in, {batch.N, batch.T});                     // [N, T, E]
+  auto r = autograd::recurrent(decoder_, y, enc.h0, enc.c0, &batch.tgt_lengths);    // output [N, T, Hd]
+  ForwardResult out;
+  out.logits = project(r.output, enc, batch.src_lengths);                           // [N, T, Vt]
+  ops::CrossEntropyOptions ce;
+  ce.ignore_index = train::Vocab::kPad;
+  ce.label_smoothing = options.label_smoothing;
+  out.loss = autograd::cross_entropy(out.logits, batch.tgt_out, ce);                 // scalar
+  return out;
+}
+
+std::vector<std::vector<int64_t>> Seq2Seq::greedy(const train::Batch& batch, int64_t max_len) {
+  autograd::NoGrad no_grad;
+  const int64_t N = batch.N, V = config_.tgt_vocab;
+  Encoded enc = encode(batch);
+  Var h = enc.h0, c = enc.c0;
+  std::vector<int64_t> prev(static_cast<size_t>(N), train::Vocab::kBos);
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(N));
+  std::vector<char> done(static_cast<size_t>(N), 0);
+  int64_t remaining = N;
+  for (int64_t t = 0; t < max_len && remaining > 0; ++t) {
+    Var y = tgt_embed_.forward(prev, {N, 1});                  // [N, 1, E]
+    auto r = autograd::recurrent(decoder_, y, h, c);           // output [N, 1, Hd]
+    h = r.h_n;                                                 // [L, N, Hd]
+    c = r.c_n;
+    const Var step_logits = project(r.output, enc, batch.src_lengths);  // kept: value() refers into it
+    const Tensor& logits = step_logits.value();                         // [N, 1, V]
+    for (int64_t n = 0; n < N; ++n) {
+      const float* row = logits.data() + n * V;
+      const int64_t best = std::max_element(row, row + V) - row;
+      prev[size_t(n)] = best;
+      if (done[size_t(n)]) continue;
+      if (best == train::Vocab::kEos) {
+        done[size_t(n)] = 1;
+        --remaining;
+      } else {
+        out[size_t(n)].push_back(best);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace attnkit::models

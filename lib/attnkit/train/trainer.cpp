@@ -1,0 +1,372 @@
+#include "attnkit/train/trainer.hpp"
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "attnkit/autograd/var.hpp"
+#include "attnkit/io/atomic_file.hpp"
+#include "attnkit/io/json_reader.hpp"
+#include "attnkit/io/json_writer.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/train/clip.hpp"
+#include "attnkit/train/metrics.hpp"
+#include "attnkit/train/tasks.hpp"
+
+namespace attnkit::train {
+
+namespace {
+
+constexpr const char* kFormat = "attnkit-seq2seq";
+
+io::Value str(const std::string& s) { return io::Value::other("a string", nlohmann::json(s).dump()); }
+io::Value num(double x) { return str(fmt::format("{}", x)); }  // shortest form that reads back
+
+const io::Value& member(const io::Value& v, const char* name, std::string_view what) {
+  AK_CHECK(v.is_bundle(), "{}: expected an object holding \"{}\"", what, name);
+  const io::Value* m = v.find(name);
+  AK_CHECK(m != nullptr, "{}: missing \"{}\"", what, name);
+  return *m;
+}
+
+std::string string_of(const io::Value& v, const char* name, std::string_view what) {
+  const io::Value& m = member(v, name, what);
+  nlohmann::json j = nlohmann::json::parse(m.json(), nullptr, false);
+  AK_CHECK(m.kind() == io::Value::Kind::Other && j.is_string(), "{}: \"{}\" must be a string", what, name);
+  return j.get<std::string>();
+}
+
+int64_t int_of(const io::Value& v, const char* name, std::string_view what) {
+  const std::string s = string_of(v, name, what);
+  int64_t x = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+  AK_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty() && x >= 0,
+           "{}: \"{}\" is \"{}\", not a non-negative integer", what, name, s);
+  return x;
+}
+
+double double_of(const io::Value& v, const char* name, std::string_view what) {
+  const std::string s = string_of(v, name, what);
+  double x = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+  AK_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty() && std::isfinite(x),
+           "{}: \"{}\" is \"{}\", not a number", what, name, s);
+  return x;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::vector<nn::Parameter*> params, double lr) {
+  switch (kind) {
+    case OptimizerKind::Sgd: {
+      SgdOptions o;
+      o.lr = lr;
+      return std::make_unique<Sgd>(std::move(params), o);
+    }
+    case OptimizerKind::Adam: {
+      AdamOptions o;
+      o.lr = lr;
+      return std::make_unique<Adam>(std::move(params), o);
+    }
+    case OptimizerKind::AdamW: {
+      AdamWOptions o;
+      o.lr = lr;
+      return std::make_unique<AdamW>(std::move(params), o);
+    }
+  }
+  fail("optimizer: unknown kind");
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  if (path.empty()) return;
+  std::ofstream f(path, std::ios::app | std::ios::binary);
+  AK_CHECK(f.good(), "{}: cannot open for appending", path);
+  f << line << '\n';
+  f.flush();
+  AK_CHECK(f.good(), "{}: write failed", path);
+}
+
+}  // namespace
+
+OptimizerKind parse_optimizer_kind(std::string_view name) {
+  if (name == "sgd") return OptimizerKind::Sgd;
+  if (name == "adam") return OptimizerKind::Adam;
+  if (name == "adamw") return OptimizerKind::AdamW;
+  fail("unknown optimizer \"{}\" (expected sgd, adam or adamw)", name);
+}
+
+std::string_view optimizer_kind_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::Sgd: return "sgd";
+    case OptimizerKind::Adam: return "adam";
+    case OptimizerKind::AdamW: return "adamw";
+  }
+  return "?";
+}
+
+TrainingData load_training_data(const DataSpec& spec) {
+  TrainingData d;
+  if (spec.task) {
+    TaskData t = make_task(*spec.task);
+    d.train = std::move(t.train);
+    d.valid = std::move(t.valid);
+    d.src_vocab = std::move(t.src_vocab);
+    d.tgt_vocab = std::move(t.tgt_vocab);
+    return d;
+  }
+  AK_CHECK(!spec.train_path.empty(), "training data: no task and no training file");
+  d.train = read_corpus(spec.train_path, spec.data);
+  if (!spec.valid_path.empty()) d.valid = read_corpus(spec.valid_path, spec.data);
+  d.src_vocab = build_vocab(d.train, Side::Source, default_order(d.train.src_tokenizer));
+  d.tgt_vocab = build_vocab(d.train, Side::Target, default_order(d.train.tgt_tokenizer));
+  return d;
+}
+
+std::string TrainSummary::to_json() const {
+  nlohmann::json j;
+  j["step"] = step;
+  j["start_step"] = start_step;
+  j["train_loss"] = train_loss;
+  if (valid) {
+    j["valid_loss"] = valid->loss;
+    j["token_accuracy"] = valid->token_accuracy;
+    j["exact_match"] = valid->exact_match;
+    j["valid_examples"] = valid->examples;
+  }
+  j["parameters"] = parameters;
+  j["checkpoint"] = checkpoint;
+  return j.dump();
+}
+
+Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const models::Seq2SeqConfig& model_config)
+    : options_(options), data_(std::move(data)) {
+  AK_CHECK(options_.steps >= 0, "trainer: steps {} must be >= 0", options_.steps);
+  AK_CHECK(options_.batch_size >= 1, "trainer: batch size {} must be >= 1", options_.batch_size);
+  AK_CHECK(options_.log_every >= 1, "trainer: log_every {} must be >= 1", options_.log_every);
+  AK_CHECK(options_.clip >= 0 && std::isfinite(options_.clip), "trainer: clip {} must be >= 0", options_.clip);
+  validate(options_.schedule);
+  options_.model = model_config;
+  train_enc_ = encode(data_.train, data_.src_vocab, data_.tgt_vocab);
+  valid_enc_ = encode(data_.valid, data_.src_vocab, data_.tgt_vocab);
+  Rng rng(options_.seed);
+  model_ = std::make_unique<models::Seq2Seq>(options_.model, rng);
+  optimizer_ = make_optimizer(options_.optimizer, model_->named_parameters(), options_.schedule.lr);
+  BatcherOptions bo;
+  bo.batch_size = options_.batch_size;
+  bo.seed = options_.seed;
+  batcher_ = std::make_unique<Batcher>(train_enc_, bo);
+}
+
+Trainer::Trainer(const TrainerOptions& options, TrainingData data)
+    : Trainer(options, std::move(data), [&] {
+        models::Seq2SeqConfig c = options.model;
+        c.src_vocab = data.src_vocab.size();
+        c.tgt_vocab = data.tgt_vocab.size();
+        return c;
+      }()) {}
+
+void Trainer::save(const std::string& path) const {
+  io::Value v;
+  v.set("format", str(kFormat));
+  v.set("version", str("1"));
+  v.set("config", options_.model.to_value());
+  io::Value t;
+  t.set("optimizer", str(std::string(optimizer_kind_name(options_.optimizer))));
+  t.set("lr", num(options_.schedule.lr));
+  t.set("batch", str(std::to_string(options_.batch_size)));
+  t.set("schedule", str(std::string(schedule_name(options_.schedule.kind))));
+  t.set("warmup", str(std::to_string(options_.schedule.warmup_steps)));
+  t.set("label_smoothing", num(options_.label_smoothing));
+  t.set("clip", num(options_.clip));
+  t.set("seed", str(std::to_string(options_.seed)));
+  t.set("steps", str(std::to_string(options_.steps)));
+  t.set("src_tokenizer", str(std::string(tokenizer_name(data_.train.src_tokenizer))));
+  t.set("tgt_tokenizer", str(std::string(tokenizer_name(data_.train.tgt_tokenizer))));
+  v.set("training", std::move(t));
+  io::Value vocab;
+  vocab.set("source", data_.src_vocab.to_value());
+  vocab.set("target", data_.tgt_vocab.to_value());
+  v.set("vocab", std::move(vocab));
+  v.set("step", str(std::to_string(step_)));
+  v.set("optimizer", optimizer_->state());
+  v.set("data_order", batcher_->state_value());
+  io::Value window;
+  window.set("loss", num(window_loss_));
+  window.set("steps", str(std::to_string(window_steps_)));
+  v.set("window", std::move(window));
+  const io::Value params = model_->parameters_value();  // named: a temporary's members() would dangle
+  for (const auto& [name, sub] : params.members()) v.set(name, sub);
+  io::write_file_atomic(path, io::to_json(v) + "\n");
+}
+
+std::unique_ptr<Trainer> Trainer::resume(const std::string& path, const TrainerOptions& options, TrainingData data) {
+  const io::Value v = io::parse_json(io::read_text(path), path);
+  AK_CHECK(v.is_bundle() && v.find("format") && string_of(v, "format", path) == kFormat,
+           "{}: not an attnkit seq2seq checkpoint (no \"format\": \"{}\")", path, kFormat);
+  AK_CHECK(string_of(v, "version", path) == "1", "{}: checkpoint version \"{}\" is not supported", path,
+           string_of(v, "version", path));
+  const models::Seq2SeqConfig config = models::Seq2SeqConfig::from_value(member(v, "config", path), path);
+  const std::string twhat = std::string(path) + ": training";
+  const io::Value& t = member(v, "training", path);
+  const io::Value& vocab = member(v, "vocab", path);
+  const Vocab src = Vocab::from_value(member(vocab, "source", path), path + ": vocab/source");
+  const Vocab tgt = Vocab::from_value(member(vocab, "target", path), path + ": vocab/target");
+  check_same_vocab(src, path, data.src_vocab, data.train.name, "source vocabulary");
+  check_same_vocab(tgt, path, data.tgt_vocab, data.train.name, "target vocabulary");
+  AK_CHECK(config.src_vocab == src.size() && config.tgt_vocab == tgt.size(),
+           "{}: the config's vocabulary sizes {} and {} disagree with the stored vocabularies ({} and {})", path,
+           config.src_vocab, config.tgt_vocab, src.size(), tgt.size());
+  {
+    const auto& g = options.model_given;
+    models::Seq2SeqConfig w = config;  // the checkpoint's, with the fields the user gave
+    if (g.cell) w.cell = options.model.cell;
+    if (g.attention) w.attention = options.model.attention;
+    if (g.embed) w.embed = options.model.embed;
+    if (g.hidden) w.hidden = options.model.hidden;
+    if (g.layers) w.layers = options.model.layers;
+    if (g.bidirectional) w.bidirectional = options.model.bidirectional;
+    auto describe = [](const models::Seq2SeqConfig& c) {
+      return fmt::format("{} with attention {}, embed {}, hidden {}, {} layer(s){}", models::cell_kind_name(c.cell),
+                         models::attention_kind_name(c.attention), c.embed, c.hidden, c.layers,
+                         c.bidirectional ? ", bidirectional" : "");
+    };
+    AK_CHECK(w.cell == config.cell && w.attention == config.attention && w.embed == config.embed &&
+                 w.hidden == config.hidden && w.layers == config.layers && w.bidirectional == config.bidirectional,
+             "{}: the checkpoint's model is {}; it cannot continue as {}", path, describe(config), describe(w));
+  }
+  TrainerOptions o = options;
+  try {
+    o.optimizer = parse_optimizer_kind(string_of(t, "optimizer", twhat));
+  } catch (const Error& e) {
+    fail("{}: {}", twhat, e.what());
+  }
+  o.batch_size = int_of(t, "batch", twhat);
+  o.seed = static_cast<uint64_t>(int_of(t, "seed", twhat));
+  AK_CHECK(o.batch_size >= 1, "{}: \"batch\" must be >= 1", twhat);
+  auto trainer = std::unique_ptr<Trainer>(new Trainer(o, std::move(data), config));
+  try {
+    trainer->model_->load_parameters(v, path);
+    trainer->optimizer_->load_state(member(v, "optimizer", path));
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).rfind(path, 0) == 0) throw;
+    fail("{}: {}", path, e.what());
+  }
+  trainer->batcher_->load_state(member(v, "data_order", path), path + ": data_order");
+  trainer->step_ = trainer->start_step_ = int_of(v, "step", path);
+  const std::string wwhat = path + ": window";
+  trainer->window_loss_ = double_of(member(v, "window", path), "loss", wwhat);
+  trainer->window_steps_ = int_of(member(v, "window", path), "steps", wwhat);
+  return trainer;
+}
+
+Evaluation Trainer::evaluate(const Corpus& corpus) {
+  autograd::NoGrad no_grad;
+  const EncodedCorpus enc = &corpus == &data_.valid ? valid_enc_ : encode(corpus, data_.src_vocab, data_.tgt_vocab);
+  Evaluation ev;
+  ev.examples = enc.size();
+  if (enc.size() == 0) return ev;
+  int64_t longest = 0;
+  for (const auto& t : enc.tgt) longest = std::max<int64_t>(longest, static_cast<int64_t>(t.size()));
+  const int64_t max_len = options_.max_decode_len > 0 ? options_.max_decode_len : longest + 5;
+  double loss_sum = 0;
+  int64_t tokens = 0, exact = 0;
+  TokenAccuracy acc;
+  models::LossOptions lo;
+  lo.label_smoothing = options_.label_smoothing;
+  for (const Batch& b : batches_in_order(enc, options_.batch_size, false)) {
+    auto r = model_->forward(b, lo);
+    const int64_t n_tok = b.target_tokens();
+    loss_sum += double(r.loss.value()[0]) * double(n_tok);
+    tokens += n_tok;
+    const Tensor& logits = r.logits.value();  // [N, T, V]
+    const int64_t V = logits.dim(2);
+    std::vector<int64_t> pred(static_cast<size_t>(b.N * b.T));
+    for (int64_t i = 0; i < b.N * b.T; ++i) {
+      const float* row = logits.data() + i * V;
+      pred[size_t(i)] = std::max_element(row, row + V) - row;
+    }
+    acc.add(pred, b.tgt_out, b.N, b.T, Vocab::kPad);
+    const auto decoded = model_->greedy(b, max_len);
+    for (int64_t n = 0; n < b.N; ++n) exact += decoded[size_t(n)] == enc.tgt[size_t(b.index[size_t(n)])];
+  }
+  ev.loss = tokens ? loss_sum / double(tokens) : 0.0;
+  ev.token_accuracy = acc.accuracy();
+  ev.exact_match = double(exact) / double(enc.size());
+  return ev;
+}
+
+TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
+  TrainSummary s;
+  s.start_step = start_step_;
+  for (const nn::Parameter* p : model_->named_parameters()) s.parameters += p->value.numel();
+  const std::vector<nn::Parameter*> params = model_->named_parameters();
+  models::LossOptions lo;
+  lo.label_smoothing = options_.label_smoothing;
+  int64_t window_tokens = 0;
+  float last_norm = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  auto emit = [&](const std::string& line) {
+    append_line(options_.metrics_path, line);
+    if (log) log(line);
+  };
+  while (step_ < options_.steps) {
+    const double lr = learning_rate(options_.schedule, step_);
+    optimizer_->set_lr(lr);
+    optimizer_->zero_grad();
+    const Batch b = batcher_->next();
+    auto r = model_->forward(b, lo);
+    const float loss = r.loss.value()[0];
+    if (!std::isfinite(loss)) {
+      autograd::clear_tape();
+      fail("training: the loss is {} at step {} (the last checkpoint is kept)", loss, step_ + 1);
+    }
+    autograd::backward(r.loss);
+    ClipOptions co;
+    if (options_.clip > 0) {
+      co.max_norm = options_.clip;
+      last_norm = clip_grad_norm(params, co);
+    } else {
+      last_norm = grad_norm(params);
+      AK_CHECK(std::isfinite(last_norm), "training: the gradient norm is {} at step {}", last_norm, step_ + 1);
+    }
+    optimizer_->step();
+    ++step_;
+    window_loss_ += loss;
+    ++window_steps_;
+    window_tokens += b.target_tokens();
+    if (step_ % options_.log_every == 0 || step_ == options_.steps) {
+      const auto t1 = std::chrono::steady_clock::now();
+      const double secs = std::chrono::duration<double>(t1 - t0).count();
+      nlohmann::json j;
+      j["step"] = step_;
+      j["epoch"] = b.epoch;
+      j["loss"] = window_loss_ / double(window_steps_);
+      j["lr"] = lr;
+      j["grad_norm"] = last_norm;
+      j["tokens_per_s"] = secs > 0 ? double(window_tokens) / secs : 0.0;
+      s.train_loss = window_loss_ / double(window_steps_);
+      if (valid_enc_.size() > 0) {
+        const Evaluation ev = evaluate(data_.valid);
+        j["valid_loss"] = ev.loss;
+        j["token_accuracy"] = ev.token_accuracy;
+        j["exact_match"] = ev.exact_match;
+      }
+      emit(j.dump());
+      if (step_ % options_.log_every == 0) {  // a window ends at multiples of log_every only
+        window_loss_ = 0;
+        window_steps_ = 0;
+      }
+      window_tokens = 0;
+      t0 = std::chrono::steady_clock::now();
+    }
+  }
+  if (!options_.save_path.empty()) save(options_.save_path);
+  s.step = step_;
+  s.checkpoint = options_.save_path;
+  if (valid_enc_.size() > 0) s.valid = evaluate(data_.valid);
+  return s;
+}
+
+}  // namespace attnkit::train

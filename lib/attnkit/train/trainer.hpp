@@ -1,0 +1,129 @@
+// The seq2seq training loop: batches from a Batcher, teacher forcing, forward, backward, gradient clipping,
+// an optimizer step under a learning-rate schedule; validation (loss, token accuracy, exact match by greedy
+// decoding); metrics as JSON lines; checkpoints as one JSON bundle written atomically; exact resume.
+//
+// Checkpoint (one JSON object; every integer a decimal string so that it reads back exactly):
+//   "format": "attnkit-seq2seq", "version": "1"
+//   "config":    the model's config (models::Seq2SeqConfig::to_value)
+//   "training":  {"optimizer", "lr", "batch", "schedule", "warmup", "label_smoothing", "clip", "seed",
+//                 "steps", "src_tokenizer", "tgt_tokenizer"}
+//   "vocab":     {"source": {"tokens": [...]}, "target": {"tokens": [...]}}
+//   "step":      optimizer steps taken
+//   "optimizer": the optimizer's state (train/optimizer.hpp)
+//   "data_order": the Batcher's state (train/batch.hpp)
+//   "window":    {"loss", "steps"}: the training-loss sum since the last logged multiple of log_every
+//   "src_embed", "encoder", "tgt_embed", "decoder", "attention", "combine", "output": the parameters
+//                (models/seq2seq.hpp), so that `lstm-run X --weights model.json#encoder` runs the encoder.
+// Resume: the model, the optimizer state and the data order come back, and the loop continues from "step"
+// up to the options' steps (the total, not an increment): the same metrics, bit for bit, as a run that was
+// never interrupted (same thread count). The vocabularies of the data given must equal the checkpoint's.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnkit/models/seq2seq.hpp"
+#include "attnkit/train/batch.hpp"
+#include "attnkit/train/data.hpp"
+#include "attnkit/train/optimizer.hpp"
+#include "attnkit/train/schedule.hpp"
+#include "attnkit/train/tasks.hpp"
+#include "attnkit/train/vocab.hpp"
+
+namespace attnkit::train {
+
+// Where the examples come from: a built-in task, or files.
+struct DataSpec {
+  std::optional<TaskOptions> task;  // set: a built-in task
+  std::string train_path;           // else: TSV / JSONL files
+  std::string valid_path;           // optional
+  DataOptions data;                 // tokenizers, max_len, skip_bad_lines (files only)
+};
+
+struct TrainingData {
+  Corpus train, valid;
+  Vocab src_vocab, tgt_vocab;
+};
+// A task's sets and vocabularies, or the files read with vocabularies built from the training file
+// (source side and target side each in the tokenizer's default order). Errors name the file and line.
+TrainingData load_training_data(const DataSpec& spec);
+
+enum class OptimizerKind { Sgd, Adam, AdamW };
+OptimizerKind parse_optimizer_kind(std::string_view name);  // "sgd", "adam", "adamw"
+std::string_view optimizer_kind_name(OptimizerKind kind);
+
+struct TrainerOptions {
+  models::Seq2SeqConfig model;  // src_vocab / tgt_vocab are set from the data's vocabularies
+  // Resume: the fields of `model` the user gave; a checkpoint whose model differs in one of them is refused
+  // (changing the model's shape is not a resume). The others are taken from the checkpoint.
+  struct Given {
+    bool cell = false, attention = false, embed = false, hidden = false, layers = false, bidirectional = false;
+  } model_given;
+  int64_t steps = 1000;         // total optimizer steps
+  int64_t batch_size = 32;
+  OptimizerKind optimizer = OptimizerKind::Adam;
+  ScheduleOptions schedule;     // schedule.lr is the learning rate
+  float label_smoothing = 0.0f;
+  double clip = 1.0;            // max gradient norm; 0: no clipping (the norm is still reported)
+  uint64_t seed = 1;            // the model's initialisation and the data order
+  int64_t log_every = 100;      // a metrics line (and a validation) every this many steps, and at the end
+  int64_t max_decode_len = 0;   // greedy decoding's cap; 0: the longest validation target + 5
+  std::string save_path;        // the checkpoint (written at the end)
+  std::string metrics_path;     // JSON lines appended; "" for none
+};
+
+struct Evaluation {
+  double loss = 0;            // mean cross-entropy per target token (label smoothing included)
+  double token_accuracy = 0;  // teacher-forced argmax
+  double exact_match = 0;     // greedy decoding equals the target
+  int64_t examples = 0;
+};
+
+struct TrainSummary {
+  int64_t step = 0;             // steps done in all
+  int64_t start_step = 0;       // where this run started (0, or the checkpoint's step)
+  double train_loss = 0;        // mean loss over the last logging window (NaN-free)
+  std::optional<Evaluation> valid;
+  int64_t parameters = 0;       // number of learned values
+  std::string checkpoint;
+  std::string to_json() const;  // one JSON object, no newline
+};
+
+class Trainer {
+ public:
+  // A fresh run. Throws attnkit::Error on bad options or data.
+  Trainer(const TrainerOptions& options, TrainingData data);
+  // Continues the checkpoint at `path`: model shape, optimizer kind and data seed come from the checkpoint;
+  // `options` gives steps, lr and schedule, clip, log_every, save and metrics paths. Refuses (naming the
+  // file) a checkpoint that is not one, is corrupt, or whose vocabularies differ from `data`'s.
+  static std::unique_ptr<Trainer> resume(const std::string& path, const TrainerOptions& options, TrainingData data);
+
+  // Runs up to options.steps, saves the checkpoint, evaluates; `log` (if given) receives each metrics line.
+  TrainSummary run(const std::function<void(const std::string&)>& log = {});
+  Evaluation evaluate(const Corpus& corpus);
+
+  models::Seq2Seq& model() { return *model_; }
+  int64_t step() const { return step_; }
+  void save(const std::string& path) const;
+
+ private:
+  Trainer(const TrainerOptions& options, TrainingData&& data, const models::Seq2SeqConfig& model_config);
+
+  TrainerOptions options_;
+  TrainingData data_;
+  EncodedCorpus train_enc_, valid_enc_;
+  std::unique_ptr<models::Seq2Seq> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Batcher> batcher_;
+  int64_t step_ = 0;
+  int64_t start_step_ = 0;
+  // The metrics window since the last multiple of log_every (kept in the checkpoint, so that a resumed
+  // run logs the same means as an uninterrupted one).
+  double window_loss_ = 0;
+  int64_t window_steps_ = 0;
+};
+
+}  // namespace attnkit::train

@@ -1,0 +1,144 @@
+// seq2seq-train: train a recurrent encoder-decoder (with or without attention) on a built-in task or on
+// TSV / JSONL files; checkpoints that resume exactly (docs/seq2seq-train.md).
+#include <iostream>
+
+#include "attnkit/models/seq2seq.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/threads.hpp"
+#include "attnkit/train/trainer.hpp"
+#include "common/common.hpp"
+
+using namespace attnkit;
+using attnkit::tools::UsageError;
+
+int main(int argc, char** argv) {
+  CLI::App app{"", "seq2seq-train"};
+  tools::describe(
+      app,
+      "Train a recurrent encoder-decoder (rnn, lstm, gru; attention none, dot, scaled-dot, general or additive, "
+      "Luong style) with teacher forcing; writes a checkpoint (a JSON bundle) and prints a summary "
+      "(docs/seq2seq-train.md).",
+      "  seq2seq-train --task reverse --model lstm --attention dot --steps 200 --save model.json\n"
+      "  seq2seq-train --task reverse --model lstm --attention dot --steps 400 --resume model.json --save model.json\n"
+      "  seq2seq-train --train pairs.tsv --valid valid.tsv --model gru --attention additive --save g.json\n"
+      "  lstm-run x.json --weights model.json#encoder\n");
+  std::string task, train_path, valid_path, model_name, attention = "none", optimizer = "adam",
+                                                       schedule = "constant", save_path, resume_path, metrics_path,
+                                                       tokenizer = "char", target_tokenizer;
+  int64_t hidden = 64, embed = 32, steps = 1000, batch = 32, warmup = 0, log_every = 100, max_len = 0;
+  int64_t vocab_size = 10, min_len = 1, task_max_len = 10, train_size = 1000, valid_size = 100;
+  int layers = 1, threads = 0;
+  bool bidirectional = false, skip_bad_lines = false;
+  double lr = 1e-3, label_smoothing = 0.0, clip = 1.0;
+  uint64_t seed = 1;
+  auto* task_opt = app.add_option("--task", task, "Built-in task")->check(CLI::IsMember({"copy", "reverse", "sort", "dates"}));
+  auto* train_opt = app.add_option("--train", train_path, "Training file: TSV (source TAB target) or JSONL {src, tgt}")
+                        ->type_name("FILE");
+  app.add_option("--valid", valid_path, "Validation file (same format)")->type_name("FILE");
+  app.add_option("--tokenizer", tokenizer, "Files: tokenizer of the source (and target)")
+      ->check(CLI::IsMember({"char", "space", "ids"}))
+      ->capture_default_str();
+  app.add_option("--target-tokenizer", target_tokenizer, "Files: the target's tokenizer (default: --tokenizer)")
+      ->check(CLI::IsMember({"char", "space", "ids"}));
+  app.add_flag("--skip-bad-lines", skip_bad_lines, "Files: skip (and count) bad lines instead of failing");
+  app.add_option("--max-len", max_len, "Files: longest sequence accepted; tasks: longest sequence generated")
+      ->check(tools::non_negative());
+  app.add_option("--vocab-size", vocab_size, "Task: tokens 0 .. N-1 (copy, reverse, sort)")->check(tools::positive())->capture_default_str();
+  app.add_option("--min-len", min_len, "Task: shortest sequence")->check(tools::positive())->capture_default_str();
+  app.add_option("--train-size", train_size, "Task: training examples")->check(tools::positive())->capture_default_str();
+  app.add_option("--valid-size", valid_size, "Task: held-out examples")->check(tools::non_negative())->capture_default_str();
+  auto* model_opt = app.add_option("--model", model_name, "Cell of encoder and decoder")->check(CLI::IsMember({"lstm", "gru", "rnn"}));
+  app.add_option("--attention", attention, "Luong attention's score, or none (the fixed context)")
+      ->check(CLI::IsMember({"none", "dot", "scaled-dot", "general", "additive"}))
+      ->capture_default_str();
+  app.add_option("--hidden", hidden, "Hidden size per direction")->check(tools::positive())->capture_default_str();
+  app.add_option("--embed", embed, "Embedding size")->check(tools::positive())->capture_default_str();
+  app.add_option("--layers", layers, "Layers of encoder and decoder")->check(CLI::Range(1, 16))->capture_default_str();
+  app.add_flag("--bidirectional", bidirectional, "Bidirectional encoder (the decoder's hidden size doubles)");
+  app.add_option("--steps", steps, "Total optimizer steps (with --resume: up to this total)")
+      ->check(tools::non_negative())
+      ->capture_default_str();
+  app.add_option("--batch", batch, "Batch size")->check(tools::positive())->capture_default_str();
+  app.add_option("--lr", lr, "Learning rate (noam: its multiplier)")->check(tools::non_negative())->capture_default_str();
+  app.add_option("--optimizer", optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
+  app.add_option("--schedule", schedule, "Learning-rate schedule")
+      ->check(CLI::IsMember({"constant", "cosine", "noam"}))
+      ->capture_default_str();
+  app.add_option("--warmup", warmup, "Linear warmup steps")->check(tools::non_negative())->capture_default_str();
+  app.add_option("--label-smoothing", label_smoothing, "Label smoothing in [0, 1)")->check(CLI::Range(0.0, 0.999))->capture_default_str();
+  app.add_option("--clip", clip, "Max gradient norm (0: no clipping)")->check(tools::non_negative())->capture_default_str();
+  app.add_option("--seed", seed, "Seed of the task, the initialisation and the data order")->capture_default_str();
+  tools::add_threads_option(app, threads);
+  auto* save_opt = app.add_option("--save", save_path, "Checkpoint to write (atomically)")->type_name("MODEL.json");
+  app.add_option("--resume", resume_path, "Continue this checkpoint up to --steps")->type_name("MODEL.json");
+  app.add_option("--metrics", metrics_path, "Append one JSON line per logged step")->type_name("FILE.jsonl");
+  app.add_option("--log-every", log_every, "Steps between metrics lines (and validations)")->check(tools::positive())->capture_default_str();
+  task_opt->excludes(train_opt);
+  save_opt->required();
+
+  return tools::run(app, argc, argv, [&]() -> int {
+    if (task.empty() && train_path.empty()) throw UsageError("give --task NAME or --train FILE");
+    if (!valid_path.empty() && train_path.empty()) throw UsageError("--valid goes with --train");
+    if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn");
+    set_num_threads(threads);
+
+    train::DataSpec spec;
+    if (!task.empty()) {
+      train::TaskOptions t;
+      t.name = task;
+      t.vocab_size = vocab_size;
+      t.min_len = min_len;
+      t.max_len = max_len > 0 ? max_len : task_max_len;
+      t.train_size = train_size;
+      t.valid_size = valid_size;
+      t.seed = seed;
+      spec.task = t;
+    } else {
+      spec.train_path = train_path;
+      spec.valid_path = valid_path;
+      spec.data.tokenizer = train::tokenizer_from_name(tokenizer);
+      if (!target_tokenizer.empty()) spec.data.target_tokenizer = train::tokenizer_from_name(target_tokenizer);
+      spec.data.max_len = max_len;
+      spec.data.skip_bad_lines = skip_bad_lines;
+    }
+    train::TrainingData data = train::load_training_data(spec);
+    for (const train::Corpus* c : {&data.train, &data.valid})
+      if (c->bad_lines > 0) std::cerr << "seq2seq-train: " << c->bad_lines_summary() << '\n';
+
+    train::TrainerOptions o;
+    if (!model_name.empty()) o.model.cell = models::parse_cell_kind(model_name);
+    o.model.attention = models::parse_attention_kind(attention);
+    o.model.hidden = hidden;
+    o.model.embed = embed;
+    o.model.layers = layers;
+    o.model.bidirectional = bidirectional;
+    // With --resume the checkpoint fixes the model; model options given as well must agree with it.
+    auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
+    o.model_given = {given("--model"), given("--attention"), given("--embed"),
+                     given("--hidden"), given("--layers"),   given("--bidirectional")};
+    o.steps = steps;
+    o.batch_size = batch;
+    o.optimizer = train::parse_optimizer_kind(optimizer);
+    o.schedule.kind = train::parse_schedule_kind(schedule);
+    o.schedule.lr = lr;
+    o.schedule.warmup_steps = warmup;
+    if (o.schedule.kind == train::ScheduleKind::Cosine) o.schedule.t_max = std::max<int64_t>(steps, 1);
+    if (o.schedule.kind == train::ScheduleKind::Noam) {
+      o.schedule.d_model = hidden;
+      if (warmup == 0) throw UsageError("--schedule noam needs --warmup N (N >= 1)");
+    }
+    o.label_smoothing = static_cast<float>(label_smoothing);
+    o.clip = clip;
+    o.seed = seed;
+    o.log_every = log_every;
+    o.save_path = save_path;
+    o.metrics_path = metrics_path;
+
+    std::unique_ptr<train::Trainer> trainer = resume_path.empty()
+                                                  ? std::make_unique<train::Trainer>(o, std::move(data))
+                                                  : train::Trainer::resume(resume_path, o, std::move(data));
+    const train::TrainSummary summary = trainer->run();
+    std::cout << summary.to_json() << '\n';
+    return 0;
+  });
+}
