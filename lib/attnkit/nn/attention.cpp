@@ -32,29 +32,10 @@ namespace {
 using ops::GemmThreads;
 using ops::Trans;
 
-struct Dims {
-  bool batched = false;
-  int64_t N = 1, T = 0, S = 0;
-};
+using Dims = ops::QkvDims;
 
 Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, std::string_view op) {
-  AK_CHECK(q.rank() == 2 || q.rank() == 3, "{}: query has shape {}, expected [T, E] or [N, T, E]", op, q.shape_str());
-  AK_CHECK(k.rank() == q.rank(), "{}: key has shape {}, expected rank {} like query {}", op, k.shape_str(), q.rank(),
-           q.shape_str());
-  AK_CHECK(v.rank() == q.rank(), "{}: value has shape {}, expected rank {} like query {}", op, v.shape_str(), q.rank(),
-           q.shape_str());
-  Dims d;
-  d.batched = q.rank() == 3;
-  d.N = d.batched ? q.dim(0) : 1;
-  d.T = q.dim(-2);
-  d.S = k.dim(-2);
-  if (d.batched) {
-    AK_CHECK(k.dim(0) == d.N, "{}: key {} and query {} disagree on the batch size", op, k.shape_str(), q.shape_str());
-    AK_CHECK(v.dim(0) == d.N, "{}: value {} and query {} disagree on the batch size", op, v.shape_str(), q.shape_str());
-  }
-  AK_CHECK(v.dim(-2) == d.S, "{}: value {} and key {} disagree on the number of keys S", op, v.shape_str(),
-           k.shape_str());
-  return d;
+  return ops::check_qkv(q, k, v, op, "E", "key", "value");
 }
 
 void check_feature(const Tensor& x, const char* name, const Projection& p, const char* proj, std::string_view op) {

@@ -469,30 +469,39 @@ void sdpa_backward_naive(const SdpaProblem& p, const float* /*row_lse*/, Strided
 }
 
 // ---- attention_forward: the score kinds on [T, D] / [N, T, D] tensors ----
+QkvDims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, std::string_view op, std::string_view feature,
+                  std::string_view keys, std::string_view values) {
+  auto verb = [](std::string_view name) { return name.back() == 's' ? "have" : "has"; };
+  AK_CHECK(q.rank() == 2 || q.rank() == 3, "{}: query has shape {}, expected [T, {}] or [N, T, {}]", op, q.shape_str(),
+           feature, feature);
+  AK_CHECK(k.rank() == q.rank(), "{}: {} {} shape {}, expected rank {} like query {}", op, keys, verb(keys),
+           k.shape_str(), q.rank(), q.shape_str());
+  AK_CHECK(v.rank() == q.rank(), "{}: {} {} shape {}, expected rank {} like query {}", op, values, verb(values),
+           v.shape_str(), q.rank(), q.shape_str());
+  QkvDims d;
+  d.batched = q.rank() == 3;
+  d.N = d.batched ? q.dim(0) : 1;
+  d.T = q.dim(-2), d.S = k.dim(-2);
+  if (d.batched) {
+    AK_CHECK(k.dim(0) == d.N, "{}: {} {} and query {} disagree on the batch size", op, keys, k.shape_str(), q.shape_str());
+    AK_CHECK(v.dim(0) == d.N, "{}: {} {} and query {} disagree on the batch size", op, values, v.shape_str(),
+             q.shape_str());
+  }
+  AK_CHECK(v.dim(-2) == d.S, "{}: {} {} and {} {} disagree on the number of keys S", op, values, v.shape_str(), keys,
+           k.shape_str());
+  return d;
+}
+
 namespace {
 
-struct Dims {
-  bool batched = false;
-  int64_t N = 1, T = 0, S = 0, Dq = 0, Dk = 0, Dv = 0;
+struct Dims : QkvDims {
+  int64_t Dq = 0, Dk = 0, Dv = 0;
 };
 
 Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
-  AK_CHECK(q.rank() == 2 || q.rank() == 3, "attention: query has shape {}, expected [T, Dq] or [N, T, Dq]",
-           q.shape_str());
-  AK_CHECK(k.rank() == q.rank(), "attention: keys have shape {}, expected rank {} like query {}", k.shape_str(),
-           q.rank(), q.shape_str());
-  AK_CHECK(v.rank() == q.rank(), "attention: values have shape {}, expected rank {} like query {}", v.shape_str(),
-           q.rank(), q.shape_str());
   Dims d;
-  d.batched = q.rank() == 3;
-  d.N = d.batched ? q.dim(0) : 1;
-  d.T = q.dim(-2), d.S = k.dim(-2), d.Dq = q.dim(-1), d.Dk = k.dim(-1), d.Dv = v.dim(-1);
-  if (d.batched) {
-    AK_CHECK(k.dim(0) == d.N, "attention: keys {} and query {} disagree on the batch size", k.shape_str(), q.shape_str());
-    AK_CHECK(v.dim(0) == d.N, "attention: values {} and query {} disagree on the batch size", v.shape_str(), q.shape_str());
-  }
-  AK_CHECK(v.dim(-2) == d.S, "attention: values {} and keys {} disagree on the number of keys S", v.shape_str(),
-           k.shape_str());
+  static_cast<QkvDims&>(d) = check_qkv(q, k, v, "attention", "Dq");
+  d.Dq = q.dim(-1), d.Dk = k.dim(-1), d.Dv = v.dim(-1);
   const ScoreWeights& w = o.weights;
   switch (o.score) {
     case ScoreKind::Dot:

@@ -94,6 +94,16 @@ AttentionResult attention_forward_naive(const Tensor& query, const Tensor& keys,
 // (Loading score weights from a bundle and key lengths from a tensor lives one floor up:
 // nn/attention_scores.hpp. ops/ loads nothing.)
 
+// The sizes every attention entry shares, checked in one place: query [T, F] or [N, T, F]; keys and
+// values of the same rank, the same N, and S rows each. `feature` names F in messages ("Dq", "E");
+// `keys` / `values` name those inputs ("keys" or "key").
+struct QkvDims {
+  bool batched = false;
+  int64_t N = 1, T = 0, S = 0;
+};
+QkvDims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, std::string_view op, std::string_view feature,
+                  std::string_view keys = "keys", std::string_view values = "values");
+
 // Validates `mask` against the problem sizes; `op` and the names in messages: "attention: mask
 // has shape [3, 5], expected [T, S] = [3, 4], [N, T, S] = [2, 3, 4] or [N, NH, T, S] = ...".
 void check_mask(const MaskSpec& mask, int64_t N, int64_t NH, int64_t T, int64_t S, std::string_view op);
