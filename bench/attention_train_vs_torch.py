@@ -23,9 +23,8 @@ import os
 import re
 import statistics
 import subprocess
-import time
 
-from bench_common import bench_binary, import_torch
+from bench_common import bench_binary, best_time, import_torch
 
 
 def ours(binary, T, E, NH, threads, reps, *flags):
@@ -74,13 +73,7 @@ def main():
             mine = ours(binary, T, a.E, a.heads, a.threads, a.reps, "--backward")["best_s"]
             theirs = None
             if torch is not None:
-                step()  # warm-up
-                ts = []
-                for _ in range(a.reps):
-                    t0 = time.perf_counter()
-                    step()
-                    ts.append(time.perf_counter() - t0)
-                theirs = min(ts)
+                theirs = best_time(step, a.reps)
             rows.append((mine, theirs))
             ratio = f"  ratio {mine / theirs:.3f}" if theirs else ""
             print(f"T={T:5d} round {r + 1}: attnkit {mine * 1e3:9.1f} ms ({flops(T, a.E) / mine / 1e9:5.1f} GFLOP/s)   "

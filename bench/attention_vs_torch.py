@@ -14,9 +14,8 @@ its time and peak resident memory (getrusage ru_maxrss, i.e. what /usr/bin/time 
 import argparse
 import os
 import statistics
-import time
 
-from bench_common import bench_binary, import_torch, run_json
+from bench_common import bench_binary, best_time, import_torch, run_json
 
 
 def ours(binary, T, E, NH, threads, reps):
@@ -51,13 +50,7 @@ def main():
             theirs = None
             if torch is not None:
                 with torch.no_grad():
-                    m(x, x, x, need_weights=False)  # warm-up
-                    ts = []
-                    for _ in range(a.reps):
-                        t0 = time.perf_counter()
-                        m(x, x, x, need_weights=False)
-                        ts.append(time.perf_counter() - t0)
-                theirs = min(ts)
+                    theirs = best_time(lambda: m(x, x, x, need_weights=False), a.reps)
             rows.append((mine, theirs))
             ratio = f"  ratio {mine / theirs:.3f}" if theirs else ""
             print(f"T={T:5d} round {r + 1}: attnkit {mine * 1e3:9.1f} ms   torch "

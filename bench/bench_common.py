@@ -31,3 +31,15 @@ def import_torch(threads):
         return None
     torch.set_num_threads(threads)
     return torch
+
+
+def best_time(call, reps):
+    """Best wall time in seconds of `reps` calls of call(), after one warm-up call."""
+    import time
+    call()  # warm-up
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - t0)
+    return best

@@ -16,9 +16,8 @@ machine's sgemm peak with the same threads (a 1024^3 product, from lstm_bench).
 import argparse
 import os
 import statistics
-import time
 
-from bench_common import bench_binary, import_torch, run_json
+from bench_common import bench_binary, best_time, import_torch, run_json
 
 
 def main():
@@ -54,13 +53,7 @@ def main():
             mine = run_json(binary, N=N, T=T, D=D, H=H, threads=a.threads, reps=a.reps, backward=1)
             theirs = None
             if torch is not None:
-                step()  # warm-up
-                ts = []
-                for _ in range(a.reps):
-                    t0 = time.perf_counter()
-                    step()
-                    ts.append(time.perf_counter() - t0)
-                theirs = min(ts)
+                theirs = best_time(step, a.reps)
             rows.append((mine, theirs))
             ratio = f"  ratio {mine['best_s'] / theirs:.3f}" if theirs else ""
             print(f"N={N} T={T} D={D} H={H} round {r + 1}: attnkit fwd+bwd {mine['best_s'] * 1e3:8.1f} ms "

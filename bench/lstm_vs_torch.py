@@ -15,9 +15,8 @@ the GEMM bound) and a 1024^3 sgemm (the machine's peak with these threads), prin
 import argparse
 import os
 import statistics
-import time
 
-from bench_common import bench_binary, import_torch, run_json
+from bench_common import bench_binary, best_time, import_torch, run_json
 
 
 def ours(binary, N, T, D, H, threads, reps):
@@ -51,13 +50,7 @@ def main():
             theirs = None
             if torch is not None:
                 with torch.no_grad():
-                    m(x)  # warm-up
-                    ts = []
-                    for _ in range(a.reps):
-                        t0 = time.perf_counter()
-                        m(x)
-                        ts.append(time.perf_counter() - t0)
-                theirs = min(ts)
+                    theirs = best_time(lambda: m(x), a.reps)
             rows.append((mine, theirs))
             ratio = f"  ratio {mine['best_s'] / theirs:.3f}" if theirs else ""
             print(f"N={N} T={T} D={D} H={H} round {r + 1}: attnkit {mine['best_s'] * 1e3:8.2f} ms "
