@@ -248,7 +248,8 @@ tensor randn --shape 8,64 --seed 1 > rec.json
 for i in $(seq 4000); do cat rec.json; done > many.ndjson
 if [[ -x /usr/bin/time ]]; then
   /usr/bin/time -f '%M' -o rss.txt tensor get - < many.ndjson | cmp -s - many.ndjson || fail "stream of 4000 records changed"
-  (( $(cat rss.txt) < 40000 )) || fail "stream of 22 MB peaked at $(cat rss.txt) KB"
+  # (not under AddressSanitizer: its quarantine keeps freed memory, up to 256 MB, by design)
+  [[ -n "${ASAN_OPTIONS:-}" ]] || (( $(cat rss.txt) < 40000 )) || fail "stream of 22 MB peaked at $(cat rss.txt) KB"
 fi
 
 # --- slicing and selecting (expected values: numpy 1.24, a = np.arange(24).reshape(2, 3, 4)) ------
