@@ -37,6 +37,7 @@
 
 #include "attnkit/autograd/var.hpp"
 #include "attnkit/io/value.hpp"
+#include "attnkit/models/model.hpp"
 #include "attnkit/nn/embedding.hpp"
 #include "attnkit/nn/linear.hpp"
 #include "attnkit/nn/parameter.hpp"
@@ -73,16 +74,7 @@ struct Seq2SeqConfig {
   void validate() const;  // sizes >= 1, layers >= 1
 };
 
-struct LossOptions {
-  float label_smoothing = 0.0f;
-};
-
-struct ForwardResult {
-  autograd::Var loss;    // scalar: mean over the target tokens that are not <pad>
-  autograd::Var logits;  // [N, T, Vt]
-};
-
-class Seq2Seq : public nn::Module {
+class Seq2Seq : public TranslationModel {
  public:
   // Initialised from `rng`: embeddings N(0, 1) (the <pad> rows zero), recurrent layers and linears as PyTorch
   // (U(-1/sqrt(fan), 1/sqrt(fan))), general / additive score weights U(-1/sqrt(Hd), 1/sqrt(Hd)).
@@ -92,19 +84,18 @@ class Seq2Seq : public nn::Module {
 
   const Seq2SeqConfig& config() const { return config_; }
 
-  // Teacher-forced forward over a batch (train/batch.hpp); recorded unless under NoGrad.
-  ForwardResult forward(const train::Batch& batch, const LossOptions& options = {});
-  // Greedy decoding of the batch's sources: each row's ids without <bos>/<eos>, at most max_len of them.
-  std::vector<std::vector<int64_t>> greedy(const train::Batch& batch, int64_t max_len);
+  std::string_view family() const override { return "recurrent"; }
+  io::Value config_value() const override { return config_.to_value(); }
+  // TranslationModel (models/model.hpp).
+  ForwardResult forward(const train::Batch& batch, const LossOptions& options = {}) override;
+  std::vector<std::vector<int64_t>> greedy(const train::Batch& batch, int64_t max_len) override;
 
   std::vector<nn::Parameter*> named_parameters() override;
   using Module::named_parameters;
 
   // Parameters as sub-bundles: {"encoder": {"weight_ih_l0": ...}, "src_embed": {"weight": ...}, ...}.
-  io::Value parameters_value() const;
-  // The inverse: every parameter found by name and shape-checked before any is changed (`what` names the
-  // bundle in messages: "model.json").
-  void load_parameters(const io::Value& bundle, std::string_view what);
+  io::Value parameters_value() const override;
+  void load_parameters(const io::Value& bundle, std::string_view what) override;
 
   nn::Recurrent& encoder() { return encoder_; }
   nn::Recurrent& decoder() { return decoder_; }

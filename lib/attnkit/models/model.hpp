@@ -1,0 +1,45 @@
+// What seq2seq-train trains and transformer-decode decodes: a translation model mapping a batch of source
+// token ids to next-token distributions over the target vocabulary. Implemented by the recurrent
+// encoder-decoder (models/seq2seq.hpp) and the Transformer.
+// Legend: N batch, S source length, T target length (+1 for <bos>/<eos>), Vt target vocabulary.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnkit/autograd/var.hpp"
+#include "attnkit/io/value.hpp"
+#include "attnkit/nn/parameter.hpp"
+#include "attnkit/train/batch.hpp"
+
+namespace attnkit::models {
+
+struct LossOptions {
+  float label_smoothing = 0.0f;
+};
+
+struct ForwardResult {
+  autograd::Var loss;    // scalar: mean over the target tokens that are not <pad>
+  autograd::Var logits;  // [N, T, Vt]
+};
+
+class TranslationModel : public nn::Module {
+ public:
+  // The checkpoint's model family: "recurrent" or "transformer".
+  virtual std::string_view family() const = 0;
+  // The model's configuration as stored in a checkpoint's "config" member.
+  virtual io::Value config_value() const = 0;
+
+  // Teacher-forced forward over a batch (train/batch.hpp); recorded unless under autograd::NoGrad.
+  virtual ForwardResult forward(const train::Batch& batch, const LossOptions& options = {}) = 0;
+  // Greedy decoding of the batch's sources: each row's ids without <bos>/<eos>, at most max_len of them.
+  virtual std::vector<std::vector<int64_t>> greedy(const train::Batch& batch, int64_t max_len) = 0;
+
+  // Parameters as sub-bundles named by the first part of their state_dict names, and the inverse (every
+  // parameter found by name and shape-checked before any is changed; `what` names the bundle in messages).
+  virtual io::Value parameters_value() const = 0;
+  virtual void load_parameters(const io::Value& bundle, std::string_view what) = 0;
+};
+
+}  // namespace attnkit::models
