@@ -4,12 +4,14 @@
 // Legend: N batch, S source length, T target length (+1 for <bos>/<eos>), Vt target vocabulary.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "attnkit/autograd/var.hpp"
 #include "attnkit/io/value.hpp"
+#include "attnkit/models/decoding.hpp"
 #include "attnkit/nn/parameter.hpp"
 #include "attnkit/train/batch.hpp"
 
@@ -35,6 +37,10 @@ class TranslationModel : public nn::Module {
   virtual ForwardResult forward(const train::Batch& batch, const LossOptions& options = {}) = 0;
   // Greedy decoding of the batch's sources: each row's ids without <bos>/<eos>, at most max_len of them.
   virtual std::vector<std::vector<int64_t>> greedy(const train::Batch& batch, int64_t max_len) = 0;
+  // Incremental decoding of the batch's sources (only src, src_lengths, N and S are read): encodes them and
+  // returns the state a search extends one token at a time (models/decoding.hpp). use_cache = false
+  // recomputes the whole prefix at every step (the reference the cache is tested against).
+  virtual std::unique_ptr<DecoderState> start_decoding(const train::Batch& sources, bool use_cache) = 0;
 
   // Parameters as sub-bundles named by the first part of their state_dict names, and the inverse (every
   // parameter found by name and shape-checked before any is changed; `what` names the bundle in messages).

@@ -220,7 +220,7 @@ Seq2Seq::Encoded Seq2Seq::encode(const train::Batch& batch) {
   return e;
 }
 
-Var Seq2Seq::project(const Var& s, const Encoded& enc, const std::vector<int64_t>& src_lengths) {
+Var Seq2Seq::project(const Var& s, const Encoded& enc, const std::vector<int64_t>& src_lengths, Tensor* weights) {
   if (config_.attention == AttentionKind::None) return output_.forward(s);  // [N, T, Vt]
   autograd::AttentionOptions o;
   switch (config_.attention) {
@@ -239,7 +239,10 @@ Var Seq2Seq::project(const Var& s, const Encoded& enc, const std::vector<int64_t
     case AttentionKind::None: break;
   }
   o.mask.key_lengths = src_lengths;
-  Var c = autograd::attention(s, enc.states, enc.states, o).context;    // [N, T, Hd]
+  if (weights != nullptr) o.keep = ops::KeepWeights::Yes;
+  autograd::AttentionOutput a = autograd::attention(s, enc.states, enc.states, o);
+  Var c = a.context;                                                     // [N, T, Hd]
+  if (weights != nullptr) *weights = std::move(a.weights);               // [N, T, S]
   Var h = autograd::tanh(combine_->forward(autograd::concat({s, c}, 2)));  // [N, T, 2Hd] -> [N, T, Hd]
   return output_.forward(h);                                             // [N, T, Vt]
 }

@@ -89,6 +89,9 @@ class Seq2Seq : public TranslationModel {
   // TranslationModel (models/model.hpp).
   ForwardResult forward(const train::Batch& batch, const LossOptions& options = {}) override;
   std::vector<std::vector<int64_t>> greedy(const train::Batch& batch, int64_t max_len) override;
+  // One decoder step = the recurrent layer on [R, 1, E] from the carried state (cache), or on the whole
+  // prefix [R, t, E] from s0 (no cache); cross_attention(-1 or 0, -1 or 0): the Luong attention's weights.
+  std::unique_ptr<DecoderState> start_decoding(const train::Batch& sources, bool use_cache) override;
 
   std::vector<nn::Parameter*> named_parameters() override;
   using Module::named_parameters;
@@ -107,7 +110,10 @@ class Seq2Seq : public TranslationModel {
   };
   Encoded encode(const train::Batch& batch);
   // Decoder states s [N, T', Hd] -> logits [N, T', Vt] (attention, combine, output).
-  autograd::Var project(const autograd::Var& s, const Encoded& enc, const std::vector<int64_t>& src_lengths);
+  // weights (when given): the attention weights [N, T', S] (left empty without attention).
+  autograd::Var project(const autograd::Var& s, const Encoded& enc, const std::vector<int64_t>& src_lengths,
+                        Tensor* weights = nullptr);
+  friend class Seq2SeqDecoderState;  // models/seq2seq_decoding.cpp
 
   Seq2SeqConfig config_;
   nn::Embedding src_embed_;

@@ -1,0 +1,28 @@
+#include "attnkit/models/decoding.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "attnkit/tensor/error.hpp"
+
+namespace attnkit::models {
+
+Tensor gather_rows(const Tensor& t, int dim, const std::vector<int64_t>& rows) {
+  AK_CHECK(dim >= 0 && dim < t.rank(), "gather_rows: dimension {} of a tensor of shape {}", dim, t.shape_str());
+  const int64_t n = t.shape()[size_t(dim)];
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < dim; ++i) outer *= t.shape()[size_t(i)];
+  for (int i = dim + 1; i < t.rank(); ++i) inner *= t.shape()[size_t(i)];
+  for (int64_t r : rows)
+    AK_CHECK(r >= 0 && r < n, "gather_rows: row {} of dimension {} of a tensor of shape {}", r, dim, t.shape_str());
+  Shape shape = t.shape();
+  shape[size_t(dim)] = static_cast<int64_t>(rows.size());  // [.., R', ..]
+  Tensor out(shape);
+  const int64_t R = static_cast<int64_t>(rows.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t r = 0; r < R; ++r)
+      std::copy_n(t.data() + (o * n + rows[size_t(r)]) * inner, inner, out.data() + (o * R + r) * inner);
+  return out;
+}
+
+}  // namespace attnkit::models

@@ -1,0 +1,44 @@
+// Incremental decoding: the one entry every search strategy (decode/search.hpp) drives, whatever the model.
+// Legend: R rows (hypotheses being extended: a batch's sources, or sources x beams), S source length (the
+// batch's longest), Vt target vocabulary, L layers, NH heads.
+//
+//   auto state = model.start_decoding(sources, /*use_cache=*/true);  // encodes the sources: R = sources.N
+//   Tensor lp = state->step(prev);          // prev [R] (<bos> first) -> log-probabilities [R, Vt]
+//   state->select_rows({0, 0, 1, 1});       // new row r continues old row rows[r]: expand to beams,
+//                                           // reorder beams, drop finished rows (repeats allowed)
+//   Tensor a = state->cross_attention(-1, -1);  // [R, S]: the last step's attention over the source
+//
+// Contract (every model; tests/unit/test_decoding.cpp checks it for each):
+//   - step() extends every row by one token and returns log_softmax of the next-token logits, rows
+//     independent of each other (a row's result does not depend on the other rows or on R).
+//   - use_cache = false recomputes everything from the tokens fed so far at every step (the reference a
+//     cache is checked against): the same tokens and the same log-probabilities within float rounding.
+//   - select_rows() may shrink, grow or permute; rows.empty() leaves no rows (step() is then not called).
+//   - cross_attention(layer, head): layer -1 is the last, head -1 the mean over heads; a model without
+//     attention over the source, or a layer / head out of range, is an attnkit::Error.
+//   - Runs under autograd::NoGrad; nothing is recorded.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "attnkit/tensor/tensor.hpp"
+
+namespace attnkit::models {
+
+class DecoderState {
+ public:
+  virtual ~DecoderState() = default;
+  virtual int64_t rows() const = 0;
+  // prev_tokens [R]: the token each row produced last (<bos> at the first step) -> log-probs [R, Vt].
+  virtual Tensor step(const std::vector<int64_t>& prev_tokens) = 0;
+  // New row r continues old row rows[r] (every index in [0, rows())).
+  virtual void select_rows(const std::vector<int64_t>& rows) = 0;
+  // [R, S]: the attention weights over the source of the last step() (zeros past a row's source length).
+  virtual Tensor cross_attention(int layer, int head) const = 0;
+};
+
+// Rows `rows` of `t` along dimension `dim` (the new size of `dim` is rows.size()): the gather every
+// select_rows() implementation needs (an encoder output [R, S, E] along 0, a state [L, R, H] along 1).
+Tensor gather_rows(const Tensor& t, int dim, const std::vector<int64_t>& rows);
+
+}  // namespace attnkit::models
