@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
       "  compare-arch --n 512 --d 512 --format table\n"
       "  compare-arch --measure --sweep 16,64,256 --d 64 --repeats 3 --format table\n"
       "  compare-arch --gradient-path --n 64 --path-d 16 --plot grad.svg > report.json\n"
-      "  compare-arch --learn --learn-n 8,16 --learn-steps 50 --layers rnn,attention-tiled --format table\n");
+      "  compare-arch --learn --learn-n 8,16 --learn-steps 20 --layers rnn,attention-tiled --format table\n");
   arch::Sizes sizes;
   std::string sweep_text = "16,64,256,1024,4096", layers_text, learn_n_text = "8,32,128", format = "json", output = "-",
               plot_path;

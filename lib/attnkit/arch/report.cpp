@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -140,12 +141,17 @@ std::string aligned(const std::vector<std::vector<std::string>>& rows) {
       if (width.size() <= c) width.push_back(0);
       width[c] = std::max(width[c], row[c].size());
     }
+  // a column is numeric (right-aligned) when every cell below the header starts with a digit
+  std::vector<bool> numeric(width.size(), true);
+  for (size_t r = 1; r < rows.size(); ++r)
+    for (size_t c = 0; c < rows[r].size(); ++c)
+      if (rows[r][c].empty() || !(std::isdigit(static_cast<unsigned char>(rows[r][c][0])) || rows[r][c][0] == '-')) numeric[c] = false;
   std::string out;
   for (const auto& row : rows) {
     std::string line;
     for (size_t c = 0; c < row.size(); ++c) {
       const std::string pad(width[c] - row[c].size(), ' ');
-      line += c == 0 ? row[c] + pad : "  " + pad + row[c];
+      line += c == 0 ? row[c] + pad : numeric[c] ? "  " + pad + row[c] : "  " + row[c] + pad;
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
@@ -313,7 +319,7 @@ std::string panel(const std::string& title, Axis ax, Axis ay, const std::vector<
   }
   for (double v : ticks(ay)) {
     const double py = map_to(ay, v, B, T);
-    s += fmt::format("<line x1='{:.1f}' x2='{:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='#ddd'/>\n", L, R, py);
+    s += fmt::format("<line x1='{0:.1f}' x2='{1:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='#ddd'/>\n", L, R, py);
     s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='11' text-anchor='end'>{}</text>\n", L - 4, py + 4, tick_label(v));
   }
   s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='12' text-anchor='middle'>{}</text>\n", (L + R) / 2, B + 32, ax.label);
@@ -343,13 +349,13 @@ std::string panel(const std::string& title, Axis ax, Axis ay, const std::vector<
   for (const Series& se : series) {
     if (std::find(seen.begin(), seen.end(), se.layer) != seen.end()) continue;
     seen.push_back(se.layer);
-    s += fmt::format("<line x1='{:.1f}' x2='{:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='{3}' stroke-width='2'/>", L + 8, L + 26, ly,
+    s += fmt::format("<line x1='{0:.1f}' x2='{1:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='{3}' stroke-width='2'/>", L + 8, L + 26, ly,
                      colour_of(se.layer));
     s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='11'>{}</text>\n", L + 30, ly + 4, layer_name(se.layer));
     ly += 14;
   }
   for (const auto& [dash, text] : legend_extra) {
-    s += fmt::format("<line x1='{:.1f}' x2='{:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='#444' stroke-width='1.5'{3}/>", L + 8,
+    s += fmt::format("<line x1='{0:.1f}' x2='{1:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='#444' stroke-width='1.5'{3}/>", L + 8,
                      L + 26, ly, dash.empty() ? "" : " stroke-dasharray='" + dash + "'");
     s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='11'>{}</text>\n", L + 30, ly + 4, text);
     ly += 14;
