@@ -284,6 +284,15 @@ ok "tensor get sd.json#enc." '{"weight_ih_l0":[0,1],"bias_ih_l0":[0,1,2]}'
 ok "tensor get sd.json#enc./bias_ih_l0" '[0,1,2]'
 ok "tensor select sd.json enc. dec.weight" '{"enc":{"weight_ih_l0":[0,1],"bias_ih_l0":[0,1,2]},"dec.weight":[0]}'
 bad "tensor get sd.json#x." 1 'tensor: sd.json: no member starts with "x." (has: enc.weight_ih_l0, enc.bias_ih_l0, dec.weight)'
+# references take an index after a name: FILE#NAME[INDEX] (numpy, as get --index)
+tensor pack a=a24.json > b24.json
+ok "tensor get 'b24.json#a[-1,:,1]'" "[13,17,21]"
+ok "tensor get '-#a[0,1]'" "[4,5,6,7]" "$(cat b24.json)"
+ok "tensor cat 'b24.json#a[0,0]' 'b24.json#a[1,2,::-1]'" "[0,1,2,3,23,22,21,20]"
+bad "tensor get 'b24.json#a[0,5]'" 1 'tensor: b24.json#a[0,5]: index "0,5": 5 is out of range for axis 1 of size 3 (tensor [2, 3, 4])'
+bad "tensor get 'b24.json#a[0'" 1 'tensor: reference "b24.json#a[0": write an index after a name, as in #h_n[-1] or #output[:,0]'
+bad "tensor get 'b24.json#[0]'" 1 'tensor: reference "b24.json#[0]": write an index after a name, as in #h_n[-1] or #output[:,0]'
+bad "tensor get 'b24.json#a[0]/x'" 1 'tensor: reference "b24.json#a[0]/x": write an index after a name, as in #h_n[-1] or #output[:,0]'
 # slicing in a pipe, record by record
 ok "(tensor arange 6 --shape 2,3; tensor arange 4 --shape 2,2) | tensor get - --index ':,-1'" $'[2,5]\n[1,3]'
 
