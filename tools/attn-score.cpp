@@ -176,6 +176,17 @@ int main(int argc, char** argv) {
             io::display_name(self.empty() ? query : self), per_element ? drop_t(q).shape_str() : q.shape_str(),
             io::display_name(keys), k.shape_str(), Dq, Dk, score, Dq, Dk, bi));
       }
+      // the score form prints scores and weights [N, T, S]: past the library's bound, say what to
+      // ask for instead (only the multi-head forms leave the weights out)
+      if (!multi && q.rank() == k.rank() && q.dim(-2) * k.dim(-2) * (q.rank() == 3 ? q.dim(0) : 1) > ops::kMaxWeightElements) {
+        const int64_t n = q.rank() == 3 ? q.dim(0) : 1, T = q.dim(-2), S = k.dim(-2);
+        throw Error(fmt::format(
+            "the score form prints scores and weights of [N, T, S] = [{}, {}, {}] ({:.1f} GiB each); {}", n, T, S,
+            static_cast<double>(n) * T * S * 4.0 / (1 << 30),
+            score == "scaled-dot" ? "for the context alone, run the same attention as --split-heads --heads 1 (its "
+                                    "\"output\" is the context; no weights unless asked for)"
+                                  : "give fewer queries per run (tensor get --index slices them)"));
+      }
       // library errors (shapes that disagree) name the inputs they came from
       std::string inputs = self.empty() ? fmt::format("query {}, keys {}", io::display_name(query), io::display_name(keys))
                                         : fmt::format("self {}", io::display_name(self));

@@ -220,6 +220,17 @@ lstm-run xe.json --weights encbi.json | attn-score --query '-#h_n[-1]' --keys -#
   fail "bidirectional, general score"
 tensor show big.json#context | grep -qF 'shape=[2, 8]' || fail "bidirectional general context shape"
 
+# --heatmap is written only when the run succeeded, standard output included
+expect_error 1 "standard output: write error" bash -c 'attn-score --query s0.json --keys h.json --heatmap full.svg > /dev/full'
+[[ ! -e full.svg ]] || fail "--heatmap written although standard output failed"
+# scores and weights past the bound: the advice names an option that exists in the score form
+awk 'BEGIN { printf "{\"shape\": [32769, 1], \"data\": [0"; for (i = 1; i < 32769; i++) printf ",0"; print "]}" }' > qbig.json
+awk 'BEGIN { printf "{\"shape\": [32768, 1], \"data\": [0"; for (i = 1; i < 32768; i++) printf ",0"; print "]}" }' > kbig.json
+expect_error 1 "the score form prints scores and weights of [N, T, S] = [1, 32769, 32768] (4.0 GiB each); for the context alone, run the same attention as --split-heads --heads 1" \
+  attn-score --query qbig.json --keys kbig.json
+grep -q "ask for the context only" err.txt && fail "advice for an option the score form lacks"
+expect_error 1 "give fewer queries per run" attn-score --query qbig.json --keys kbig.json --score dot
+
 attn-score --help | grep -q "1 = attend" || fail "--help states the mask polarity"
 attn-score --version | grep -q attnkit || fail "--version"
 
