@@ -4,11 +4,12 @@
 # "Examples:" footer (tools::describe) runs line by line, in order, in an empty folder of its own
 # (so the examples must make the files they use). A line four spaces in continues the one above.
 # Each command must exit 0 and print no error. A subcommand's --help must list the tool's shared
-# options. A tool added later is covered as soon as it is built and uses tools::describe.
+# options. A tool with --threads refuses more than 256 (one rule for all). A tool added later is
+# covered as soon as it is built and uses tools::describe.
 set -uo pipefail
 src="${ATTNKIT_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}"
 root="$(mktemp -d)"; trap 'rm -rf "$root"' EXIT
-failures=0 commands=0 helps=0
+failures=0 commands=0 helps=0 threaded=0
 
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
@@ -42,9 +43,10 @@ run_examples() {
 declare -A not_run=(
   [seq2seq-train]="its examples train for minutes and read pairs.tsv, valid.tsv and x.json that they do not make (owned by the seq2seq-train work)"
 )
-tools=()
+tools=() all_tools=()
 for f in "$src"/tools/*.cpp; do
   t="$(basename "$f" .cpp)"
+  command -v "$t" > /dev/null && all_tools+=("$t")
   if [[ -n "${not_run[$t]:-}" ]]; then
     command -v "$t" > /dev/null && [[ -n "$(examples "$("$t" --help 2>&1)")" ]] || fail "$t --help has no Examples: footer"
     echo "note: $t --help examples not run: ${not_run[$t]}" >&2
@@ -72,6 +74,20 @@ for t in "${tools[@]}"; do
   done
 done
 
+for t in "${all_tools[@]}"; do
+  # one --threads rule for every tool that has the option: 0..256, more refused (exit 2) before any work
+  help="$("$t" --help 2>&1)"
+  if grep -qE -- '--threads' <<< "$help"; then
+    threaded=$((threaded + 1))
+    grep -qF -- '--threads INT:0..256' <<< "$help" || fail "$t --help does not state the --threads bound 0..256"
+    for n in 257 100000; do
+      rc=0; "$t" --threads $n > "$root/out.txt" 2> "$root/err.txt" || rc=$?
+      [[ $rc == 2 && ! -s "$root/out.txt" ]] && grep -qF "threads: $n is not a thread count: give 0 (one per core) to 256" "$root/err.txt" ||
+        fail "$t --threads $n: exit $rc, expected 2 with the bound: $(head -c 300 "$root/err.txt")"
+    done
+  fi
+done
+
 # what issue 9 asked of tensor's help in particular
 help="$(tensor --help)"
 grep -q 'Subcommands:' <<< "$help" || fail "tensor --help lists no subcommands"
@@ -84,5 +100,6 @@ grep -qx 'Usage: tensor arange \[OPTIONS\] \[START\] STOP \[STEP\]' <<< "$(tenso
   fail "tensor arange usage line: $(tensor arange --help | grep Usage)"
 
 (( helps >= 10 && commands >= 20 )) || fail "only $helps helps and $commands examples found"
+(( threaded >= 2 )) || fail "only $threaded tools with --threads found (lstm-run and attn-score have it)"
 if (( failures )); then echo "$failures failure(s) in $helps helps, $commands examples" >&2; exit 1; fi
-echo "help_examples: $commands examples of $helps helps (${tools[*]}) ran"
+echo "help_examples: $commands examples of $helps helps (${tools[*]}) ran; $threaded tools hold the --threads bound"
