@@ -268,6 +268,9 @@ done <<'EOF'
 1,-1:-10:-1,3 [23,19,15]
 -2,:2,::3 [[0,3],[4,7]]
 0,1,1 5
+0:2:9223372036854775807 [[[0,1,2,3],[4,5,6,7],[8,9,10,11]]]
+::-9223372036854775808 [[[12,13,14,15],[16,17,18,19],[20,21,22,23]]]
+0,2:0:-9223372036854775807 [[8,9,10,11]]
 EOF
 bad "tensor get a24.json --index 0,5" 1 "tensor: a24.json: index \"0,5\": 5 is out of range for axis 1 of size 3 (tensor [2, 3, 4])"
 bad "tensor get a24.json --index ::0" 1 "tensor: a24.json: index \"::0\": step \"0\" is not a non-zero integer"
@@ -291,6 +294,7 @@ ok "tensor get '-#a[0,1]'" "[4,5,6,7]" "$(cat b24.json)"
 ok "tensor cat 'b24.json#a[0,0]' 'b24.json#a[1,2,::-1]'" "[0,1,2,3,23,22,21,20]"
 bad "tensor get 'b24.json#a[0,5]'" 1 'tensor: b24.json#a[0,5]: index "0,5": 5 is out of range for axis 1 of size 3 (tensor [2, 3, 4])'
 bad "tensor get 'b24.json#a[0'" 1 'tensor: reference "b24.json#a[0": write an index after a name, as in #h_n[-1] or #output[:,0]'
+bad "tensor get 'b24.json#a[]'" 1 'tensor: reference "b24.json#a[]": write an index after a name, as in #h_n[-1] or #output[:,0]'
 bad "tensor get 'b24.json#[0]'" 1 'tensor: reference "b24.json#[0]": write an index after a name, as in #h_n[-1] or #output[:,0]'
 bad "tensor get 'b24.json#a[0]/x'" 1 'tensor: reference "b24.json#a[0]/x": write an index after a name, as in #h_n[-1] or #output[:,0]'
 # slicing in a pipe, record by record

@@ -42,7 +42,7 @@ Reference parse_reference(std::string_view ref) {
   std::string& last = r.names.back();  // #h_n[-1]: an index after the last name
   const size_t open = last.find('[');
   if (open != std::string::npos) {
-    AK_CHECK(last.back() == ']' && open > 0 && last.find_first_of("[]", open + 1) == last.size() - 1,
+    AK_CHECK(last.back() == ']' && open > 0 && open + 2 < last.size() && last.find_first_of("[]", open + 1) == last.size() - 1,
              "reference \"{}\": write an index after a name, as in #h_n[-1] or #output[:,0]", ref);
     r.index = last.substr(open + 1, last.size() - open - 2);
     last.resize(open);
