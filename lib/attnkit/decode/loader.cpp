@@ -1,0 +1,132 @@
+#include "attnkit/decode/loader.hpp"
+
+#include <charconv>
+#include <map>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "attnkit/io/json_reader.hpp"
+#include "attnkit/models/seq2seq.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/random.hpp"
+
+namespace attnkit::decode {
+
+namespace {
+
+std::map<std::string, ModelFactory>& registry() {
+  static std::map<std::string, ModelFactory> r = {
+      {"recurrent", [](const io::Value& config, std::string_view what) -> std::unique_ptr<models::TranslationModel> {
+         const models::Seq2SeqConfig c = models::Seq2SeqConfig::from_value(config, what);
+         Rng rng(1);  // the initial values are replaced by the checkpoint's
+         return std::make_unique<models::Seq2Seq>(c, rng);
+       }}};
+  return r;
+}
+std::mutex registry_mutex;
+
+const io::Value& member(const io::Value& v, const char* name, std::string_view what) {
+  const io::Value* m = v.is_bundle() ? v.find(name) : nullptr;
+  AK_CHECK(m != nullptr, "{}: no \"{}\"", what, name);
+  return *m;
+}
+
+std::string string_of(const io::Value& v, const char* name, std::string_view what) {
+  const io::Value& m = member(v, name, what);
+  const nlohmann::json j = nlohmann::json::parse(m.json(), nullptr, false);
+  AK_CHECK(m.kind() == io::Value::Kind::Other && j.is_string(), "{}: \"{}\" must be a string", what, name);
+  return j.get<std::string>();
+}
+
+}  // namespace
+
+void register_family(const std::string& family, ModelFactory factory) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry()[family] = std::move(factory);
+}
+
+std::vector<std::string> families() {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  std::vector<std::string> out;
+  for (const auto& [name, f] : registry()) out.push_back(name);
+  return out;
+}
+
+LoadedModel load_checkpoint(const std::string& path) {
+  const io::Value v = io::parse_json(io::read_text(path), path);
+  AK_CHECK(v.is_bundle() && v.find("format") && string_of(v, "format", path) == "attnkit-seq2seq",
+           "{}: not an attnkit seq2seq checkpoint (no \"format\": \"attnkit-seq2seq\")", path);
+  AK_CHECK(string_of(v, "version", path) == "1", "{}: checkpoint version \"{}\" is not supported", path,
+           string_of(v, "version", path));
+  LoadedModel m;
+  const io::Value& config = member(v, "config", path);
+  m.family = config.is_bundle() && config.find("family") ? string_of(config, "family", path + ": config") : "recurrent";
+  ModelFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    auto it = registry().find(m.family);
+    if (it != registry().end()) factory = it->second;
+  }
+  if (!factory) {
+    std::string known;
+    for (const std::string& f : families()) known += (known.empty() ? "" : ", ") + f;
+    fail("{}: model family \"{}\" is not one this build decodes ({})", path, m.family, known);
+  }
+  const io::Value& vocab = member(v, "vocab", path);
+  m.src_vocab = train::Vocab::from_value(member(vocab, "source", path + ": vocab"), path + ": vocab/source");
+  m.tgt_vocab = train::Vocab::from_value(member(vocab, "target", path + ": vocab"), path + ": vocab/target");
+  const io::Value& training = member(v, "training", path);
+  try {
+    m.src_tokenizer = train::tokenizer_from_name(string_of(training, "src_tokenizer", path + ": training"));
+    m.tgt_tokenizer = train::tokenizer_from_name(string_of(training, "tgt_tokenizer", path + ": training"));
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).rfind(path, 0) == 0) throw;
+    fail("{}: training: {}", path, e.what());
+  }
+  m.model = factory(config, path);
+  try {
+    m.model->load_parameters(v, path);
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).rfind(path, 0) == 0) throw;
+    fail("{}: {}", path, e.what());
+  }
+  // The stored vocabularies must be the ones the embeddings and the output layer were made for.
+  const int64_t Vs = m.src_vocab.size(), Vt = m.tgt_vocab.size();
+  const io::Value cfg = m.model->config_value();
+  auto size_of = [&](const char* name) -> int64_t {
+    const io::Value* x = cfg.find(name);
+    if (x == nullptr) return -1;
+    const nlohmann::json j = nlohmann::json::parse(x->json(), nullptr, false);
+    if (!j.is_string()) return -1;
+    const std::string t = j.get<std::string>();
+    int64_t n = -1;
+    std::from_chars(t.data(), t.data() + t.size(), n);
+    return n;
+  };
+  const int64_t cs = size_of("src_vocab"), ct = size_of("tgt_vocab");
+  AK_CHECK((cs < 0 || cs == Vs) && (ct < 0 || ct == Vt),
+           "{}: the config's vocabulary sizes {} and {} disagree with the stored vocabularies ({} and {})", path, cs,
+           ct, Vs, Vt);
+  return m;
+}
+
+std::vector<int64_t> encode_source(const LoadedModel& m, std::string_view text, int64_t* unknown) {
+  std::vector<std::string> tokens;
+  const std::string why = train::tokenize(text, m.src_tokenizer, tokens);
+  AK_CHECK(why.empty(), "the source cannot be split into {} tokens: {}", train::tokenizer_name(m.src_tokenizer), why);
+  AK_CHECK(!tokens.empty(), "empty source");
+  return m.src_vocab.encode(tokens, unknown);
+}
+
+std::vector<std::string> target_tokens(const LoadedModel& m, const std::vector<int64_t>& ids) {
+  std::vector<std::string> out;
+  for (int64_t id : ids) out.push_back(m.tgt_vocab.token(id));
+  return out;
+}
+
+std::string target_text(const LoadedModel& m, const std::vector<std::string>& tokens) {
+  return train::join_tokens(tokens, m.tgt_tokenizer);
+}
+
+}  // namespace attnkit::decode
