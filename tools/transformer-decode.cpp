@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
       "(the sum of the log-probabilities, <eos> included). Beam hypotheses are ranked by GNMT's "
       "score / ((5 + len) / 6)^ALPHA (--length-penalty ALPHA, len = output tokens without <eos>). "
       "(docs/transformer-decode.md)",
-      "  seq2seq-train --task reverse --model lstm --attention dot --steps 200 --save model.json\n"
+      "  seq2seq-train --task reverse --model lstm --attention dot --hidden 32 --embed 16 --steps 300 --lr 0.01 --threads 1 "
+      "--save model.json\n"
       "  transformer-decode model.json --src '1 2 3'\n"
       "  printf '1 2 3\\n4 5\\n' | transformer-decode model.json --strategy beam --beam 4 --n-best 2\n"
       "  echo '{\"src\": \"3 1 4\"}' | transformer-decode model.json --strategy sample --top-p 0.9 --seed 7\n"
@@ -125,7 +126,7 @@ int main(int argc, char** argv) {
     o.validate();
     set_num_threads(threads);
 
-    const decode::LoadedModel model = tools::with_source(model_path, [&] { return decode::load_checkpoint(model_path); });
+    const decode::LoadedModel model = decode::load_checkpoint(model_path);  // its messages name the file
     decode::OutputFields fields;
     fields.normalized = o.length_penalty != 0;
     fields.attention = attention;

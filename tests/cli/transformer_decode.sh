@@ -81,6 +81,8 @@ expect_error 1 "not an attnkit seq2seq checkpoint" transformer-decode notck.json
 expect_error 1 "no_such.json" transformer-decode no_such.json --src '1 2'
 sed 's/"hidden":"16"/"hidden":"17"/' m.json > bad_hidden.json
 expect_error 1 "bad_hidden.json" transformer-decode bad_hidden.json --src '1 2'
+sed 's/"tgt_vocab":"10"/"tgt_vocab":"16000000"/; s/"hidden":"16"/"hidden":"65536"/' m.json > huge.json
+expect_error 1 "but the config says" transformer-decode huge.json --src '1 2'  # refused before allocating
 sed 's/"cell":"lstm"/"cell":"gru"/' m.json > bad_cell.json
 expect_error 1 "bad_cell.json" transformer-decode bad_cell.json --src '1 2'
 sed 's/"attention":"dot"/"family":"conv","attention":"dot"/' m.json > fam.json
@@ -99,4 +101,9 @@ expect_error 2 "--attention-head goes with" transformer-decode m.json --src '1 2
 expect_error 1 "attention head 3" transformer-decode m.json --src '1 2' --attention --attention-head 3
 expect_error 2 "takes one source" transformer-decode m.json --heatmap one.svg < src.txt -o res.jsonl
 [[ ! -e res.jsonl ]] || fail "-o file left behind by a failed run"
+
+# --- the --help examples run as written
+mkdir help && (cd help && transformer-decode --help | sed -n '/^Examples:/,$p' | tail -n +2 | sed 's/^  //' > ex.sh &&
+  [[ $(wc -l < ex.sh) -ge 5 ]] && bash -euo pipefail ex.sh > ex.out 2> ex.err && [[ -s align.svg ]]) ||
+  fail "--help examples: $(cat help/ex.err 2>/dev/null)"
 finish transformer_decode

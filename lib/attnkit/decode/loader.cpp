@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/models/seq2seq.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -15,13 +16,30 @@ namespace attnkit::decode {
 
 namespace {
 
+// The stored tensor `name` must have `shape` (checked before the model is allocated).
+void expect_shape(const io::Value& checkpoint, const std::string& name, const Shape& shape, std::string_view what) {
+  const Tensor* t = io::find_tensor(checkpoint, name, what);
+  AK_CHECK(t != nullptr, "{}: missing weight {} (expected shape {})", what, name, shape_str(shape));
+  AK_CHECK(t->shape() == shape, "{}: weight {} has shape {}, but the config says {}", what, name, t->shape_str(),
+           shape_str(shape));
+}
+
+std::unique_ptr<models::TranslationModel> make_recurrent(const io::Value& checkpoint, const io::Value& config,
+                                                         std::string_view what) {
+  const models::Seq2SeqConfig c = models::Seq2SeqConfig::from_value(config, what);
+  const int64_t gates = c.cell == nn::CellKind::Lstm ? 4 : c.cell == nn::CellKind::Gru ? 3 : 1;
+  const int64_t Hd = c.decoder_hidden();
+  expect_shape(checkpoint, "src_embed.weight", {c.src_vocab, c.embed}, what);
+  expect_shape(checkpoint, "tgt_embed.weight", {c.tgt_vocab, c.embed}, what);
+  expect_shape(checkpoint, "encoder.weight_hh_l0", {gates * c.hidden, c.hidden}, what);
+  expect_shape(checkpoint, "decoder.weight_hh_l0", {gates * Hd, Hd}, what);
+  expect_shape(checkpoint, "output.weight", {c.tgt_vocab, Hd}, what);
+  Rng rng(1);  // the initial values are replaced by the checkpoint's
+  return std::make_unique<models::Seq2Seq>(c, rng);
+}
+
 std::map<std::string, ModelFactory>& registry() {
-  static std::map<std::string, ModelFactory> r = {
-      {"recurrent", [](const io::Value& config, std::string_view what) -> std::unique_ptr<models::TranslationModel> {
-         const models::Seq2SeqConfig c = models::Seq2SeqConfig::from_value(config, what);
-         Rng rng(1);  // the initial values are replaced by the checkpoint's
-         return std::make_unique<models::Seq2Seq>(c, rng);
-       }}};
+  static std::map<std::string, ModelFactory> r = {{"recurrent", make_recurrent}};
   return r;
 }
 std::mutex registry_mutex;
@@ -84,7 +102,7 @@ LoadedModel load_checkpoint(const std::string& path) {
     if (std::string_view(e.what()).rfind(path, 0) == 0) throw;
     fail("{}: training: {}", path, e.what());
   }
-  m.model = factory(config, path);
+  m.model = factory(v, config, path);
   try {
     m.model->load_parameters(v, path);
   } catch (const Error& e) {

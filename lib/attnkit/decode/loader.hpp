@@ -18,9 +18,11 @@
 
 namespace attnkit::decode {
 
-// config (the checkpoint's "config" bundle) -> the model, parameters not loaded yet; `what` names the file.
-using ModelFactory =
-    std::function<std::unique_ptr<models::TranslationModel>(const io::Value& config, std::string_view what)>;
+// (the whole checkpoint, its "config" bundle) -> the model, parameters not loaded yet; `what` names the file.
+// A factory should check the stored weights' shapes against the config before it allocates the model, so
+// that a config with huge sizes is refused instead of exhausting memory.
+using ModelFactory = std::function<std::unique_ptr<models::TranslationModel>(
+    const io::Value& checkpoint, const io::Value& config, std::string_view what)>;
 // Adds (or replaces) a family; "recurrent" is built in.
 void register_family(const std::string& family, ModelFactory factory);
 std::vector<std::string> families();
