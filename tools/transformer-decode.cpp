@@ -33,7 +33,13 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   bool no_cache = false, attention = false;
   int attention_layer = -1, attention_head = -1, threads = 0;
-  app.add_option("model", model_path, "Checkpoint written by seq2seq-train")->required()->type_name("MODEL.json");
+  std::string weights_path;
+  app.add_option("model", model_path, "Checkpoint written by seq2seq-train, or with --weights a model config")
+      ->required()
+      ->type_name("MODEL.json");
+  app.add_option("--weights", weights_path, "A state_dict (e.g. exported from PyTorch); MODEL.json is then its config "
+                                            "(family, sizes, vocab, tokenizers: docs/transformer-decode.md)")
+      ->type_name("STATE_DICT.json");
   auto* src_opt = app.add_option("--src", src, "One source text (instead of standard input)");
   app.add_option("--input", input_format, "Standard input: text lines, NDJSON {\"src\": ...} records, or auto "
                                           "(NDJSON when the first line starts with '{')")
@@ -126,7 +132,9 @@ int main(int argc, char** argv) {
     o.validate();
     set_num_threads(threads);
 
-    const decode::LoadedModel model = decode::load_checkpoint(model_path);  // its messages name the file
+    // (the loaders' messages name the files)
+    const decode::LoadedModel model =
+        weights_path.empty() ? decode::load_checkpoint(model_path) : decode::load_exported(model_path, weights_path);
     decode::OutputFields fields;
     fields.normalized = o.length_penalty != 0;
     fields.attention = attention;

@@ -75,6 +75,18 @@ wait "$pid" || fail "streaming run exited $?"
 d --src '1 42 2 77' > unk.json 2> unk.err || fail "unknown tokens exited $?"
 grep -q '2 unknown source token(s) mapped to <unk> (in 1 of 1' unk.err || fail "warning: $(cat unk.err)"
 
+# --- a model given as config + state_dict (the PyTorch export form) decodes as its checkpoint does
+jq '.config + {family: "recurrent", vocab: .vocab, src_tokenizer: "ids", tgt_tokenizer: "ids"}' m.json > cfg.json
+jq '[paths(type == "array" and (.[0] | type) != "string") as $p | select(($p | length) == 2 and
+     ($p[0] | IN("src_embed", "encoder", "tgt_embed", "decoder", "attention", "combine", "output")))
+     | {key: ($p | join(".")), value: getpath($p)}] | from_entries' m.json > sd.json
+transformer-decode cfg.json --weights sd.json --threads 1 --max-len 8 < src.txt > ex.jsonl || fail "exported exited $?"
+cmp -s ex.jsonl greedy.jsonl || fail "config + state_dict decodes differently: $(paste ex.jsonl greedy.jsonl)"
+jq '. + {"extra.weight": [1, 2]}' sd.json > extra.json
+expect_error 1 "extra.weight is not a parameter" transformer-decode cfg.json --weights extra.json --src '1 2'
+jq 'del(.["output.bias"])' sd.json > missing.json
+expect_error 1 "output.bias is missing" transformer-decode cfg.json --weights missing.json --src '1 2'
+
 # --- the error contract
 echo '{"w": [1, 2]}' > notck.json
 expect_error 1 "not an attnkit seq2seq checkpoint" transformer-decode notck.json --src '1 2'

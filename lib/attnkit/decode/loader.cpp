@@ -1,5 +1,6 @@
 #include "attnkit/decode/loader.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 #include <mutex>
@@ -71,45 +72,30 @@ std::vector<std::string> families() {
   return out;
 }
 
-LoadedModel load_checkpoint(const std::string& path) {
-  const io::Value v = io::parse_json(io::read_text(path), path);
-  AK_CHECK(v.is_bundle() && v.find("format") && string_of(v, "format", path) == "attnkit-seq2seq",
-           "{}: not an attnkit seq2seq checkpoint (no \"format\": \"attnkit-seq2seq\")", path);
-  AK_CHECK(string_of(v, "version", path) == "1", "{}: checkpoint version \"{}\" is not supported", path,
-           string_of(v, "version", path));
-  LoadedModel m;
-  const io::Value& config = member(v, "config", path);
-  m.family = config.is_bundle() && config.find("family") ? string_of(config, "family", path + ": config") : "recurrent";
-  ModelFactory factory;
+namespace {
+
+ModelFactory factory_for(const std::string& family, const std::string& path) {
   {
     std::lock_guard<std::mutex> lock(registry_mutex);
-    auto it = registry().find(m.family);
-    if (it != registry().end()) factory = it->second;
+    auto it = registry().find(family);
+    if (it != registry().end()) return it->second;
   }
-  if (!factory) {
-    std::string known;
-    for (const std::string& f : families()) known += (known.empty() ? "" : ", ") + f;
-    fail("{}: model family \"{}\" is not one this build decodes ({})", path, m.family, known);
-  }
-  const io::Value& vocab = member(v, "vocab", path);
-  m.src_vocab = train::Vocab::from_value(member(vocab, "source", path + ": vocab"), path + ": vocab/source");
-  m.tgt_vocab = train::Vocab::from_value(member(vocab, "target", path + ": vocab"), path + ": vocab/target");
-  const io::Value& training = member(v, "training", path);
+  std::string known;
+  for (const std::string& f : families()) known += (known.empty() ? "" : ", ") + f;
+  fail("{}: model family \"{}\" is not one this build decodes ({})", path, family, known);
+}
+
+void load_weights(LoadedModel& m, const io::Value& weights, const std::string& path) {
   try {
-    m.src_tokenizer = train::tokenizer_from_name(string_of(training, "src_tokenizer", path + ": training"));
-    m.tgt_tokenizer = train::tokenizer_from_name(string_of(training, "tgt_tokenizer", path + ": training"));
-  } catch (const Error& e) {
-    if (std::string_view(e.what()).rfind(path, 0) == 0) throw;
-    fail("{}: training: {}", path, e.what());
-  }
-  m.model = factory(v, config, path);
-  try {
-    m.model->load_parameters(v, path);
+    m.model->load_parameters(weights, path);
   } catch (const Error& e) {
     if (std::string_view(e.what()).rfind(path, 0) == 0) throw;
     fail("{}: {}", path, e.what());
   }
-  // The stored vocabularies must be the ones the embeddings and the output layer were made for.
+}
+
+// The stored vocabularies must be the ones the embeddings and the output layer were made for.
+void check_vocab_sizes(const LoadedModel& m, const std::string& path) {
   const int64_t Vs = m.src_vocab.size(), Vt = m.tgt_vocab.size();
   const io::Value cfg = m.model->config_value();
   auto size_of = [&](const char* name) -> int64_t {
@@ -126,6 +112,77 @@ LoadedModel load_checkpoint(const std::string& path) {
   AK_CHECK((cs < 0 || cs == Vs) && (ct < 0 || ct == Vt),
            "{}: the config's vocabulary sizes {} and {} disagree with the stored vocabularies ({} and {})", path, cs,
            ct, Vs, Vt);
+}
+
+// Every tensor of `v` by its dotted path.
+void tensor_names(const io::Value& v, const std::string& prefix, std::vector<std::string>& out) {
+  for (const auto& [name, sub] : v.members()) {
+    const std::string full = prefix.empty() ? name : prefix + "." + name;
+    if (sub.is_tensor()) out.push_back(full);
+    else if (sub.is_bundle()) tensor_names(sub, full, out);
+  }
+}
+
+}  // namespace
+
+LoadedModel load_exported(const std::string& config_path, const std::string& weights_path) {
+  const io::Value config = io::parse_json(io::read_text(config_path), config_path);
+  AK_CHECK(config.is_bundle(), "{}: a model config must be a JSON object", config_path);
+  LoadedModel m;
+  m.family = config.find("family") ? string_of(config, "family", config_path) : "recurrent";
+  const ModelFactory factory = factory_for(m.family, config_path);
+  const io::Value& vocab = member(config, "vocab", config_path);
+  m.src_vocab = train::Vocab::from_value(member(vocab, "source", config_path + ": vocab"), config_path + ": vocab/source");
+  m.tgt_vocab = train::Vocab::from_value(member(vocab, "target", config_path + ": vocab"), config_path + ": vocab/target");
+  try {
+    m.src_tokenizer = train::tokenizer_from_name(
+        config.find("src_tokenizer") ? string_of(config, "src_tokenizer", config_path) : "space");
+    m.tgt_tokenizer = train::tokenizer_from_name(
+        config.find("tgt_tokenizer") ? string_of(config, "tgt_tokenizer", config_path) : "space");
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).rfind(config_path, 0) == 0) throw;
+    fail("{}: {}", config_path, e.what());
+  }
+  const io::Value weights = io::parse_json(io::read_text(weights_path), weights_path);
+  AK_CHECK(weights.is_bundle(), "{}: a state_dict must be a JSON object of named tensors", weights_path);
+  m.model = factory(weights, config, config_path);
+  load_weights(m, weights, weights_path);
+  check_vocab_sizes(m, config_path);
+  std::vector<std::string> stored;
+  tensor_names(weights, "", stored);
+  std::vector<std::string> used;
+  for (const nn::Parameter* p : m.model->named_parameters()) used.push_back(p->name);
+  for (const std::string& name : stored)
+    AK_CHECK(std::find(used.begin(), used.end(), name) != used.end(),
+             "{}: weight {} is not a parameter of the {} model {} describes", weights_path, name, m.family,
+             config_path);
+  return m;
+}
+
+LoadedModel load_checkpoint(const std::string& path) {
+  const io::Value v = io::parse_json(io::read_text(path), path);
+  AK_CHECK(v.is_bundle() && v.find("format") && string_of(v, "format", path) == "attnkit-seq2seq",
+           "{}: not an attnkit seq2seq checkpoint (no \"format\": \"attnkit-seq2seq\")", path);
+  AK_CHECK(string_of(v, "version", path) == "1", "{}: checkpoint version \"{}\" is not supported", path,
+           string_of(v, "version", path));
+  LoadedModel m;
+  const io::Value& config = member(v, "config", path);
+  m.family = config.is_bundle() && config.find("family") ? string_of(config, "family", path + ": config") : "recurrent";
+  const ModelFactory factory = factory_for(m.family, path);
+  const io::Value& vocab = member(v, "vocab", path);
+  m.src_vocab = train::Vocab::from_value(member(vocab, "source", path + ": vocab"), path + ": vocab/source");
+  m.tgt_vocab = train::Vocab::from_value(member(vocab, "target", path + ": vocab"), path + ": vocab/target");
+  const io::Value& training = member(v, "training", path);
+  try {
+    m.src_tokenizer = train::tokenizer_from_name(string_of(training, "src_tokenizer", path + ": training"));
+    m.tgt_tokenizer = train::tokenizer_from_name(string_of(training, "tgt_tokenizer", path + ": training"));
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).rfind(path, 0) == 0) throw;
+    fail("{}: training: {}", path, e.what());
+  }
+  m.model = factory(v, config, path);
+  load_weights(m, v, path);
+  check_vocab_sizes(m, path);
   return m;
 }
 

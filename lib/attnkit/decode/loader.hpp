@@ -38,6 +38,15 @@ struct LoadedModel {
 // config that disagrees with its vocabularies or weights.
 LoadedModel load_checkpoint(const std::string& path);
 
+// A model exported from PyTorch (or written by hand): `config_path` is a JSON object holding the family's
+// config members ("family", sizes, as the checkpoint's "config"), plus
+//   "vocab": {"source": {"tokens": [...]}, "target": {"tokens": [...]}}   (<pad> <bos> <eos> <unk> first)
+//   "src_tokenizer", "tgt_tokenizer": "char" | "space" | "ids"             (default "space")
+// and `weights_path` the state_dict, {"name": nested list, ...} with PyTorch's names (flat "a.b.c" keys or
+// nested objects). Refuses a missing or misshapen weight, and a weight the model does not have (a config
+// with fewer layers than the weights), naming the file and the tensor.
+LoadedModel load_exported(const std::string& config_path, const std::string& weights_path);
+
 // A source text -> ids: tokenized with the model's source tokenizer, unknown tokens -> <unk> (counted into
 // *unknown). Refuses an empty source and text the tokenizer cannot split (attnkit::Error with the reason).
 std::vector<int64_t> encode_source(const LoadedModel& m, std::string_view text, int64_t* unknown);
