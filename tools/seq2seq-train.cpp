@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   tools::describe(
       app,
       "Train a recurrent encoder-decoder (rnn, lstm, gru; attention none, dot, scaled-dot, general or additive, "
-      "Luong style) with teacher forcing; writes a checkpoint (a JSON bundle) and prints a summary "
+      "Luong or Bahdanau style) with teacher forcing or scheduled sampling, optionally dropout; writes a checkpoint (a JSON bundle) and prints a summary "
       "(docs/seq2seq-train.md).",
       "  seq2seq-train --task reverse --model lstm --attention dot --steps 200 --save model.json\n"
       "  seq2seq-train --task reverse --model lstm --attention dot --steps 400 --resume model.json --save model.json\n"
@@ -77,6 +77,19 @@ int main(int argc, char** argv) {
   app.add_option("--embed", embed, "Embedding size")->check(tools::positive())->capture_default_str();
   app.add_option("--layers", layers, "Layers of encoder and decoder")->check(CLI::Range(1, 16))->capture_default_str();
   app.add_flag("--bidirectional", bidirectional, "Bidirectional encoder (the decoder's hidden size doubles)");
+  std::string attention_style = "luong";
+  double dropout = 0.0, teacher_forcing = 1.0;
+  app.add_option("--attention-style", attention_style,
+                 "luong: the current decoder state attends; bahdanau: the previous one, context fed into the cell")
+      ->check(CLI::IsMember({"luong", "bahdanau"}))
+      ->capture_default_str();
+  app.add_option("--dropout", dropout, "Dropout on embeddings, between layers and before the output layer")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
+  app.add_option("--teacher-forcing", teacher_forcing,
+                 "Probability of feeding the reference token; below 1 the model's own argmax otherwise")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   auto* steps_opt = app.add_option("--steps", steps, "Total optimizer steps (with --resume: up to this total)")
                         ->check(tools::non_negative())
                         ->capture_default_str();
@@ -148,6 +161,7 @@ int main(int argc, char** argv) {
     train::TrainerOptions o;
     if (!model_name.empty()) o.model.cell = models::parse_cell_kind(model_name);
     o.model.attention = models::parse_attention_kind(attention);
+    o.model.style = models::parse_attention_style(attention_style);
     o.model.hidden = hidden;
     o.model.embed = embed;
     o.model.layers = layers;
@@ -155,7 +169,12 @@ int main(int argc, char** argv) {
     // With --resume the checkpoint fixes the model; model options given as well must agree with it.
     auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
     o.model_given = {given("--model"), given("--attention"), given("--embed"),
-                     given("--hidden"), given("--layers"),   given("--bidirectional")};
+                     given("--hidden"), given("--layers"),   given("--bidirectional"),
+                     given("--attention-style")};
+    o.dropout = static_cast<float>(dropout);
+    o.teacher_forcing = static_cast<float>(teacher_forcing);
+    o.dropout_given = given("--dropout");
+    o.teacher_forcing_given = given("--teacher-forcing");
     o.steps = steps;
     o.batch_size = batch;
     o.optimizer = train::parse_optimizer_kind(optimizer);

@@ -34,17 +34,27 @@ train::EncodedCorpus random_corpus(int64_t V, const std::vector<std::pair<int, i
   return c;
 }
 
-float loss_no_grad(models::Seq2Seq& m, const train::Batch& b, const models::LossOptions& o) {
+// With o.rng set, every forward draws from a fresh copy of *o.rng: the same dropout masks and sampling
+// decisions each time, so the loss is a function of the parameters alone.
+models::ForwardResult forward_fixed(models::Seq2Seq& m, const train::Batch& b, const models::ForwardOptions& o) {
+  if (o.rng == nullptr) return m.forward(b, o);
+  Rng copy = *o.rng;
+  models::ForwardOptions oo = o;
+  oo.rng = &copy;
+  return m.forward(b, oo);
+}
+
+float loss_no_grad(models::Seq2Seq& m, const train::Batch& b, const models::ForwardOptions& o) {
   autograd::NoGrad ng;
-  return m.forward(b, o).loss.value()[0];
+  return forward_fixed(m, b, o).loss.value()[0];
 }
 
 // Central differences of the float loss at `per_param` entries of every parameter whose analytic gradient
 // is not tiny; returns "" or the first disagreement. `flip` negates the analytic gradient (the negative check).
-std::string spot_check(models::Seq2Seq& m, const train::Batch& b, const models::LossOptions& o, Rng& rng,
+std::string spot_check(models::Seq2Seq& m, const train::Batch& b, const models::ForwardOptions& o, Rng& rng,
                        int per_param, bool flip, int* checked) {
   m.zero_grad();
-  autograd::backward(m.forward(b, o).loss);
+  autograd::backward(forward_fixed(m, b, o).loss);
   const float h = 1e-2f;
   for (nn::Parameter* p : m.named_parameters()) {
     REQUIRE(p->grad.shape() == p->value.shape());
@@ -118,6 +128,81 @@ TEST_CASE("seq2seq: the loss gradient of the whole model against central differe
   }
 }
 
+TEST_CASE("seq2seq: Bahdanau attention, dropout and scheduled sampling: gradients against central differences") {
+  Rng data_rng(11);
+  const int64_t V = 9;
+  auto corpus = random_corpus(V, {{5, 4}, {3, 6}, {4, 2}}, data_rng);
+  const train::Batch b = train::make_batch(corpus, {0, 1, 2}, false);
+  struct Case {
+    nn::CellKind cell;
+    AttentionKind att;
+    models::AttentionStyle style;
+    int layers;
+    bool bidir;
+    float dropout, teacher_forcing;
+  };
+  // (the sampled argmax is piecewise constant: a perturbation that flips one would show as a jump, so the ratios
+  // and seeds are ones where none flips)
+  const auto B = models::AttentionStyle::Bahdanau, Lu = models::AttentionStyle::Luong;
+  for (Case k : {Case{nn::CellKind::Lstm, AttentionKind::Additive, B, 1, false, 0.0f, 1.0f},
+                 Case{nn::CellKind::Gru, AttentionKind::Dot, B, 2, true, 0.3f, 1.0f},
+                 Case{nn::CellKind::Lstm, AttentionKind::General, Lu, 2, false, 0.3f, 1.0f},
+                 Case{nn::CellKind::Lstm, AttentionKind::Additive, Lu, 1, true, 0.0f, 0.5f},
+                 Case{nn::CellKind::RnnTanh, AttentionKind::None, Lu, 2, false, 0.2f, 0.7f},
+                 Case{nn::CellKind::Lstm, AttentionKind::ScaledDot, B, 2, false, 0.2f, 0.5f}}) {
+    CAPTURE(ops::cell_name(k.cell));
+    CAPTURE(std::string(models::attention_kind_name(k.att)));
+    CAPTURE(std::string(models::attention_style_name(k.style)));
+    CAPTURE(k.dropout);
+    CAPTURE(k.teacher_forcing);
+    models::Seq2SeqConfig c;
+    c.cell = k.cell;
+    c.attention = k.att;
+    c.style = k.style;
+    c.src_vocab = V;
+    c.tgt_vocab = V;
+    c.embed = 4;
+    c.hidden = 5;
+    c.layers = k.layers;
+    c.bidirectional = k.bidir;
+    Rng rng(3);
+    models::Seq2Seq m(c, rng);
+    Rng train_rng(9, 55);
+    models::ForwardOptions o;
+    o.dropout = k.dropout;
+    o.teacher_forcing = k.teacher_forcing;
+    o.rng = &train_rng;
+    if (k.dropout > 0 || k.teacher_forcing < 1) {
+      // the randomness is real (another Rng state gives another loss) and reproducible (the same, the same)
+      Rng other(10, 55);
+      models::ForwardOptions o2 = o;
+      o2.rng = &other;
+      CHECK(loss_no_grad(m, b, o) == loss_no_grad(m, b, o));
+      CHECK(loss_no_grad(m, b, o) != loss_no_grad(m, b, o2));
+    }
+    Rng pick(7);
+    int checked = 0;
+    CHECK(spot_check(m, b, o, pick, 3, false, &checked) == "");
+    CHECK(checked >= 12);
+    Rng pick2(7);
+    int checked2 = 0;
+    CHECK(spot_check(m, b, o, pick2, 3, true, &checked2) != "");
+  }
+  // Bahdanau's decoder reads [y; c]: input E + Hd
+  models::Seq2SeqConfig c;
+  c.attention = AttentionKind::Dot;
+  c.style = models::AttentionStyle::Bahdanau;
+  c.src_vocab = c.tgt_vocab = V;
+  c.embed = 4;
+  c.hidden = 5;
+  Rng rng(1);
+  models::Seq2Seq m(c, rng);
+  CHECK(m.decoder_layer(0).direction(0).w_ih.value.shape() == Shape{20, 9});
+  CHECK(models::Seq2SeqConfig::from_value(c.to_value(), "x").style == models::AttentionStyle::Bahdanau);
+  c.attention = AttentionKind::None;
+  CHECK(test::error_of([&] { c.validate(); }).find("Bahdanau-style attention needs") != std::string::npos);
+}
+
 TEST_CASE("seq2seq: parameter names, order and sub-bundles") {
   models::Seq2SeqConfig c;
   c.cell = nn::CellKind::Lstm;
@@ -129,6 +214,15 @@ TEST_CASE("seq2seq: parameter names, order and sub-bundles") {
   c.bidirectional = true;
   Rng rng(1);
   models::Seq2Seq m(c, rng);
+  {  // two layers: layer 1's names are those of a 2-layer PyTorch module
+    models::Seq2SeqConfig c2 = c;
+    c2.layers = 2;
+    Rng r2(1);
+    models::Seq2Seq m2(c2, r2);
+    CHECK(m2.named_parameters()[9]->name == "encoder.weight_ih_l1");
+    CHECK(m2.named_parameters()[9]->value.shape() == Shape{16, 8});
+    CHECK(m2.named_parameters()[16]->name == "encoder.bias_hh_l1_reverse");
+  }
   std::vector<std::string> names;
   for (nn::Parameter* p : m.named_parameters()) names.push_back(p->name);
   CHECK(names == std::vector<std::string>{

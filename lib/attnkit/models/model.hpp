@@ -13,13 +13,22 @@
 #include "attnkit/io/value.hpp"
 #include "attnkit/models/decoding.hpp"
 #include "attnkit/nn/parameter.hpp"
+#include "attnkit/tensor/random.hpp"
 #include "attnkit/train/batch.hpp"
 
 namespace attnkit::models {
 
-struct LossOptions {
+// How forward() runs: training-time randomness and the loss. Defaults: evaluation (no dropout, full teacher
+// forcing); either randomness needs `rng`, from which the dropout masks and the sampling draws come, in a
+// fixed order (so a run that restores the Rng's state repeats them exactly). A model refuses an option it
+// does not support (an error naming it), rather than ignoring it.
+struct ForwardOptions {
   float label_smoothing = 0.0f;
+  float dropout = 0.0f;          // p in [0, 1)
+  float teacher_forcing = 1.0f;  // r in [0, 1]: probability of feeding the reference token (per row and step)
+  Rng* rng = nullptr;
 };
+using LossOptions = ForwardOptions;
 
 struct ForwardResult {
   autograd::Var loss;    // scalar: mean over the target tokens that are not <pad>
@@ -33,8 +42,8 @@ class TranslationModel : public nn::Module {
   // The model's configuration as stored in a checkpoint's "config" member.
   virtual io::Value config_value() const = 0;
 
-  // Teacher-forced forward over a batch (train/batch.hpp); recorded unless under autograd::NoGrad.
-  virtual ForwardResult forward(const train::Batch& batch, const LossOptions& options = {}) = 0;
+  // Forward over a batch (train/batch.hpp) and its loss; recorded unless under autograd::NoGrad.
+  virtual ForwardResult forward(const train::Batch& batch, const ForwardOptions& options = {}) = 0;
   // Greedy decoding of the batch's sources: each row's ids without <bos>/<eos>, at most max_len of them.
   virtual std::vector<std::vector<int64_t>> greedy(const train::Batch& batch, int64_t max_len) = 0;
   // Incremental decoding of the batch's sources (only src, src_lengths, N and S are read): encodes them and

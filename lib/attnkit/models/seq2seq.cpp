@@ -72,6 +72,16 @@ std::string_view attention_kind_name(AttentionKind kind) {
   return "?";
 }
 
+AttentionStyle parse_attention_style(std::string_view name) {
+  if (name == "luong") return AttentionStyle::Luong;
+  if (name == "bahdanau") return AttentionStyle::Bahdanau;
+  fail("unknown attention style \"{}\" (expected luong or bahdanau)", name);
+}
+
+std::string_view attention_style_name(AttentionStyle style) {
+  return style == AttentionStyle::Bahdanau ? "bahdanau" : "luong";
+}
+
 nn::CellKind parse_cell_kind(std::string_view name) {
   if (name == "rnn") return nn::CellKind::RnnTanh;
   if (name == "lstm") return nn::CellKind::Lstm;
@@ -89,12 +99,15 @@ void Seq2SeqConfig::validate() const {
            src_vocab, tgt_vocab);
   AK_CHECK(embed >= 1 && hidden >= 1 && layers >= 1, "seq2seq: embed {}, hidden {} and layers {} must be >= 1", embed,
            hidden, layers);
+  AK_CHECK(style == AttentionStyle::Luong || attention != AttentionKind::None,
+           "seq2seq: Bahdanau-style attention needs an attention score (dot, scaled-dot, general or additive), not none");
 }
 
 io::Value Seq2SeqConfig::to_value() const {
   io::Value v;
   v.set("cell", string_value(std::string(cell_kind_name(cell))));
   v.set("attention", string_value(std::string(attention_kind_name(attention))));
+  v.set("attention_style", string_value(std::string(attention_style_name(style))));
   v.set("src_vocab", string_value(std::to_string(src_vocab)));
   v.set("tgt_vocab", string_value(std::to_string(tgt_vocab)));
   v.set("embed", string_value(std::to_string(embed)));
@@ -110,6 +123,8 @@ Seq2SeqConfig Seq2SeqConfig::from_value(const io::Value& value, std::string_view
   try {
     c.cell = parse_cell_kind(string_member(value, "cell", what));
     c.attention = parse_attention_kind(string_member(value, "attention", what));
+    if (value.find("attention_style") != nullptr)
+      c.style = parse_attention_style(string_member(value, "attention_style", what));
   } catch (const Error& e) {
     if (std::string_view(e.what()).rfind(what, 0) == 0) throw;
     fail("{}: config: {}", what, e.what());
@@ -137,17 +152,27 @@ Seq2SeqConfig Seq2SeqConfig::from_value(const io::Value& value, std::string_view
 
 namespace {
 
-nn::Recurrent make_recurrent(nn::CellKind cell, int64_t input, int64_t hidden, int layers, bool bidirectional,
-                             Rng& rng, const std::string& prefix) {
-  nn::RecurrentConfig rc;
-  rc.cell = cell;
-  rc.input_size = input;
-  rc.hidden_size = hidden;
-  rc.layers = layers;
-  rc.bidirectional = bidirectional;
-  nn::Recurrent r = nn::Recurrent::random(rc, rng);
-  for (nn::Parameter* p : r.named_parameters()) p->name = prefix + "." + p->name;  // "encoder.weight_ih_l0"
-  return r;
+// L one-layer modules whose parameters are named as those of one L-layer PyTorch module under `prefix`
+// ("encoder.weight_ih_l1_reverse"); drawn in that module's state_dict order, so the initialisation is the same.
+std::vector<nn::Recurrent> make_layers(nn::CellKind cell, int64_t input, int64_t hidden, int layers, bool bidirectional,
+                                       Rng& rng, const std::string& prefix) {
+  std::vector<nn::Recurrent> out;
+  for (int k = 0; k < layers; ++k) {
+    nn::RecurrentConfig rc;
+    rc.cell = cell;
+    rc.input_size = k == 0 ? input : (bidirectional ? 2 : 1) * hidden;
+    rc.hidden_size = hidden;
+    rc.layers = 1;
+    rc.bidirectional = bidirectional;
+    out.push_back(nn::Recurrent::random(rc, rng));
+    for (nn::Parameter* p : out.back().named_parameters()) {
+      std::string name = p->name;  // "weight_ih_l0[_reverse]"
+      const size_t at = name.find("_l0");
+      if (at != std::string::npos) name.replace(at, 3, "_l" + std::to_string(k));
+      p->name = prefix + "." + name;
+    }
+  }
+  return out;
 }
 
 Seq2SeqConfig checked(const Seq2SeqConfig& c) {
@@ -160,10 +185,12 @@ Seq2SeqConfig checked(const Seq2SeqConfig& c) {
 Seq2Seq::Seq2Seq(const Seq2SeqConfig& config, Rng& rng)
     : config_(checked(config)),
       src_embed_(config.src_vocab, config.embed, rng, train::Vocab::kPad, "src_embed"),
-      encoder_(make_recurrent(config.cell, config.embed, config.hidden, config.layers, config.bidirectional, rng,
-                              "encoder")),
+      encoder_(make_layers(config.cell, config.embed, config.hidden, config.layers, config.bidirectional, rng,
+                           "encoder")),
       tgt_embed_(config.tgt_vocab, config.embed, rng, train::Vocab::kPad, "tgt_embed"),
-      decoder_(make_recurrent(config.cell, config.embed, config.decoder_hidden(), config.layers, false, rng, "decoder")),
+      decoder_(make_layers(config.cell,
+                           config.embed + (config.style == AttentionStyle::Bahdanau ? config.decoder_hidden() : 0),
+                           config.decoder_hidden(), config.layers, false, rng, "decoder")),
       output_(config.decoder_hidden(), config.tgt_vocab, rng, true, "output") {
   const int64_t Hd = config.decoder_hidden();
   const float bound = 1.0f / std::sqrt(static_cast<float>(Hd));
@@ -183,9 +210,9 @@ std::vector<nn::Parameter*> Seq2Seq::named_parameters() {
     for (nn::Parameter* p : m.named_parameters()) out.push_back(p);
   };
   add(src_embed_);
-  add(encoder_);
+  for (nn::Recurrent& r : encoder_) add(r);
   add(tgt_embed_);
-  add(decoder_);
+  for (nn::Recurrent& r : decoder_) add(r);
   if (config_.attention == AttentionKind::General) out.push_back(&att_W_);
   if (config_.attention == AttentionKind::Additive) {
     out.push_back(&att_W_q_);
@@ -210,71 +237,156 @@ void Seq2Seq::load_parameters(const io::Value& bundle, std::string_view what) {
   nn::load_parameters(*this, bundle, what);
 }
 
-Seq2Seq::Encoded Seq2Seq::encode(const train::Batch& batch) {
+Var Seq2Seq::drop(const Var& x, const ForwardOptions& o) {
+  if (o.dropout <= 0.0f) return x;
+  AK_CHECK(o.rng != nullptr, "seq2seq: dropout {} needs a random number generator", o.dropout);
+  ops::DropoutOptions d;
+  d.p = o.dropout;
+  return autograd::dropout(x, d, *o.rng);  // same shape
+}
+
+Seq2Seq::StackResult Seq2Seq::run_stack(std::vector<nn::Recurrent>& layers, const Var& x, const Var& h0,
+                                        const Var& c0, const std::vector<int64_t>* lengths,
+                                        const ForwardOptions& o) {
+  const int L = static_cast<int>(layers.size());
+  if (L == 1) {
+    auto r = autograd::recurrent(layers[0], x, h0, c0, lengths);
+    return {r.output, r.h_n, r.c_n};
+  }
+  const int dirs = layers[0].config().directions();
+  std::vector<Var> hs, cs;
+  Var in = x;  // [N, T', D]
+  for (int k = 0; k < L; ++k) {
+    const Var h0k = h0.defined() ? autograd::slice(h0, 0, k * dirs, (k + 1) * dirs) : Var();  // [dirs, N, H']
+    const Var c0k = c0.defined() ? autograd::slice(c0, 0, k * dirs, (k + 1) * dirs) : Var();
+    auto r = autograd::recurrent(layers[size_t(k)], in, h0k, c0k, lengths);  // output [N, T', dirs*H']
+    hs.push_back(r.h_n);
+    if (r.c_n.defined()) cs.push_back(r.c_n);
+    in = k + 1 < L ? drop(r.output, o) : r.output;
+  }
+  StackResult out;
+  out.output = in;                                      // [N, T', dirs*H']
+  out.h_n = autograd::concat(hs, 0);                    // [L*dirs, N, H']
+  if (!cs.empty()) out.c_n = autograd::concat(cs, 0);
+  return out;
+}
+
+Seq2Seq::Encoded Seq2Seq::encode(const train::Batch& batch, const ForwardOptions& o) {
   Encoded e;
-  Var x = src_embed_.forward(batch.src, {batch.N, batch.S});                // [N, S, E]
-  auto r = autograd::recurrent(encoder_, x, {}, {}, &batch.src_lengths);    // output [N, S, Hd]
+  Var x = drop(src_embed_.forward(batch.src, {batch.N, batch.S}), o);     // [N, S, E]
+  auto r = run_stack(encoder_, x, {}, {}, &batch.src_lengths, o);          // output [N, S, Hd]
   e.states = r.output;
   e.h0 = merge_directions(r.h_n, config_.layers, config_.bidirectional);    // [L, N, Hd]
   if (config_.cell == nn::CellKind::Lstm) e.c0 = merge_directions(r.c_n, config_.layers, config_.bidirectional);
   return e;
 }
 
-Var Seq2Seq::project(const Var& s, const Encoded& enc, const std::vector<int64_t>& src_lengths, Tensor* weights) {
-  if (config_.attention == AttentionKind::None) return output_.forward(s);  // [N, T, Vt]
-  autograd::AttentionOptions o;
+Var Seq2Seq::attend(const Var& query, const Encoded& enc, const std::vector<int64_t>& src_lengths, Tensor* weights) {
+  autograd::AttentionOptions a;
   switch (config_.attention) {
-    case AttentionKind::Dot: o.score = ops::ScoreKind::Dot; break;
-    case AttentionKind::ScaledDot: o.score = ops::ScoreKind::ScaledDot; break;
+    case AttentionKind::Dot: a.score = ops::ScoreKind::Dot; break;
+    case AttentionKind::ScaledDot: a.score = ops::ScoreKind::ScaledDot; break;
     case AttentionKind::General:
-      o.score = ops::ScoreKind::General;
-      o.weights.W = Var::param(att_W_);
+      a.score = ops::ScoreKind::General;
+      a.weights.W = Var::param(att_W_);
       break;
     case AttentionKind::Additive:
-      o.score = ops::ScoreKind::Additive;
-      o.weights.W_q = Var::param(att_W_q_);
-      o.weights.W_k = Var::param(att_W_k_);
-      o.weights.v = Var::param(att_v_);
+      a.score = ops::ScoreKind::Additive;
+      a.weights.W_q = Var::param(att_W_q_);
+      a.weights.W_k = Var::param(att_W_k_);
+      a.weights.v = Var::param(att_v_);
       break;
-    case AttentionKind::None: break;
+    case AttentionKind::None: fail("seq2seq: attend without attention");
   }
-  o.mask.key_lengths = src_lengths;
-  if (weights != nullptr) o.keep = ops::KeepWeights::Yes;
-  autograd::AttentionOutput a = autograd::attention(s, enc.states, enc.states, o);
-  Var c = a.context;                                                     // [N, T, Hd]
-  if (weights != nullptr) *weights = std::move(a.weights);               // [N, T, S]
-  Var h = autograd::tanh(combine_->forward(autograd::concat({s, c}, 2)));  // [N, T, 2Hd] -> [N, T, Hd]
-  return output_.forward(h);                                             // [N, T, Vt]
+  a.mask.key_lengths = src_lengths;
+  if (weights != nullptr) a.keep = ops::KeepWeights::Yes;
+  autograd::AttentionOutput out = autograd::attention(query, enc.states, enc.states, a);
+  if (weights != nullptr) *weights = std::move(out.weights);  // [N, T', S]
+  return out.context;                                          // [N, T', Hd]
 }
 
-ForwardResult Seq2Seq::forward(const train::Batch& batch, const LossOptions& options) {
-  Encoded enc = encode(batch);
-  Var y = tgt_embed_.forward(batch.tgt_in, {batch.N, batch.T});                     // [N, T, E]
-  auto r = autograd::recurrent(decoder_, y, enc.h0, enc.c0, &batch.tgt_lengths);    // output [N, T, Hd]
+Var Seq2Seq::project(const Var& s, const Var& c, const ForwardOptions& o) {
+  if (config_.attention == AttentionKind::None) return output_.forward(drop(s, o));  // [N, T', Vt]
+  Var h = autograd::tanh(combine_->forward(autograd::concat({s, c}, 2)));  // [N, T', 2Hd] -> [N, T', Hd]
+  return output_.forward(drop(h, o));                                     // [N, T', Vt]
+}
+
+Var Seq2Seq::step(const Var& y, Var& h, Var& c, const Encoded& enc, const std::vector<int64_t>& src_lengths,
+                  const ForwardOptions& o, Tensor* weights) {
+  const int L = config_.layers;
+  if (config_.style == AttentionStyle::Bahdanau) {
+    const int64_t N = y.value().dim(0), Hd = config_.decoder_hidden();
+    const Var top = L == 1 ? h : autograd::slice(h, 0, L - 1, L);                // [1, N, Hd]
+    const Var ctx = attend(autograd::reshape(top, {N, 1, Hd}), enc, src_lengths, weights);  // [N, 1, Hd]
+    auto r = run_stack(decoder_, autograd::concat({y, ctx}, 2), h, c, nullptr, o);  // [N, 1, E + Hd] -> [N, 1, Hd]
+    h = r.h_n;  // [L, N, Hd]
+    c = r.c_n;
+    return project(r.output, ctx, o);  // [N, 1, Vt]
+  }
+  auto r = run_stack(decoder_, y, h, c, nullptr, o);  // output [N, 1, Hd]
+  h = r.h_n;
+  c = r.c_n;
+  const Var ctx =
+      config_.attention == AttentionKind::None ? Var() : attend(r.output, enc, src_lengths, weights);  // [N, 1, Hd]
+  return project(r.output, ctx, o);  // [N, 1, Vt]
+}
+
+ForwardResult Seq2Seq::forward(const train::Batch& batch, const ForwardOptions& options) {
+  AK_CHECK(options.dropout >= 0.0f && options.dropout < 1.0f, "seq2seq: dropout {} must be in [0, 1)",
+           options.dropout);
+  AK_CHECK(options.teacher_forcing >= 0.0f && options.teacher_forcing <= 1.0f,
+           "seq2seq: teacher forcing ratio {} must be in [0, 1]", options.teacher_forcing);
+  const bool sampling = options.teacher_forcing < 1.0f;
+  AK_CHECK(!sampling || options.rng != nullptr, "seq2seq: scheduled sampling needs a random number generator");
+  Encoded enc = encode(batch, options);
   ForwardResult out;
-  out.logits = project(r.output, enc, batch.src_lengths);                           // [N, T, Vt]
+  if (config_.style == AttentionStyle::Luong && !sampling) {
+    // Teacher forcing throughout: every decoder input is known, so one call over the whole target.
+    Var y = drop(tgt_embed_.forward(batch.tgt_in, {batch.N, batch.T}), options);            // [N, T, E]
+    auto r = run_stack(decoder_, y, enc.h0, enc.c0, &batch.tgt_lengths, options);          // output [N, T, Hd]
+    const Var ctx = config_.attention == AttentionKind::None ? Var() : attend(r.output, enc, batch.src_lengths);
+    out.logits = project(r.output, ctx, options);                                           // [N, T, Vt]
+  } else {
+    // Step by step: Bahdanau's cell input needs c_t, and scheduled sampling needs logits_{t-1}.
+    const int64_t N = batch.N, T = batch.T, V = config_.tgt_vocab;
+    Var h = enc.h0, c = enc.c0;
+    std::vector<Var> logits;
+    std::vector<int64_t> ids(static_cast<size_t>(N));
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t n = 0; n < N; ++n) {
+        int64_t id = batch.tgt_in[size_t(n * T + t)];
+        // Scheduled sampling: one draw per row and step after the first, in row order.
+        if (sampling && t > 0 && options.rng->uniform() >= options.teacher_forcing) {
+          const float* row = logits.back().value().data() + n * V;
+          id = std::max_element(row, row + V) - row;
+        }
+        ids[size_t(n)] = id;
+      }
+      const Var y = drop(tgt_embed_.forward(ids, {N, 1}), options);  // [N, 1, E]
+      logits.push_back(step(y, h, c, enc, batch.src_lengths, options));  // [N, 1, Vt]
+    }
+    out.logits = T == 1 ? logits[0] : autograd::concat(logits, 1);  // [N, T, Vt]
+  }
   ops::CrossEntropyOptions ce;
   ce.ignore_index = train::Vocab::kPad;
   ce.label_smoothing = options.label_smoothing;
-  out.loss = autograd::cross_entropy(out.logits, batch.tgt_out, ce);                 // scalar
+  out.loss = autograd::cross_entropy(out.logits, batch.tgt_out, ce);  // scalar
   return out;
 }
 
 std::vector<std::vector<int64_t>> Seq2Seq::greedy(const train::Batch& batch, int64_t max_len) {
   autograd::NoGrad no_grad;
   const int64_t N = batch.N, V = config_.tgt_vocab;
-  Encoded enc = encode(batch);
+  const ForwardOptions eval;
+  Encoded enc = encode(batch, eval);
   Var h = enc.h0, c = enc.c0;
   std::vector<int64_t> prev(static_cast<size_t>(N), train::Vocab::kBos);
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(N));
   std::vector<char> done(static_cast<size_t>(N), 0);
   int64_t remaining = N;
   for (int64_t t = 0; t < max_len && remaining > 0; ++t) {
-    Var y = tgt_embed_.forward(prev, {N, 1});                  // [N, 1, E]
-    auto r = autograd::recurrent(decoder_, y, h, c);           // output [N, 1, Hd]
-    h = r.h_n;                                                 // [L, N, Hd]
-    c = r.c_n;
-    const Var step_logits = project(r.output, enc, batch.src_lengths);  // kept: value() refers into it
+    const Var y = tgt_embed_.forward(prev, {N, 1});                               // [N, 1, E]
+    const Var step_logits = step(y, h, c, enc, batch.src_lengths, eval);  // [N, 1, V]; kept: value() refers into it
     const Tensor& logits = step_logits.value();                         // [N, 1, V]
     for (int64_t n = 0; n < N; ++n) {
       const float* row = logits.data() + n * V;

@@ -2,9 +2,9 @@
 // Legend: R rows, S source length, L layers, Hd decoder hidden size, E embedding size, t tokens fed so far.
 //
 //   start:  enc = encode(sources)            states [R, S, Hd], s0 / c0 [L, R, Hd]
-//   cache:  y = tgt_embed[prev]  [R, 1, E];  out, (h, c) = decoder(y, (h, c))          out [R, 1, Hd]
-//   none:   y = tgt_embed[all tokens fed]  [R, t, E];  out = decoder(y, (s0, c0))[:, t-1]  out [R, 1, Hd]
-//   then:   logits = project(out) [R, 1, Vt] (attention weights [R, 1, S] kept);  log_softmax -> [R, Vt]
+//   cache:  logits = Seq2Seq::step(tgt_embed[prev] [R, 1, E], (h, c))    (h, c) carried, [L, R, Hd]
+//   none:   (h, c) = (s0, c0); logits = step(...) for every token fed so far, from the first one again
+//   then:   log_softmax(logits [R, 1, Vt]) -> [R, Vt]; the last step's attention weights [R, 1, S] kept
 #include <utility>
 
 #include "attnkit/autograd/functional.hpp"
@@ -26,7 +26,7 @@ class Seq2SeqDecoderState : public DecoderState {
              "seq2seq decoding: sources of {} rows and length {} with {} ids and {} lengths", sources.N, sources.S,
              sources.src.size(), sources.src_lengths.size());
     autograd::NoGrad no_grad;
-    enc_ = model_.encode(sources);  // states [R, S, Hd], h0 / c0 [L, R, Hd]
+    enc_ = model_.encode(sources, ForwardOptions{});  // states [R, S, Hd], h0 / c0 [L, R, Hd]
     h_ = enc_.h0;
     c_ = enc_.c0;
     src_lengths_ = sources.src_lengths;
@@ -44,28 +44,28 @@ class Seq2SeqDecoderState : public DecoderState {
     for (int64_t id : prev)
       AK_CHECK(id >= 0 && id < V, "seq2seq decoding: token id {} outside the target vocabulary [0, {})", id, V);
     autograd::NoGrad no_grad;
-    Var out;  // [R, 1, Hd]
-    if (use_cache_) {
-      Var y = model_.tgt_embed_.forward(prev, {rows_, 1});             // [R, 1, E]
-      auto r = autograd::recurrent(model_.decoder_, y, h_, c_);        // output [R, 1, Hd]
-      h_ = r.h_n;                                                      // [L, R, Hd]
-      c_ = r.c_n;
-      out = r.output;
-    } else {
-      for (int64_t i = 0; i < rows_; ++i) history_[size_t(i)].push_back(prev[size_t(i)]);
-      const int64_t t = static_cast<int64_t>(history_[0].size());
-      std::vector<int64_t> ids;
-      ids.reserve(size_t(rows_ * t));
-      for (const auto& h : history_) ids.insert(ids.end(), h.begin(), h.end());  // [R, t]
-      Var y = model_.tgt_embed_.forward(std::move(ids), {rows_, t});            // [R, t, E]
-      auto r = autograd::recurrent(model_.decoder_, y, enc_.h0, enc_.c0);        // output [R, t, Hd]
-      out = autograd::slice(r.output, 1, t - 1, t);                             // [R, 1, Hd]
-    }
+    const ForwardOptions eval;  // no dropout, the tokens given
     const bool attention = model_.config_.attention != AttentionKind::None;
     Tensor weights;
-    const Var logits = model_.project(out, enc_, src_lengths_, attention ? &weights : nullptr);  // [R, 1, Vt]
-    if (attention) weights_ = weights.reshaped({rows_, weights.dim(-1)});                        // [R, S]
-    return ops::log_softmax_forward(logits.value().reshaped({rows_, V}));                        // [R, Vt]
+    auto step_once = [&](const std::vector<int64_t>& tokens) {  // [R] -> logits [R, 1, Vt]
+      const Var y = model_.tgt_embed_.forward(tokens, {rows_, 1});  // [R, 1, E]
+      return model_.step(y, h_, c_, enc_, src_lengths_, eval, attention ? &weights : nullptr);
+    };
+    Var logits;
+    if (use_cache_) {
+      logits = step_once(prev);
+    } else {
+      for (int64_t i = 0; i < rows_; ++i) history_[size_t(i)].push_back(prev[size_t(i)]);
+      h_ = enc_.h0;
+      c_ = enc_.c0;
+      std::vector<int64_t> tokens(static_cast<size_t>(rows_));
+      for (size_t t = 0; t < history_[0].size(); ++t) {
+        for (int64_t i = 0; i < rows_; ++i) tokens[size_t(i)] = history_[size_t(i)][t];
+        logits = step_once(tokens);
+      }
+    }
+    if (attention) weights_ = weights.reshaped({rows_, weights.dim(-1)});  // [R, S]
+    return ops::log_softmax_forward(logits.value().reshaped({rows_, V}));  // [R, Vt]
   }
 
   void select_rows(const std::vector<int64_t>& rows) override {

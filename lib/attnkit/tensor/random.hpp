@@ -21,6 +21,16 @@ class Rng {
   float uniform(float lo, float hi);  // lo + (hi - lo) * uniform(), in [lo, hi) (double when hi - lo overflows)
   float normal();                     // N(0, 1)
 
+  // The engine's whole state (for checkpoints): set_state(state()) continues the same sequence.
+  struct State {
+    uint64_t state = 0, inc = 1;
+  };
+  State state() const { return {state_, inc_}; }
+  void set_state(const State& s) {
+    state_ = s.state;
+    inc_ = s.inc | 1u;  // PCG's increment is odd
+  }
+
  private:
   uint64_t state_ = 0;
   uint64_t inc_ = 0;

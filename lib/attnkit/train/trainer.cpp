@@ -170,6 +170,11 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
   Rng rng(options_.seed);
   model_ = std::make_unique<models::Seq2Seq>(options_.model, rng);
   optimizer_ = make_optimizer(options_.optimizer, model_->named_parameters(), options_.schedule.lr);
+  AK_CHECK(options_.dropout >= 0.0f && options_.dropout < 1.0f, "trainer: dropout {} must be in [0, 1)",
+           options_.dropout);
+  AK_CHECK(options_.teacher_forcing >= 0.0f && options_.teacher_forcing <= 1.0f,
+           "trainer: teacher forcing ratio {} must be in [0, 1]", options_.teacher_forcing);
+  rng_ = Rng(options_.seed, 55);  // its own stream: the initialisation's draws stay as they were
   BatcherOptions bo;
   bo.batch_size = options_.batch_size;
   bo.seed = options_.seed;
@@ -209,7 +214,13 @@ void Trainer::save(const std::string& path) const {
   t.set("steps", str(std::to_string(options_.steps)));
   t.set("src_tokenizer", str(std::string(tokenizer_name(data_.train.src_tokenizer))));
   t.set("tgt_tokenizer", str(std::string(tokenizer_name(data_.train.tgt_tokenizer))));
+  t.set("dropout", num(options_.dropout));
+  t.set("teacher_forcing", num(options_.teacher_forcing));
   v.set("training", std::move(t));
+  io::Value rng;
+  rng.set("state", str(std::to_string(rng_.state().state)));
+  rng.set("inc", str(std::to_string(rng_.state().inc)));
+  v.set("rng", std::move(rng));
   io::Value vocab;
   vocab.set("source", data_.src_vocab.to_value());
   vocab.set("target", data_.tgt_vocab.to_value());
@@ -263,16 +274,19 @@ std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::
     models::Seq2SeqConfig w = config;  // the checkpoint's, with the fields the user gave
     if (g.cell) w.cell = options.model.cell;
     if (g.attention) w.attention = options.model.attention;
+    if (g.style) w.style = options.model.style;
     if (g.embed) w.embed = options.model.embed;
     if (g.hidden) w.hidden = options.model.hidden;
     if (g.layers) w.layers = options.model.layers;
     if (g.bidirectional) w.bidirectional = options.model.bidirectional;
     auto describe = [](const models::Seq2SeqConfig& c) {
-      return fmt::format("{} with attention {}, embed {}, hidden {}, {} layer(s){}", models::cell_kind_name(c.cell),
-                         models::attention_kind_name(c.attention), c.embed, c.hidden, c.layers,
+      return fmt::format("{} with attention {}{}, embed {}, hidden {}, {} layer(s){}",
+                         models::cell_kind_name(c.cell), models::attention_kind_name(c.attention),
+                         c.style == models::AttentionStyle::Bahdanau ? " (bahdanau)" : "", c.embed, c.hidden, c.layers,
                          c.bidirectional ? ", bidirectional" : "");
     };
-    AK_CHECK(w.cell == config.cell && w.attention == config.attention && w.embed == config.embed &&
+    AK_CHECK(w.cell == config.cell && w.attention == config.attention && w.style == config.style &&
+                 w.embed == config.embed &&
                  w.hidden == config.hidden && w.layers == config.layers && w.bidirectional == config.bidirectional,
              "{}: the checkpoint's model is {}; it cannot continue as {}", path, describe(config), describe(w));
   }
@@ -285,6 +299,10 @@ std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::
   o.batch_size = int_of(t, "batch", twhat);
   o.seed = static_cast<uint64_t>(int_of(t, "seed", twhat));
   AK_CHECK(o.batch_size >= 1, "{}: \"batch\" must be >= 1", twhat);
+  // Checkpoints from before dropout and scheduled sampling existed have neither (0 and 1 then).
+  if (!o.dropout_given && t.find("dropout") != nullptr) o.dropout = float(double_of(t, "dropout", twhat));
+  if (!o.teacher_forcing_given && t.find("teacher_forcing") != nullptr)
+    o.teacher_forcing = float(double_of(t, "teacher_forcing", twhat));
   auto trainer = std::unique_ptr<Trainer>(new Trainer(o, std::move(data), config));
   try {
     trainer->model_->load_parameters(v, path);
@@ -295,6 +313,22 @@ std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::
   }
   trainer->batcher_->load_state(member(v, "data_order", path), path + ": data_order");
   trainer->step_ = trainer->start_step_ = int_of(v, "step", path);
+  if (v.find("rng") != nullptr) {
+    const std::string rwhat = path + ": rng";
+    const io::Value& r = member(v, "rng", path);
+    auto u64 = [&](const char* name) {
+      const std::string s = string_of(r, name, rwhat);
+      uint64_t x = 0;
+      auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+      AK_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty(), "{}: \"{}\" is \"{}\", not an integer",
+               rwhat, name, s);
+      return x;
+    };
+    Rng::State st;
+    st.state = u64("state");
+    st.inc = u64("inc");
+    trainer->rng_.set_state(st);
+  }
   const std::string wwhat = path + ": window";
   trainer->window_loss_ = double_of(member(v, "window", path), "loss", wwhat);
   trainer->window_steps_ = int_of(member(v, "window", path), "steps", wwhat);
@@ -343,8 +377,11 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
   s.checkpoint = options_.save_path;
   for (const nn::Parameter* p : model_->named_parameters()) s.parameters += p->value.numel();
   const std::vector<nn::Parameter*> params = model_->named_parameters();
-  models::LossOptions lo;
+  models::ForwardOptions lo;
   lo.label_smoothing = options_.label_smoothing;
+  lo.dropout = options_.dropout;
+  lo.teacher_forcing = options_.teacher_forcing;
+  lo.rng = &rng_;
   int64_t window_tokens = 0, run_tokens = 0;
   float last_norm = 0;
   const auto run_start = std::chrono::steady_clock::now();

@@ -6,7 +6,8 @@
 //   "format": "attnkit-seq2seq", "version": "1"
 //   "config":    the model's config (models::Seq2SeqConfig::to_value)
 //   "training":  {"optimizer", "lr", "batch", "schedule", "warmup", "label_smoothing", "clip", "seed",
-//                 "steps", "src_tokenizer", "tgt_tokenizer"}
+//                 "steps", "src_tokenizer", "tgt_tokenizer", "dropout", "teacher_forcing"}
+//   "rng":       {"state", "inc"}: the training Rng (dropout masks, scheduled sampling) after "step" steps
 //   "vocab":     {"source": {"tokens": [...]}, "target": {"tokens": [...]}}
 //   "step":      optimizer steps taken
 //   "optimizer": the optimizer's state (train/optimizer.hpp)
@@ -75,7 +76,12 @@ struct TrainerOptions {
   // (changing the model's shape is not a resume). The others are taken from the checkpoint.
   struct Given {
     bool cell = false, attention = false, embed = false, hidden = false, layers = false, bidirectional = false;
+    bool style = false;
   } model_given;
+  // Training-time randomness (models::ForwardOptions); on resume the checkpoint's unless given.
+  float dropout = 0.0f;
+  float teacher_forcing = 1.0f;
+  bool dropout_given = false, teacher_forcing_given = false;
   int64_t steps = 1000;         // total optimizer steps
   int64_t batch_size = 32;
   OptimizerKind optimizer = OptimizerKind::Adam;
@@ -145,6 +151,7 @@ class Trainer {
   std::unique_ptr<models::Seq2Seq> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Batcher> batcher_;
+  Rng rng_{1, 55};  // dropout masks and scheduled sampling: seeded from options.seed, saved in the checkpoint
   int64_t step_ = 0;
   int64_t start_step_ = 0;
   // The metrics window since the last multiple of log_every (kept in the checkpoint, so that a resumed

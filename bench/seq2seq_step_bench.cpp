@@ -1,0 +1,114 @@
+// seq2seq_step_bench: times one training step of models::Seq2Seq (forward, backward, Adam), the step
+// seq2seq-train's loop runs, in-process. Prints one JSON object; bench/seq2seq_train_vs_torch.py runs it
+// interleaved with the same model in PyTorch.
+//   seq2seq_step_bench --N 64 --S 20 --T 20 --H 256 --E 256 --V 1000 --attention dot --threads 2 --reps 10
+//       [--cell lstm] [--style luong] [--profile 1]
+// Legend: N batch, S source length, T decoder steps (<bos> + T-1 tokens in, T-1 tokens + <eos> out),
+// E embedding size, H hidden size, V vocabulary (source and target).
+// --profile 1 adds the median time of each phase (forward, backward, clip, optimizer).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "attnkit/autograd/var.hpp"
+#include "attnkit/models/seq2seq.hpp"
+#include "attnkit/tensor/random.hpp"
+#include "attnkit/tensor/threads.hpp"
+#include "attnkit/train/batch.hpp"
+#include "attnkit/train/clip.hpp"
+#include "attnkit/train/optimizer.hpp"
+
+using namespace attnkit;
+
+static double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+static double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int main(int argc, char** argv) {
+  int64_t N = 64, S = 20, T = 20, H = 256, E = 256, V = 1000;
+  int threads = 2, reps = 10;
+  std::string cell = "lstm", attention = "dot", style = "luong";
+  bool profile = false;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--N") N = std::atoll(v.c_str());
+    else if (k == "--S") S = std::atoll(v.c_str());
+    else if (k == "--T") T = std::atoll(v.c_str());
+    else if (k == "--H") H = std::atoll(v.c_str());
+    else if (k == "--E") E = std::atoll(v.c_str());
+    else if (k == "--V") V = std::atoll(v.c_str());
+    else if (k == "--threads") threads = std::atoi(v.c_str());
+    else if (k == "--reps") reps = std::atoi(v.c_str());
+    else if (k == "--cell") cell = v;
+    else if (k == "--attention") attention = v;
+    else if (k == "--style") style = v;
+    else if (k == "--profile") profile = v == "1";
+    else {
+      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  set_num_threads(threads);
+  models::Seq2SeqConfig c;
+  c.cell = models::parse_cell_kind(cell);
+  c.attention = models::parse_attention_kind(attention);
+  c.style = models::parse_attention_style(style);
+  c.src_vocab = c.tgt_vocab = V;
+  c.embed = E;
+  c.hidden = H;
+  Rng rng(1);
+  models::Seq2Seq model(c, rng);
+  train::EncodedCorpus data;
+  for (int64_t n = 0; n < N; ++n) {
+    std::vector<int64_t> src, tgt;
+    for (int64_t s = 0; s < S; ++s) src.push_back(4 + int64_t(rng.next_u32() % uint32_t(V - 4)));
+    for (int64_t t = 0; t + 1 < T; ++t) tgt.push_back(4 + int64_t(rng.next_u32() % uint32_t(V - 4)));
+    data.src.push_back(src);
+    data.tgt.push_back(tgt);
+  }
+  std::vector<int64_t> rows(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) rows[size_t(n)] = n;
+  const train::Batch batch = train::make_batch(data, rows, false);
+  const std::vector<nn::Parameter*> params = model.named_parameters();
+  train::AdamOptions ao;
+  ao.lr = 1e-3;
+  train::Adam adam(params, ao);
+  std::vector<double> total, fwd, bwd, clip, opt;
+  float loss = 0;
+  for (int r = 0; r <= reps; ++r) {  // r = 0: warm-up
+    const double t0 = now();
+    adam.zero_grad();
+    auto out = model.forward(batch);
+    loss = out.loss.value()[0];
+    const double t1 = now();
+    autograd::backward(out.loss);
+    const double t2 = now();
+    train::ClipOptions co;
+    co.max_norm = 1.0;
+    train::clip_grad_norm(params, co);
+    const double t3 = now();
+    adam.step();
+    const double t4 = now();
+    if (r == 0) continue;
+    total.push_back(t4 - t0);
+    fwd.push_back(t1 - t0);
+    bwd.push_back(t2 - t1);
+    clip.push_back(t3 - t2);
+    opt.push_back(t4 - t3);
+  }
+  std::printf("{\"best_s\": %.6g, \"median_s\": %.6g, \"loss\": %.6g", *std::min_element(total.begin(), total.end()),
+              median(total), double(loss));
+  if (profile)
+    std::printf(", \"forward_s\": %.6g, \"backward_s\": %.6g, \"clip_s\": %.6g, \"adam_s\": %.6g", median(fwd),
+                median(bwd), median(clip), median(opt));
+  std::printf("}\n");
+  return 0;
+}
