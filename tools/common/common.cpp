@@ -82,7 +82,9 @@ class HelpFormatter : public CLI::Formatter {
       return o->nonpositional() && o != parent->get_help_ptr() && o != parent->get_version_ptr();
     });
     if (shared.empty()) return text;
-    const std::string group = make_group("Options of " + parent->get_name() + " (before or after the subcommand)", false, shared);
+    const std::string group = make_group(
+        "Options of " + parent->get_name() + (app->get_fallthrough() ? " (before or after the subcommand)" : " (before the subcommand)"),
+        false, shared);
     const size_t footer = app->get_footer().empty() ? std::string::npos : text.rfind(app->get_footer());
     return footer == std::string::npos ? text + group : text.insert(footer - 1, group);
   }
@@ -94,7 +96,9 @@ void describe(CLI::App& app, const std::string& description, const std::string& 
   app.description(description);
   if (!app.get_parent()) {
     app.set_version_flag("--version", std::string("attnkit ") + ATTNKIT_VERSION);
-    app.formatter(std::make_shared<HelpFormatter>());
+    auto formatter = std::make_shared<HelpFormatter>();
+    app.formatter(formatter);  // subcommands added later take it; those added before get it here
+    for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) sub->formatter(formatter);
   }
   if (!examples.empty()) app.footer("Examples:\n" + examples);
 }

@@ -57,8 +57,7 @@ void refuse_nan_weights(const io::Value& weights, const std::string& ref, bool a
 // line, two spaces in; a line four spaces in continues the one above). Each app's examples run as
 // written in an empty folder, in order (tests/cli/help_examples.sh runs them all): they make the
 // files they use. On a subcommand (no --version there), its --help also lists the options of the
-// tool it belongs to (-o, --format, ... may follow the subcommand). Call it on the tool's app
-// before adding subcommands (they take its help layout).
+// tool it belongs to (-o, --format, ...: with app.fallthrough() they may follow the subcommand).
 void describe(CLI::App& app, const std::string& description, const std::string& examples);
 // The usage line of an app's --help when CLI11's is unreadable: "tensor arange [OPTIONS] [START] STOP [STEP]".
 void usage(CLI::App& app, const std::string& line);
