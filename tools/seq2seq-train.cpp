@@ -38,11 +38,14 @@ int main(int argc, char** argv) {
   tools::describe(
       app,
       "Train a recurrent encoder-decoder (rnn, lstm, gru; attention none, dot, scaled-dot, general or additive, "
-      "Luong or Bahdanau style) with teacher forcing or scheduled sampling, optionally dropout; writes a checkpoint (a JSON bundle) and prints a summary "
+      "Luong or Bahdanau style) with teacher forcing or scheduled sampling, optionally dropout; writes a checkpoint "
+      "(a JSON bundle) and prints a summary. SIGINT / SIGTERM finish the step, save and exit 130 / 143 "
       "(docs/seq2seq-train.md).",
       "  seq2seq-train --task reverse --model lstm --attention dot --steps 200 --save model.json\n"
       "  seq2seq-train --task reverse --model lstm --attention dot --steps 400 --resume model.json --save model.json\n"
       "  seq2seq-train --train pairs.tsv --valid valid.tsv --model gru --attention additive --save g.json\n"
+      "  seq2seq-train --task dates --model lstm --attention additive --epochs 20 --save-every 200 --save d.json "
+      "--metrics d.jsonl --plot d.svg\n"
       "  lstm-run x.json --weights model.json#encoder\n");
   std::string task, train_path, valid_path, model_name, attention = "none", optimizer = "adam",
                                                        schedule = "constant", save_path, resume_path, metrics_path,

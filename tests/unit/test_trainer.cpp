@@ -15,6 +15,7 @@
 
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/tensor/threads.hpp"
+#include "attnkit/train/report.hpp"
 #include "attnkit/train/trainer.hpp"
 #include "test_util.hpp"
 
@@ -112,5 +113,63 @@ TEST_CASE("trainer: resume from a checkpoint equals the uninterrupted run, bit f
   CHECK(test::error_of([&] { train::Trainer::resume(full, tiny_options(30, rest), tiny_data(6)); })
             .find("vocabulary differs") != std::string::npos);
   for (const auto& p : {full, half, rest, foreign}) std::remove(p.c_str());
+  set_num_threads(0);
+}
+
+TEST_CASE("trainer: epochs, save_every, a stop request, and a vocabulary file's forms") {
+  set_num_threads(1);
+  const std::string ck = temp_path("trainer_ops.json");
+  // 40 examples in batches of 8: 5 steps an epoch
+  train::TrainerOptions o = tiny_options(0, ck);
+  o.epochs = 2;
+  o.schedule.kind = train::ScheduleKind::Cosine;
+  o.schedule.t_max = 0;  // the run's length
+  train::Trainer a(o, tiny_data());
+  CHECK(a.total_steps() == 10);
+  CHECK(a.run().step == 10);
+
+  // stopped after step 3: saved there, no final evaluation; save_every 2 saved at step 2 before
+  o = tiny_options(30, ck);
+  o.save_every = 2;
+  std::vector<int64_t> seen;
+  o.progress = [&](const train::Progress& p) { seen.push_back(p.step); };
+  int64_t polls = 0;
+  o.stop_requested = [&] { return ++polls == 3; };
+  train::Trainer b(o, tiny_data());
+  const train::TrainSummary s = b.run();
+  CHECK(s.interrupted);
+  CHECK(s.step == 3);
+  CHECK(!s.valid);
+  CHECK(seen == std::vector<int64_t>{1, 2, 3});
+  auto c = train::Trainer::resume(ck, tiny_options(30, ""), tiny_data());
+  CHECK(c->step() == 3);
+
+  // the progress line and the plot
+  train::Progress p;
+  p.step = 5, p.steps = 10, p.loss = 0.25, p.tokens = 1000, p.seconds = 2;
+  CHECK(train::progress_line(p) == "step 5/10 [##########..........]  50%  loss 0.2500  500 tok/s  ETA 0:02");
+  const std::string svg = train::loss_plot_svg(
+      {R"({"step": 4, "loss": 2.5, "valid_loss": 2.0})", "not json", R"({"step": 8, "loss": 1.5})",
+       R"({"step": 8, "loss": 1.0, "valid_loss": 1.2})"},
+      "m.jsonl");
+  CHECK(svg.find("step 8: training loss 1</title>") != std::string::npos);  // the later line for step 8 wins
+  CHECK(svg.find("step 8: training loss 1.5") == std::string::npos);
+  CHECK(svg.find("step 4: validation loss 2</title>") != std::string::npos);
+
+  // --vocab's forms: text for both sides, {"tokens"}, {"source", "target"} (and a checkpoint's "vocab")
+  const train::VocabPair text = train::parse_vocab_pair("a\nb\n", "v.txt");
+  CHECK(text.source == train::Vocab({"a", "b"}));
+  CHECK(text.target == text.source);
+  const train::VocabPair one = train::parse_vocab_pair(R"({"tokens": ["<pad>", "<bos>", "<eos>", "<unk>", "x"]})", "v.json");
+  CHECK(one.target == train::Vocab({"x"}));
+  const train::VocabPair two = train::parse_vocab_pair(
+      R"({"vocab": {"source": {"tokens": ["<pad>", "<bos>", "<eos>", "<unk>", "x"]},
+                    "target": {"tokens": ["<pad>", "<bos>", "<eos>", "<unk>", "y", "z"]}}})",
+      "m.json");
+  CHECK(two.source == train::Vocab({"x"}));
+  CHECK(two.target == train::Vocab({"y", "z"}));
+  CHECK(test::error_of([] { train::parse_vocab_pair(R"({"source": {"tokens": []}})", "half.json"); })
+            .find("half.json: expected") != std::string::npos);
+  std::remove(ck.c_str());
   set_num_threads(0);
 }

@@ -82,6 +82,15 @@ std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::vector<nn::Pa
   fail("optimizer: unknown kind");
 }
 
+// Numbers in the tensors of a bundle, nested ones included.
+int64_t numbers_in(const io::Value& v) {
+  if (v.is_tensor()) return v.tensor().numel();
+  int64_t n = 0;
+  if (v.is_bundle())
+    for (const auto& m : v.members()) n += numbers_in(m.second);
+  return n;
+}
+
 void append_line(const std::string& path, const std::string& line) {
   if (path.empty()) return;
   std::ofstream f(path, std::ios::app | std::ios::binary);
@@ -269,6 +278,18 @@ std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::
   AK_CHECK(config.src_vocab == src.size() && config.tgt_vocab == tgt.size(),
            "{}: the config's vocabulary sizes {} and {} disagree with the stored vocabularies ({} and {})", path,
            config.src_vocab, config.tgt_vocab, src.size(), tgt.size());
+  {
+    // Before a model is allocated: the file must hold at least the numbers of the model's largest tables
+    // (embeddings, one hidden-by-hidden matrix per layer and direction, the output layer), so that a small
+    // file whose config claims hidden 65536 and 64 layers is refused instead of allocating terabytes.
+    const double H = double(config.hidden), Hd = double(config.decoder_hidden()), L = config.layers;
+    const double least = double(config.src_vocab + config.tgt_vocab) * double(config.embed) +
+                         L * (config.bidirectional ? 2 : 1) * H * H + L * Hd * Hd + double(config.tgt_vocab) * Hd;
+    const int64_t held = numbers_in(v);
+    AK_CHECK(double(held) >= least,
+             "{}: the config describes a model of at least {:.0f} parameters, but the file holds {} numbers "
+             "(truncated, or not this model's checkpoint)", path, least, held);
+  }
   {
     const auto& g = options.model_given;
     models::Seq2SeqConfig w = config;  // the checkpoint's, with the fields the user gave
