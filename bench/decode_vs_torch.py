@@ -109,6 +109,19 @@ def main():
     g = torch.Generator().manual_seed(5)
     results = {}
     with torch.no_grad():
+        # the same model decodes to the same tokens here and there (ids k >= 4 are the tokens "k-4")
+        src = torch.randint(4, a.vocab, (1, a.src_len), generator=g)
+        want = [str(int(k) - 4) for k in torch_greedy(torch, m, src, a.tokens)[0, 1:]]
+        tool = os.path.join(a.build, "bin", "transformer-decode")
+        run = subprocess.run([tool, cfg, "--weights", sd, "--src", " ".join(str(int(k) - 4) for k in src[0]),
+                              "--min-len", str(a.tokens), "--max-len", str(a.tokens), "--threads", str(a.threads)],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            sys.exit(f"transformer-decode failed: {run.stderr.strip()}")
+        got = json.loads(run.stdout)["tokens"]
+        same = sum(x == y for x, y in zip(got, want))
+        print(f"greedy tokens: transformer-decode == PyTorch's loop for {same} of {a.tokens}"
+              + ("" if same == a.tokens else f" (first difference at {next(i for i, (x, y) in enumerate(zip(got, want)) if x != y)})"))
         for n in (1, a.batch):
             src = torch.randint(4, a.vocab, (n, a.src_len), generator=g)
             torch_greedy(torch, m, src, 4)  # warm-up
