@@ -298,7 +298,7 @@ std::string tick_label(double v) {
 // One panel at (x0, y0) of size w x h.
 std::string panel(const std::string& title, Axis ax, Axis ay, const std::vector<Series>& series, double x0, double y0,
                   double w, double h, const std::vector<std::pair<std::string, std::string>>& legend_extra,
-                  bool legend_bottom = false) {
+                  char legend_at = 't') {  // 't' top left, 'b' bottom left, 'm' middle right
   std::string s;
   const double L = x0 + 60, R = x0 + w - 10, T = y0 + 30, B = y0 + h - 45;
   s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='14' text-anchor='middle'>{}</text>\n", (L + R) / 2, y0 + 18, title);
@@ -352,22 +352,24 @@ std::string panel(const std::string& title, Axis ax, Axis ay, const std::vector<
   for (const Series& se : series)
     if (std::find(seen.begin(), seen.end(), se.layer) == seen.end()) seen.push_back(se.layer), ++entries;
   seen.clear();
-  const double box = 14.0 * double(entries) + 4, top = legend_bottom ? B - 3 - box : T + 3;
+  const double box = 14.0 * double(entries) + 4;
+  const double top = legend_at == 'b' ? B - 3 - box : legend_at == 'm' ? (T + B) / 2 - box / 2 : T + 3;
+  const double lx = legend_at == 'm' ? R - 138 : L + 4;
   s += fmt::format("<rect x='{:.1f}' y='{:.1f}' width='130' height='{:.1f}' fill='white' fill-opacity='0.85' stroke='#ccc'/>\n",
-                   L + 4, top, box);
+                   lx, top, box);
   double ly = top + 9;
   for (const Series& se : series) {
     if (std::find(seen.begin(), seen.end(), se.layer) != seen.end()) continue;
     seen.push_back(se.layer);
-    s += fmt::format("<line x1='{0:.1f}' x2='{1:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='{3}' stroke-width='2'/>", L + 8, L + 26, ly,
+    s += fmt::format("<line x1='{0:.1f}' x2='{1:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='{3}' stroke-width='2'/>", lx + 4, lx + 22, ly,
                      colour_of(se.layer));
-    s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='11'>{}</text>\n", L + 30, ly + 4, layer_name(se.layer));
+    s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='11'>{}</text>\n", lx + 26, ly + 4, layer_name(se.layer));
     ly += 14;
   }
   for (const auto& [dash, text] : legend_extra) {
-    s += fmt::format("<line x1='{0:.1f}' x2='{1:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='#444' stroke-width='1.5'{3}/>", L + 8,
-                     L + 26, ly, dash.empty() ? "" : " stroke-dasharray='" + dash + "'");
-    s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='11'>{}</text>\n", L + 30, ly + 4, text);
+    s += fmt::format("<line x1='{0:.1f}' x2='{1:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='#444' stroke-width='1.5'{3}/>", lx + 4,
+                     lx + 22, ly, dash.empty() ? "" : " stroke-dasharray='" + dash + "'");
+    s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='11'>{}</text>\n", lx + 26, ly + 4, text);
     ly += 14;
   }
   return s;
@@ -431,7 +433,7 @@ std::string report_svg(const Report& r) {
     ay.lo = std::max(ay.lo, ay.hi * 1e-12);  // a vanished gradient (1e-40) would flatten the others
     round_axis(ay);
     body += panel(fmt::format("gradient at initialisation, n={}, d={}", r.gradient_sizes.n, r.gradient_sizes.d), ax, ay,
-                  series, x0, 0, W, H, {}, true);
+                  series, x0, 0, W, H, {}, 'b');
     x0 += W;
   }
   if (!r.learned.empty()) {
@@ -451,7 +453,7 @@ std::string report_svg(const Report& r) {
     round_axis(ax);
     body += panel(fmt::format("learned recall, {} steps each (chance {:.2f})", r.learn_options.steps,
                               1.0 / double(r.learn_options.keys)),
-                  ax, ay, series, x0, 0, W, H, {}, true);
+                  ax, ay, series, x0, 0, W, H, {}, 'm');
   }
   return fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{:.0f}' height='{:.0f}' font-family='sans-serif'>\n"
                      "<rect width='100%' height='100%' fill='white'/>\n{}</svg>\n",
