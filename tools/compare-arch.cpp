@@ -53,7 +53,7 @@ std::vector<arch::Layer> parse_layers(const std::string& text) {
 void refuse_memory(double need, const std::string& what) {
   const double have = arch::available_memory_bytes();
   if (have > 0 && need > have)
-    fail("compare-arch: {} needs about {:.2f} GB, more than the {:.2f} GB this machine has available", what, need / 1e9,
+    fail("{} needs about {:.2f} GB, more than the {:.2f} GB this machine has available", what, need / 1e9,
          have / 1e9);
 }
 

@@ -47,6 +47,12 @@ assert all(r["steps"] == 3 and 0 <= r["accuracy"] <= 1 for r in l)
 PY
 grep -q '^<svg' p.svg && [[ "$(grep -c '<polyline' p.svg)" -ge 13 ]] || fail "plot: $(head -c 300 p.svg)"
 
+# --- a sweep of one distinct n: times, no slope (and no failure after the work)
+compare-arch --measure --sweep 16,16 --d 4 --layers rnn --repeats 1 --no-memory --threads 1 > one.json ||
+  fail "one-length sweep exited $?"
+python3 -c "import json; m = json.load(open('one.json'))['measured']; assert len(m['timings']) == 2 and m['slopes'] == [], m" ||
+  fail "one-length sweep: $(cat one.json)"
+
 # --- the same seed gives the same analytic and gradient-path bits
 compare-arch --gradient-path --n 10 --path-d 3 --seed 4 > g1.json
 compare-arch --gradient-path --n 10 --path-d 3 --seed 4 > g2.json

@@ -123,7 +123,7 @@ TEST_CASE("compare-arch analytic table: values computed by hand") {
   CHECK(arch::layer_flops(arch::Layer::ConvStack, s) == 5 * arch::layer_flops(arch::Layer::Conv, s));
   CHECK(arch::layer_flops(arch::Layer::Lstm, s) == 4 * arch::layer_flops(arch::Layer::Rnn, s));
   CHECK(test::error_of([] { arch::analytic_table({8, 4, 1, 4, 1}); }) ==
-        "compare-arch: kernel size k = 1, expected at least 2 (a kernel of 1 never connects positions)");
+        "arch: kernel size k = 1, expected at least 2 (a kernel of 1 never connects positions)");
   CHECK(arch::parse_layer("lstm") == arch::Layer::Lstm);
   CHECK(test::error_of([] { arch::parse_layer("cnn"); }).find("known: conv, conv-stack") != std::string::npos);
 }

@@ -33,15 +33,15 @@ Layer parse_layer(std::string_view name) {
     if (layer_name(l) == name) return l;
     known += (known.empty() ? "" : ", ") + std::string(layer_name(l));
   }
-  fail("compare-arch: unknown layer type \"{}\" (known: {})", name, known);
+  fail("arch: unknown layer type \"{}\" (known: {})", name, known);
 }
 
 void check_sizes(const Sizes& s) {
-  AK_CHECK(s.n >= 1, "compare-arch: sequence length n = {}, expected at least 1", s.n);
-  AK_CHECK(s.d >= 1, "compare-arch: model size d = {}, expected at least 1", s.d);
-  AK_CHECK(s.k >= 2, "compare-arch: kernel size k = {}, expected at least 2 (a kernel of 1 never connects positions)", s.k);
-  AK_CHECK(s.r >= 2, "compare-arch: window r = {}, expected at least 2 (a window of 1 never connects positions)", s.r);
-  AK_CHECK(s.batch >= 1, "compare-arch: batch = {}, expected at least 1", s.batch);
+  AK_CHECK(s.n >= 1, "arch: sequence length n = {}, expected at least 1", s.n);
+  AK_CHECK(s.d >= 1, "arch: model size d = {}, expected at least 1", s.d);
+  AK_CHECK(s.k >= 2, "arch: kernel size k = {}, expected at least 2 (a kernel of 1 never connects positions)", s.k);
+  AK_CHECK(s.r >= 2, "arch: window r = {}, expected at least 2 (a window of 1 never connects positions)", s.r);
+  AK_CHECK(s.batch >= 1, "arch: batch = {}, expected at least 1", s.batch);
 }
 
 int64_t conv_stack_depth(int64_t n, int64_t k) {

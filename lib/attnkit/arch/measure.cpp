@@ -211,7 +211,9 @@ Measurement measure(const Sizes& sizes, const MeasureOptions& options) {
           xs.push_back(double(t.n));
           ys.push_back(t.median);
         }
-      if (xs.size() < 2) continue;
+      std::vector<double> distinct = xs;
+      std::sort(distinct.begin(), distinct.end());
+      if (std::unique(distinct.begin(), distinct.end()) - distinct.begin() < 2) continue;  // no slope from one n
       SlopeFit f = fit_loglog(xs, ys);
       f.layer = l;
       f.threads = threads;

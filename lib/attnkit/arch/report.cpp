@@ -297,7 +297,8 @@ std::string tick_label(double v) {
 
 // One panel at (x0, y0) of size w x h.
 std::string panel(const std::string& title, Axis ax, Axis ay, const std::vector<Series>& series, double x0, double y0,
-                  double w, double h, const std::vector<std::pair<std::string, std::string>>& legend_extra) {
+                  double w, double h, const std::vector<std::pair<std::string, std::string>>& legend_extra,
+                  char legend_at = 't') {  // 't' top left, 'b' bottom left, 'm' middle right
   std::string s;
   const double L = x0 + 60, R = x0 + w - 10, T = y0 + 30, B = y0 + h - 45;
   s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='14' text-anchor='middle'>{}</text>\n", (L + R) / 2, y0 + 18, title);
@@ -307,8 +308,10 @@ std::string panel(const std::string& title, Axis ax, Axis ay, const std::vector<
     if (a.log) {
       const int step = std::max(1, int(std::ceil((std::log10(a.hi) - std::log10(a.lo)) / 8)));
       for (double e = std::log10(a.lo); e <= std::log10(a.hi) + 1e-9; e += step) t.push_back(std::pow(10.0, e));
-    } else {
-      for (int i = 0; i <= 5; ++i) t.push_back(a.lo + (a.hi - a.lo) * i / 5.0);
+    } else {  // a round step (1, 2 or 5 times a power of ten) giving at most 6 intervals
+      const double raw = (a.hi - a.lo) / 6, mag = std::pow(10.0, std::floor(std::log10(raw)));
+      const double step = raw <= mag ? mag : raw <= 2 * mag ? 2 * mag : raw <= 5 * mag ? 5 * mag : 10 * mag;
+      for (double v = std::ceil(a.lo / step) * step; v <= a.hi + 1e-9 * step; v += step) t.push_back(v);
     }
     return t;
   };
@@ -343,21 +346,30 @@ std::string panel(const std::string& title, Axis ax, Axis ay, const std::vector<
     s += fmt::format("<polyline fill='none' stroke='{}' stroke-width='1.5'{} points='{}'/>\n", colour_of(se.layer),
                      se.dashed ? " stroke-dasharray='5,3'" : "", pts);
   }
-  // legend: one entry per layer (first series of each), then the extra lines
-  double ly = T + 12;
+  // legend: one entry per layer (first series of each), then the extra lines, on a white box
   std::vector<Layer> seen;
+  size_t entries = legend_extra.size();
+  for (const Series& se : series)
+    if (std::find(seen.begin(), seen.end(), se.layer) == seen.end()) seen.push_back(se.layer), ++entries;
+  seen.clear();
+  const double box = 14.0 * double(entries) + 4;
+  const double top = legend_at == 'b' ? B - 3 - box : legend_at == 'm' ? (T + B) / 2 - box / 2 : T + 3;
+  const double lx = legend_at == 'm' ? R - 138 : L + 4;
+  s += fmt::format("<rect x='{:.1f}' y='{:.1f}' width='130' height='{:.1f}' fill='white' fill-opacity='0.85' stroke='#ccc'/>\n",
+                   lx, top, box);
+  double ly = top + 9;
   for (const Series& se : series) {
     if (std::find(seen.begin(), seen.end(), se.layer) != seen.end()) continue;
     seen.push_back(se.layer);
-    s += fmt::format("<line x1='{0:.1f}' x2='{1:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='{3}' stroke-width='2'/>", L + 8, L + 26, ly,
+    s += fmt::format("<line x1='{0:.1f}' x2='{1:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='{3}' stroke-width='2'/>", lx + 4, lx + 22, ly,
                      colour_of(se.layer));
-    s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='11'>{}</text>\n", L + 30, ly + 4, layer_name(se.layer));
+    s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='11'>{}</text>\n", lx + 26, ly + 4, layer_name(se.layer));
     ly += 14;
   }
   for (const auto& [dash, text] : legend_extra) {
-    s += fmt::format("<line x1='{0:.1f}' x2='{1:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='#444' stroke-width='1.5'{3}/>", L + 8,
-                     L + 26, ly, dash.empty() ? "" : " stroke-dasharray='" + dash + "'");
-    s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='11'>{}</text>\n", L + 30, ly + 4, text);
+    s += fmt::format("<line x1='{0:.1f}' x2='{1:.1f}' y1='{2:.1f}' y2='{2:.1f}' stroke='#444' stroke-width='1.5'{3}/>", lx + 4,
+                     lx + 22, ly, dash.empty() ? "" : " stroke-dasharray='" + dash + "'");
+    s += fmt::format("<text x='{:.1f}' y='{:.1f}' font-size='11'>{}</text>\n", lx + 26, ly + 4, text);
     ly += 14;
   }
   return s;
@@ -368,7 +380,7 @@ std::string panel(const std::string& title, Axis ax, Axis ay, const std::vector<
 std::string report_svg(const Report& r) {
   const bool timing = r.measured && !r.measured->timings.empty();
   AK_CHECK(timing || !r.gradient.empty() || !r.learned.empty(),
-           "compare-arch plot: nothing to draw (the report has no measurement, gradient path or learning run)");
+           "arch plot: nothing to draw (the report has no measurement, gradient path or learning run)");
   const double W = 460, H = 380;
   const int panels = int(timing) + int(!r.gradient.empty()) + int(!r.learned.empty());
   std::string body;
@@ -421,7 +433,7 @@ std::string report_svg(const Report& r) {
     ay.lo = std::max(ay.lo, ay.hi * 1e-12);  // a vanished gradient (1e-40) would flatten the others
     round_axis(ay);
     body += panel(fmt::format("gradient at initialisation, n={}, d={}", r.gradient_sizes.n, r.gradient_sizes.d), ax, ay,
-                  series, x0, 0, W, H, {});
+                  series, x0, 0, W, H, {}, 'b');
     x0 += W;
   }
   if (!r.learned.empty()) {
@@ -441,7 +453,7 @@ std::string report_svg(const Report& r) {
     round_axis(ax);
     body += panel(fmt::format("learned recall, {} steps each (chance {:.2f})", r.learn_options.steps,
                               1.0 / double(r.learn_options.keys)),
-                  ax, ay, series, x0, 0, W, H, {});
+                  ax, ay, series, x0, 0, W, H, {}, 'm');
   }
   return fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{:.0f}' height='{:.0f}' font-family='sans-serif'>\n"
                      "<rect width='100%' height='100%' fill='white'/>\n{}</svg>\n",
