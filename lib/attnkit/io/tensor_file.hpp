@@ -10,8 +10,8 @@
 // ({"enc": {"W": ..}} -> "enc.W", PyTorch's state_dict keys), and read back flat (reference the
 // members as FILE#enc.W, or FILE#enc. for the bundle of enc.*).
 // Written as little-endian float32 and read back bit for bit (NaN payloads and signed zeros too).
-// Read and converted to float32: float32; float16, bfloat16, (u)int8, (u)int16, int32 below 2^24 and bool
-// exactly; float64, int32, int64, uint32 and uint64 rounded to the nearest float32. When rounding changed a value
+// Read and converted to float32: float16, bfloat16, (u)int8, (u)int16 and bool exactly; float64 and
+// (u)int32/64 rounded to the nearest float32. When rounding changed a value
 // (a float64 that is not a float32, an integer of magnitude over 2^24 that is not a multiple of its
 // spacing there, a float64 past float32's range becoming infinite), ReadOptions::note is told once per
 // tensor: "w.npz#b: float64 rounded to float32: 3 of 6 values changed (first at [0, 1]: 0.1 -> 0.100000001)".
