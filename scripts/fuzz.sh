@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz/*_fuzz.cpp) with clang into build-fuzz/ and runs each
-# for SECONDS (default 60), one after the other, on one core.
+# for SECONDS (default 60), one after the other, on one core; with --budget TOTAL, the targets share
+# TOTAL seconds evenly (.ci/run: a fixed total, however many targets there are).
 # Seeds: tests/fuzz/corpus/NAME and tests/fuzz/regressions/NAME (committed), the JSON files under
 # tests/fixtures (small ones), and the JSONTestSuite when ../shared has it. What a run finds is kept
 # in build-fuzz/corpus/NAME for the next run. Prints the executions per target and writes them to
 # build-fuzz/fuzz-summary.txt.
 # A crash stops with exit 1 and names the input: commit it under tests/fuzz/regressions/NAME/ (the
 # ctest case fuzz.NAME replays it from then on) and fix the bug.
-# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]       (needs: scripts/setup.sh --fuzz)
+# The tensor_files target (.npy/.npz/.safetensors readers) is seeded with tests/fixtures/interop's files.
+# Usage: scripts/fuzz.sh [SECONDS | --budget TOTAL] [TARGET...]       (needs: scripts/setup.sh --fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
-seconds="${1:-60}"
-shift || true
+budget=""
+if [[ "${1:-}" == --budget ]]; then budget="${2:?--budget TOTAL}"; shift 2; seconds=""; else seconds="${1:-60}"; shift || true; fi
 command -v clang++ >/dev/null || { echo "fuzz: clang++ missing; run scripts/setup.sh --fuzz" >&2; exit 1; }
 cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNKIT_FUZZ=ON \
   -DATTNKIT_TESTS=OFF -DATTNKIT_BENCH=OFF >/dev/null
@@ -25,6 +27,8 @@ if [[ ${#targets[@]} -eq 0 ]]; then
     targets+=("${n%_fuzz}")
   done
 fi
+
+if [[ -n "$budget" ]]; then seconds=$(( budget / ${#targets[@]} )); (( seconds > 0 )) || seconds=1; fi
 
 shared="${ATTNKIT_SHARED:-$root/../shared}"
 seeds="build-fuzz/seeds"
@@ -60,6 +64,8 @@ for t in "${targets[@]}"; do
       [[ -f "$f" ]] && { printf 'x.json#a/b\n'; cat "$f"; } > "$seeds/reference/$(basename "$f")"
     done
     dirs+=("$seeds/reference")
+  elif [[ "$t" == tensor_files ]]; then
+    dirs+=("tests/fixtures/interop")
   elif [[ "$(ls -A "$seeds/json")" ]]; then
     dirs+=("$seeds/json")
   fi

@@ -4,7 +4,7 @@
 # As root it runs apt-get; otherwise it prints the apt-get line to run.
 # Usage: scripts/setup.sh [--fuzz]   (--fuzz adds clang and its sanitizer runtime for the fuzzers)
 set -euo pipefail
-packages=(cmake g++ make libcli11-dev libeigen3-dev nlohmann-json3-dev libfmt-dev doctest-dev libfast-float-dev ccache festlex-cmu)
+packages=(cmake g++ make libcli11-dev libeigen3-dev nlohmann-json3-dev libfmt-dev doctest-dev libfast-float-dev zlib1g-dev ccache festlex-cmu)
 if [[ "${1:-}" == "--fuzz" ]]; then packages+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${packages[@]}"; do

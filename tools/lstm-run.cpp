@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
       throw UsageError("--save-weights - and the result would share standard output; give the weights a FILE, or -o FILE for the result");
     tools::OutputOptions save_to;
     save_to.path = save_path;
-    auto save = [&] { if (!save_path.empty()) tools::emit(save_to, io::to_json(model->to_bundle(save_layout))); };
+    auto save = [&] { if (!save_path.empty()) tools::emit_value(save_to, model->to_bundle(save_layout)); };
     if (input_ref.empty()) return save(), 0;  // --save-weights alone
 
     tools::per_record(sources, out, [&] {

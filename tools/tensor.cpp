@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     if (*linspace_cmd) {
       Shape s = shape(false);
       limit("linspace", static_cast<double>(shape_numel(s)));
-      tools::emit(out, io::to_json(linspace(lo, hi, shape_numel(s)).reshaped(s), out.write_options()));
+      tools::emit_value(out, linspace(lo, hi, shape_numel(s)).reshaped(s));
     } else if (*arange_cmd) {
       double start = 0, stop = 0, step = 1;
       if (arange_args.size() == 1) stop = arange_args[0];
@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
       limit("arange", std::ceil((stop - start) / step));
       Tensor t = arange(start, stop, step);
       if (!shape_text.empty()) t.reshape(shape(true));
-      tools::emit(out, io::to_json(t, out.write_options()));
+      tools::emit_value(out, t);
     } else if (*randn_cmd || *rand_cmd) {
       if (*randn_cmd && !(std_dev >= 0)) throw UsageError("randn: --std must be non-negative");
       if (*rand_cmd && !(low <= high)) throw UsageError("rand: --low must not exceed --high");
@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
       limit(*randn_cmd ? "randn" : "rand", static_cast<double>(shape_numel(s)));
       Tensor t = *randn_cmd ? rand_normal(s, rng, static_cast<float>(mean), static_cast<float>(std_dev))
                             : rand_uniform(s, rng, static_cast<float>(low), static_cast<float>(high));
-      tools::emit(out, io::to_json(t, out.write_options()));
+      tools::emit_value(out, t);
     } else if (*show_cmd) {
       // text, not JSON: one block per record
       tools::per_record_text(sources, out, [&] {

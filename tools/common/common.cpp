@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "attnkit/io/atomic_file.hpp"
+#include "attnkit/io/tensor_file.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "attnkit/version.hpp"
@@ -27,6 +28,8 @@ io::WriteOptions OutputOptions::write_options() const {
 io::ReadOptions InputOptions::read_options() const {
   io::ReadOptions r;
   r.max_elements = max_elements;
+  // float64 / int64 values of a .npy, .npz or .safetensors file rounded to float32
+  r.note = [](const std::string& note) { std::cerr << program_invocation_short_name << ": note: " << note << '\n'; };
   return r;
 }
 
@@ -163,7 +166,14 @@ void emit(const OutputOptions& out, std::string body) {
   sink.commit();
 }
 
+void emit_value(const OutputOptions& out, const io::Value& value) {
+  if (out.path != "-" && io::is_binary_format(out.path)) return io::write_value_file(out.path, value);
+  emit(out, io::to_json(value, out.write_options()));
+}
+
 void per_record_text(io::Sources& sources, const OutputOptions& out, const std::function<std::string()>& compute) {
+  if (out.path != "-" && io::is_binary_format(out.path))
+    throw UsageError(fmt::format("-o {}: this writes text, not tensors; give -o a .json or .txt file", out.path));
   Output sink(out);
   do {
     std::string text;
@@ -179,6 +189,11 @@ void per_record_text(io::Sources& sources, const OutputOptions& out, const std::
 }
 
 void per_record(io::Sources& sources, const OutputOptions& out, const std::function<io::Value()>& compute) {
+  if (out.path != "-" && io::is_binary_format(out.path)) {  // one file, one result
+    const io::Value value = compute();
+    AK_CHECK(!sources.next_record(), "{}: holds one result, and the input is a stream of records (write -o FILE.json)", out.path);
+    return io::write_value_file(out.path, value);
+  }
   const io::WriteOptions w = out.write_options();
   per_record_text(sources, out, [&] { return io::to_json(compute(), w); });
 }

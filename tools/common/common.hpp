@@ -84,10 +84,14 @@ class Output {
 
 // Writes `text` (plus a newline) to standard output or atomically to the file.
 void emit(const OutputOptions& out, std::string text);
+// Writes a result: JSON to standard output, or atomically to -o FILE in the format its extension
+// names (.npy, .npz, .safetensors, else JSON; io/tensor_file.hpp).
+void emit_value(const OutputOptions& out, const io::Value& value);
 
 // Runs `compute` for the first record of the inputs, then for every further record of the
 // streams among them (io::Sources: one document goes with every record, streams are paired),
-// writing each result as it is made: one document per record (compact unless --pretty). An error
+// writing each result as it is made: one document per record (compact unless --pretty); to a .npy,
+// .npz or .safetensors -o FILE, the one result (a stream of several is refused before writing). An error
 // in record 2 or later names the record ("record 3: ..."); the records before it stay written.
 void per_record(io::Sources& sources, const OutputOptions& out, const std::function<io::Value()>& compute);
 // The same for text made by the tool (tensor show): `compute` returns the text of one record.

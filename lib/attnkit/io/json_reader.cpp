@@ -1,5 +1,7 @@
 #include "attnkit/io/json_reader.hpp"
 
+#include "attnkit/io/tensor_file.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -723,6 +725,7 @@ int open_input(const std::string& path) {
 RecordReader::RecordReader(const std::string& path, const ReadOptions& options)
     : source_(path == "-" ? "<stdin>" : path), options_(options) {
   fd_ = path == "-" ? 0 : open_input(path);
+  binary_ = path != "-" && file_format(path) != FileFormat::Json;
 }
 
 RecordReader::~RecordReader() {
@@ -753,6 +756,17 @@ bool RecordReader::fill() {
 }
 
 bool RecordReader::next(Value& out) {
+  if (binary_) {  // .npy, .npz, .safetensors (io/tensor_file.hpp): one document, the whole file
+    if (records_ > 0) return false;
+    while (fill()) {
+    }
+    out = file_format(source_) == FileFormat::Npy ? read_npy(std::string_view(buf_.data(), used_), source_, options_)
+          : file_format(source_) == FileFormat::Npz ? read_npz(std::string_view(buf_.data(), used_), source_, options_)
+                                                    : read_safetensors(std::string_view(buf_.data(), used_), source_, options_);
+    std::string().swap(buf_);
+    ++records_;
+    return true;
+  }
   // Find the newline that ends the record at start_: one at bracket depth 0 outside strings, after
   // something that is not whitespace (blank lines between records are skipped). The parser
   // checks the record itself; this scan only finds where it ends.

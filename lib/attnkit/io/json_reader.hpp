@@ -4,6 +4,7 @@
 // the position: "x.json:3:17: expected a number".
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,9 @@ struct ReadOptions {
   int64_t max_elements = int64_t{1} << 30;
   // Deepest nesting of arrays and objects; deeper input is refused (never a stack overflow).
   int max_depth = 64;
+  // Told when reading changed a value (a .npy/.npz/.safetensors float64 or int64 rounded to float32,
+  // io/tensor_file.hpp), once per tensor; unset: silent. The tools print it on standard error.
+  std::function<void(const std::string&)> note;
 };
 
 // One JSON document; `source` names it in messages (a path, or "<stdin>").
@@ -35,6 +39,7 @@ std::string read_text(const std::string& path);
 // (NDJSON, as parse_json_stream: a document may span lines and must end its line). Memory holds
 // the record being read and a read buffer, never the whole stream; messages give the line in the
 // whole input ("<stdin>:20001:5: ..."). An input without any document is refused ("empty input").
+// A file named *.npy, *.npz or *.safetensors is read whole as the one document (io/tensor_file.hpp).
 class RecordReader {
  public:
   RecordReader(const std::string& path, const ReadOptions& options = {});
@@ -61,6 +66,7 @@ class RecordReader {
   size_t scan_ = 0;
   int64_t depth_ = 0, newlines_ = 0;
   bool in_string_ = false, started_ = false;
+  bool binary_ = false;  // a .npy, .npz or .safetensors file: one document (io/tensor_file.hpp)
 };
 
 }  // namespace attnkit::io

@@ -1,0 +1,56 @@
+// Tensors and bundles in NumPy's and safetensors' binary files, chosen by the file's extension
+// (docs/tensor-format.md, "Binary files"):
+//   .npy          one tensor (NumPy's format, versions 1 to 3; C or Fortran order)
+//   .npz          a bundle: a zip of NAME.npy members; read stored (np.savez) or deflated
+//                 (np.savez_compressed, inflated with zlib); written stored, as np.savez writes
+//   .safetensors  a bundle: 8-byte little-endian header size, a JSON header
+//                 {NAME: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__"?}, the raw data
+//   anything else JSON (json_reader.hpp); standard input and output ("-") are always JSON.
+// Bundles in these files are flat: a nested bundle is written with its names joined by '.'
+// ({"enc": {"W": ..}} -> "enc.W", PyTorch's state_dict keys), and read back flat (reference the
+// members as FILE#enc.W, or FILE#enc. for the bundle of enc.*).
+// Written as little-endian float32 and read back bit for bit (NaN payloads and signed zeros too).
+// Read and converted to float32: float16, bfloat16, (u)int8, (u)int16 and bool exactly; float64 and
+// (u)int32/64 rounded to the nearest float32. When rounding changed a value
+// (a float64 that is not a float32, an integer of magnitude over 2^24 that is not a multiple of its
+// spacing there, a float64 past float32's range becoming infinite), ReadOptions::note is told once per
+// tensor: "w.npz#b: float64 rounded to float32: 3 of 6 values changed (first at [0, 1]: 0.1 -> 0.100000001)".
+// Hostile files are refused with attnkit::Error naming the file and what is wrong, before anything
+// is allocated from their header: a shape past ReadOptions::max_elements or 8 dimensions, data offsets
+// past the end or overlapping, holes between tensors (safetensors), sizes that disagree with the shape,
+// truncated files, bytes after the data, zip entries that overlap or whose CRC-32 is wrong.
+#pragma once
+#include <string>
+#include <string_view>
+
+#include "attnkit/io/json_reader.hpp"
+#include "attnkit/io/json_writer.hpp"
+#include "attnkit/io/value.hpp"
+
+namespace attnkit::io {
+
+enum class FileFormat { Json, Npy, Npz, Safetensors };
+
+// By extension (case-insensitive): .npy, .npz, .safetensors; everything else (and "-") is Json.
+FileFormat file_format(std::string_view path);
+std::string_view format_name(FileFormat format);  // "JSON", ".npy", ".npz", ".safetensors"
+inline bool is_binary_format(std::string_view path) { return file_format(path) != FileFormat::Json; }
+
+// The contents of a file in one of the binary formats; `source` names it in messages.
+Value read_npy(std::string_view bytes, std::string_view source, const ReadOptions& options = {});
+Value read_npz(std::string_view bytes, std::string_view source, const ReadOptions& options = {});
+Value read_safetensors(std::string_view bytes, std::string_view source, const ReadOptions& options = {});
+// By file_format(path) (Npy, Npz or Safetensors); the file read whole.
+Value read_binary_file(const std::string& path, const ReadOptions& options = {});
+
+// The bytes of a file; `target` names it in messages. npy: a tensor; npz and safetensors: a bundle
+// of tensors (nested bundles flattened, see above). Anything else is refused with what to do instead.
+std::string npy_bytes(const Value& value, std::string_view target);
+std::string npz_bytes(const Value& value, std::string_view target);
+std::string safetensors_bytes(const Value& value, std::string_view target);
+
+// Writes `value` to `path` atomically in the format its extension names (JSON: `json` options, a newline
+// after the document).
+void write_value_file(const std::string& path, const Value& value, const WriteOptions& json = {});
+
+}  // namespace attnkit::io

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# .npy / .npz / .safetensors through the tools (io/tensor_file.hpp): chosen by extension for every
+# tensor, reference and weights argument and for -o; `tensor get X.npy -o X.json` converts; float32
+# round trips are exact; float64 input gives a note on stderr; a stream or text is not written to a
+# binary file; a damaged file is refused like damaged JSON (exit 1, nothing on stdout).
+set -uo pipefail
+src="${ATTNKIT_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}"
+source "$src/tests/cli/lib/common.sh"
+fx="$src/tests/fixtures/interop"
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+# conversion both ways, and exactness: JSON -> npy -> JSON gives the same text
+tensor get "$fx/f32.npy" -o f32.json || fail "tensor get f32.npy -o f32.json"
+tensor diff f32.json "$fx/f32.json" --allow-nan --rtol 0 --atol 0 -q || fail "f32.npy converted differs from numpy's values"
+tensor randn --shape 3,4 --seed 5 > r.json
+for ext in npy; do
+  tensor get r.json -o "r.$ext" && tensor get "r.$ext" > back.json || fail "round trip through .$ext"
+  cmp -s r.json back.json || fail "JSON -> .$ext -> JSON changed the text"
+done
+tensor pack a=r.json enc/b=r.json > b.json
+for ext in npz safetensors; do
+  tensor get b.json -o "b.$ext" || fail "writing .$ext"
+  tensor get "b.$ext#enc.b" > back.json && cmp -s r.json back.json || fail ".$ext member enc.b (nested names joined by '.') differs"
+done
+[[ "$(head -c 6 r.npy | tail -c 5)" == NUMPY ]] || fail "r.npy lacks the NUMPY magic"
+[[ "$(head -c 2 b.npz)" == PK ]] || fail "b.npz is not a zip"
+
+# numpy's compressed archive and a precision note for float64
+tensor get "$fx/bundle_compressed.npz#w" > w.json || fail "savez_compressed member"
+tensor get "$fx/f64.npy" > /dev/null 2> note.txt || fail "f64.npy refused"
+grep -qF "tensor: note: $fx/f64.npy: float64 rounded to float32: 2 of 4 values changed" note.txt || fail "no precision note: $(cat note.txt)"
+tensor get "$fx/f64_exact.npy" > /dev/null 2> note.txt && [[ ! -s note.txt ]] || fail "a note for exact float64: $(cat note.txt)"
+
+# weights: a safetensors state_dict runs as its JSON twin; results written to .npz
+lstm-run --init --input-size 3 --hidden-size 4 --seed 1 --save-weights w.json
+lstm-run --weights w.json --save-weights w.safetensors
+tensor randn --shape 2,5,3 --seed 2 -o x.npy
+lstm-run x.npy --weights w.json > ref.json
+lstm-run x.npy --weights w.safetensors -o out.npz || fail "lstm-run with .safetensors weights, -o .npz"
+tensor diff out.npz ref.json --rtol 0 --atol 0 -q || fail "the .safetensors weights gave another result"
+attn-score --query out.npz#output --keys out.npz#output -o att.safetensors || fail "attn-score reading .npz, writing .safetensors"
+tensor get att.safetensors#weights > /dev/null || fail "attn-score's .safetensors output"
+
+# refused: a bundle to .npy, a stream to a binary file, text to a binary file, damaged files
+expect_error 1 "r.npy: .npy holds one tensor, and this is a bundle (has: a, enc)" tensor get b.json -o r.npy
+cmp -s <(tensor get r.npy) r.json || fail "a refused write changed r.npy"
+printf '[1]\n[2]\n' > s.ndjson
+expect_error 1 "s.npy: holds one result, and the input is a stream of records" tensor get s.ndjson -o s.npy
+[[ ! -e s.npy ]] || fail "a refused stream left s.npy"
+expect_error 2 "-o t.npy: this writes text, not tensors" tensor show r.json -o t.npy
+head -c 100 r.npy > cut.npy
+expect_error 1 "cut.npy: truncated" tensor get cut.npy
+head -c 60 b.safetensors > cut.safetensors
+expect_error 1 "cut.safetensors: truncated: its header says" lstm-run x.npy --weights cut.safetensors
+expect_error 1 "x.npy: is a tensor of shape [2, 5, 3], not a bundle" tensor get x.npy#a
+finish interop
