@@ -726,6 +726,16 @@ void sdpa_backward_from_weights(const SdpaProblem& p, const float* weights, Stri
   }
 }
 
+// out [C] = the sums of the columns of x [R, C] (row-major), row after row: the same bits wherever the
+// buffers are. (Eigen's colwise().sum() into an unaligned destination sums the columns before the
+// destination's first 32-byte boundary in another order than the others, so a gradient's last bits
+// depended on where the heap had put it, and a resumed training run drifted from an uninterrupted one.)
+void column_sums(const float* x, int64_t R, int64_t C, float* out) {
+  std::fill(out, out + C, 0.0f);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) out[c] += x[r * C + c];
+}
+
 // Bahdanau: forward e[t, s] = v . tanh(Qp[t] + Kp[s]), Qp = q W_q [N*T, A], Kp = k W_k + b [N*S, A].
 // Row by row (never more than [S, A] per thread), with Z = tanh(Qp[t] + Kp[n]) [S, A]:
 //   P = weights row, or exp(e - lse);  dP = V dc_t [S];  dE = P (dP - D_t)
@@ -798,7 +808,7 @@ void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, c
         Z.array() = 1.0f - Z.array().square();
         Z.array().colwise() *= e;
         Z.array().rowwise() *= vv.transpose().array();
-        Eigen::Map<Eigen::RowVectorXf>(dQp.data() + nt * A, A) = Z.colwise().sum();      // dQp[t] = colsum G
+        column_sums(Z.data(), d.S, A, dQp.data() + nt * A);  // dQp[t] = colsum G   [A]
         as_matrix(dKp + n * d.S * A, d.S, A) += Z;                       // dKp[n] += G
       });
     }
@@ -818,7 +828,7 @@ void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, c
   gemm(Trans::No, Trans::Yes, NS, d.Dk, A, 1.0f, dKp, A, w.W_k.data(), A, 1.0f, g.keys.data(), d.Dk);
   gemm(Trans::Yes, Trans::No, d.Dk, A, NS, 1.0f, k.data(), d.Dk, dKp, A, 0.0f, g.weights.W_k.data(), A);
   std::copy(dv, dv + A, g.weights.v.data());
-  if (!w.b.empty()) Eigen::Map<Eigen::RowVectorXf>(g.weights.b.data(), A) = as_matrix(dKp, NS, A).colwise().sum();
+  if (!w.b.empty()) column_sums(dKp, NS, A, g.weights.b.data());
 }
 
 }  // namespace
