@@ -16,11 +16,14 @@ int main(int argc, char** argv) {
   tools::describe(
       app,
       "Train a recurrent encoder-decoder (rnn, lstm, gru; attention none, dot, scaled-dot, general or additive, "
-      "Luong style) with teacher forcing; writes a checkpoint (a JSON bundle) and prints a summary "
+      "Luong style) or a Transformer (--layers encoder and decoder layers, --heads, --d-model, --ff, --norm-first) "
+      "with teacher forcing; writes a checkpoint (a JSON bundle) and prints a summary "
       "(docs/seq2seq-train.md).",
       "  seq2seq-train --task reverse --model lstm --attention dot --steps 200 --save model.json\n"
       "  seq2seq-train --task reverse --model lstm --attention dot --steps 400 --resume model.json --save model.json\n"
       "  seq2seq-train --train pairs.tsv --valid valid.tsv --model gru --attention additive --save g.json\n"
+      "  seq2seq-train --task copy --model transformer --layers 2 --d-model 64 --heads 4 --ff 128 --schedule noam \\\n"
+      "      --warmup 400 --lr 1 --steps 1000 --save t.json\n"
       "  lstm-run x.json --weights model.json#encoder\n");
   std::string task, train_path, valid_path, model_name, attention = "none", optimizer = "adam",
                                                        schedule = "constant", save_path, resume_path, metrics_path,
@@ -47,7 +50,8 @@ int main(int argc, char** argv) {
   app.add_option("--min-len", min_len, "Task: shortest sequence")->check(tools::positive())->capture_default_str();
   app.add_option("--train-size", train_size, "Task: training examples")->check(tools::positive())->capture_default_str();
   app.add_option("--valid-size", valid_size, "Task: held-out examples")->check(tools::non_negative())->capture_default_str();
-  auto* model_opt = app.add_option("--model", model_name, "Cell of encoder and decoder")->check(CLI::IsMember({"lstm", "gru", "rnn"}));
+  auto* model_opt = app.add_option("--model", model_name, "Cell of encoder and decoder, or transformer")
+                        ->check(CLI::IsMember({"lstm", "gru", "rnn", "transformer"}));
   app.add_option("--attention", attention, "Luong attention's score, or none (the fixed context)")
       ->check(CLI::IsMember({"none", "dot", "scaled-dot", "general", "additive"}))
       ->capture_default_str();
@@ -55,6 +59,12 @@ int main(int argc, char** argv) {
   app.add_option("--embed", embed, "Embedding size")->check(tools::positive())->capture_default_str();
   app.add_option("--layers", layers, "Layers of encoder and decoder")->check(CLI::Range(1, 16))->capture_default_str();
   app.add_flag("--bidirectional", bidirectional, "Bidirectional encoder (the decoder's hidden size doubles)");
+  int64_t heads = 4, d_model = 128, ff = 512;
+  bool norm_first = false;
+  app.add_option("--heads", heads, "Transformer: attention heads (divide --d-model)")->check(tools::positive())->capture_default_str();
+  app.add_option("--d-model", d_model, "Transformer: model size")->check(tools::positive())->capture_default_str();
+  app.add_option("--ff", ff, "Transformer: feed-forward size")->check(tools::positive())->capture_default_str();
+  app.add_flag("--norm-first", norm_first, "Transformer: pre-LN layers (default post-LN, the paper's)");
   app.add_option("--steps", steps, "Total optimizer steps (with --resume: up to this total)")
       ->check(tools::non_negative())
       ->capture_default_str();
@@ -79,7 +89,7 @@ int main(int argc, char** argv) {
   return tools::run(app, argc, argv, [&]() -> int {
     if (task.empty() && train_path.empty()) throw UsageError("give --task NAME or --train FILE");
     if (!valid_path.empty() && train_path.empty()) throw UsageError("--valid goes with --train");
-    if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn");
+    if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn|transformer");
     set_num_threads(threads);
 
     train::DataSpec spec;
@@ -106,7 +116,16 @@ int main(int argc, char** argv) {
       if (c->bad_lines > 0) std::cerr << "seq2seq-train: " << c->bad_lines_summary() << '\n';
 
     train::TrainerOptions o;
-    if (!model_name.empty()) o.model.cell = models::parse_cell_kind(model_name);
+    const bool transformer = model_name == "transformer";
+    if (!model_name.empty() && !transformer) o.model.cell = models::parse_cell_kind(model_name);
+    o.family = transformer ? "transformer" : "recurrent";
+    o.transformer.encoder_layers = o.transformer.decoder_layers = layers;
+    o.transformer.heads = heads;
+    o.transformer.d_model = d_model;
+    o.transformer.ff = ff;
+    o.transformer.norm_first = norm_first;
+    if (transformer && d_model % heads != 0)
+      throw UsageError(fmt::format("--heads {} does not divide --d-model {}", heads, d_model));
     o.model.attention = models::parse_attention_kind(attention);
     o.model.hidden = hidden;
     o.model.embed = embed;
@@ -114,8 +133,8 @@ int main(int argc, char** argv) {
     o.model.bidirectional = bidirectional;
     // With --resume the checkpoint fixes the model; model options given as well must agree with it.
     auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
-    o.model_given = {given("--model"), given("--attention"), given("--embed"),
-                     given("--hidden"), given("--layers"),   given("--bidirectional")};
+    o.model_given = {given("--model") && !transformer, given("--attention"), given("--embed"),
+                     given("--hidden"), given("--layers"),   given("--bidirectional"), given("--model")};
     o.steps = steps;
     o.batch_size = batch;
     o.optimizer = train::parse_optimizer_kind(optimizer);
@@ -124,7 +143,7 @@ int main(int argc, char** argv) {
     o.schedule.warmup_steps = warmup;
     if (o.schedule.kind == train::ScheduleKind::Cosine) o.schedule.t_max = std::max<int64_t>(steps, 1);
     if (o.schedule.kind == train::ScheduleKind::Noam) {
-      o.schedule.d_model = hidden;
+      o.schedule.d_model = transformer ? d_model : hidden;
       if (warmup == 0) throw UsageError("--schedule noam needs --warmup N (N >= 1)");
     }
     o.label_smoothing = static_cast<float>(label_smoothing);

@@ -238,7 +238,7 @@ TEST_CASE("transformer model: dropout only while recording and training; a tiny 
   autograd::clear_tape();
   CHECK(train1 != eval1);
   m.set_training(false);
-  CHECK(double(m.forward(b).loss.value()[0]) == eval1);
+  CHECK(double(m.forward(b).loss.value()[0]) == doctest::Approx(eval1).epsilon(1e-6));  // (layer norm: 1 ulp)
   autograd::clear_tape();
   // the copy task itself without dropout (12 examples to overfit)
 

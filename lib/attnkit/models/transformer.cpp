@@ -262,6 +262,9 @@ Var Transformer::project(const Var& h) {
 }
 
 ForwardResult Transformer::forward(const train::Batch& batch, const LossOptions& options) {
+  uint64_t key = dropout_seed_ * 0x9E3779B97F4A7C15ull + uint64_t(batch.epoch);  // the batch's own mask stream
+  for (int64_t i : batch.index) key = (key ^ uint64_t(i)) * 0x100000001B3ull;
+  dropout_rng_ = Rng(key);
   Var memory = encode(batch);                                         // [N, S, E]
   Var y = embed_target(batch.tgt_in, batch.N, batch.T);               // [N, T, E]
   ops::MaskSpec self_mask, memory_mask;

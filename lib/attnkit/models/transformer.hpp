@@ -12,7 +12,9 @@
 // The layers are nn/transformer.hpp's (post-LN by default, pre-LN with norm_first; ReLU or GELU), the
 // positional encoding nn/positional.hpp's (sinusoidal, or a learned table of P positions shared by both sides).
 // Dropout (every dropout of the model, rate config.dropout) is applied by forward() while recording gradients
-// and training(); under autograd::NoGrad (evaluation, decoding) the model is deterministic.
+// and training(); under autograd::NoGrad (evaluation, decoding) the model is deterministic. Each forward draws its
+// masks from an Rng seeded by (the dropout seed, the batch's epoch and example indices), so that a resumed
+// training run draws the same masks as an uninterrupted one without any generator state in the checkpoint.
 //
 // Parameters (named_parameters(), this order; PyTorch state_dict names, whose first part is the sub-bundle a
 // checkpoint stores them under):
@@ -99,8 +101,8 @@ class Transformer : public TranslationModel {
   // Dropout on (the default) or off; dropout only ever applies while gradients are recorded.
   void set_training(bool on) { training_ = on; }
   bool training() const { return training_; }
-  // The seed of the dropout masks' generator (reset by each call; the default is 1).
-  void seed_dropout(uint64_t seed) { dropout_rng_ = Rng(seed); }
+  // The seed the dropout masks derive from (the default is 1).
+  void seed_dropout(uint64_t seed) { dropout_seed_ = seed; }
 
   // The pieces, for decoders: the embedded, scaled, position-encoded target tokens at positions
   // offset .. offset + T' ([N, T'] ids -> [N, T', E]); the encoder's output for a batch's sources; the
@@ -127,6 +129,7 @@ class Transformer : public TranslationModel {
   std::optional<nn::Linear> output_;  // weight and bias, or only the bias (tied)
   nn::Parameter output_bias_;         // tied: "output.bias"
   bool training_ = true;
+  uint64_t dropout_seed_ = 1;
   Rng dropout_rng_{1};
 };
 
