@@ -4,13 +4,18 @@
 // Legend: N batch, S source length, T target length, E d_model, V vocabulary.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "attnkit/autograd/functional.hpp"
+#include "attnkit/io/bundle_lookup.hpp"
+#include "attnkit/io/json_reader.hpp"
 #include "attnkit/models/transformer.hpp"
+#include "attnkit/tensor/compare.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "attnkit/train/optimizer.hpp"
 #include "attnkit/train/tasks.hpp"
@@ -287,5 +292,37 @@ TEST_CASE("transformer model: the decoding contract (KV cache == recomputed pref
                          Error);
     CHECK_THROWS_WITH_AS(state->step({1, 1}), doctest::Contains("2 previous tokens for 3 rows"), Error);
     CHECK_THROWS_WITH_AS(state->step({1, 1, 10}), doctest::Contains("token id 10 outside the target vocabulary"), Error);
+  }
+}
+
+TEST_CASE("transformer model: a PyTorch-trained Transformer (state_dict + config) decodes greedily to PyTorch's tokens") {
+  OneThread one;
+  // tests/fixtures/gen_transformer_greedy.py: trained in PyTorch 1.13, decoded there by the usual loop that
+  // recomputes the whole prefix at each step
+  const std::string text = test::fixture_text("transformer/greedy.json");
+  const nlohmann::json j = nlohmann::json::parse(text);
+  const io::Value all = io::parse_json(text, "greedy.json");
+  const models::TransformerConfig c = models::TransformerConfig::from_value(*all.find("config"), "greedy.json#config");
+  CHECK(c.dropout == 0.0f);
+  CHECK(c.encoder_layers == 1);
+  Rng rng(1);
+  models::Transformer m(c, rng);
+  m.load_parameters(*all.find("state"), "greedy.json#state");
+  CHECK(m.named_parameters().size() == all.find("state")->names().size());  // every tensor of the state_dict used
+  std::vector<std::vector<int64_t>> src;
+  for (size_t i = 0; i < j["sources"].size(); ++i) {
+    std::vector<int64_t> row = j["sources"][i].get<std::vector<int64_t>>();
+    row.resize(j["lengths"][i].get<size_t>());
+    src.push_back(row);
+  }
+  const train::Batch b = test::sources_batch(src);
+  const auto want = j["tokens"].get<std::vector<std::vector<int64_t>>>();
+  CHECK(m.greedy(b, j["max_len"].get<int64_t>()) == want);
+  // the first step's log-probabilities, through the cache and without
+  const Tensor first = *io::find_tensor(all, "first_log_probs", "fixture");
+  for (bool cache : {true, false}) {
+    auto state = m.start_decoding(b, cache);
+    const Tensor lp = state->step(std::vector<int64_t>(src.size(), train::Vocab::kBos));
+    CHECK(compare(lp, first, Tolerance{1e-4, 1e-5}).close);
   }
 }
