@@ -198,6 +198,12 @@ TEST_CASE("transformer layers: options are checked, names follow nn.Transformer,
   // no dropout context: no dropout (equal up to 1 ulp: ops::layer_norm_forward's rounding depends on its
   // input's address today)
   CHECK(compare(layer.forward(x, {}).value(), a, Tolerance{1e-6, 1e-6}).close);
+  {
+    autograd::NoGrad no_grad;  // inference updates the ops' fresh outputs in place: the same values
+    const Tensor x_before = x.value();
+    CHECK(compare(layer.forward(x, {}).value(), a, Tolerance{1e-6, 1e-6}).close);
+    CHECK(x.value().values() == x_before.values());  // the input itself is never written
+  }
   Rng drop(9);
   nn::DropoutContext train{true, &drop};
   const Tensor b = layer.forward(x, {}, train).value();

@@ -6,6 +6,7 @@
 #include "attnkit/autograd/layers.hpp"
 #include "attnkit/autograd/multihead.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/threads.hpp"
 
 namespace attnkit::nn {
 
@@ -37,6 +38,32 @@ void xavier(Parameter& p, Rng& rng) {
   p.touch();
 }
 
+// Inference (nothing recorded): y's own buffer, fresh from the op that made it, is updated in place instead of
+// allocating another [N, T, F] or [N, T, E] (the page faults of a fresh 32 MB buffer cost about what the
+// arithmetic does). Recording: the autograd ops.
+bool in_place() { return !autograd::grad_enabled(); }
+
+Var relu_(const Var& y) {
+  if (!in_place()) return autograd::relu(y);
+  Tensor& v = y.impl()->value;  // y = relu(y)
+  float* p = v.data();
+  const int64_t n = v.numel();
+#pragma omp parallel for num_threads(num_threads()) if (n > (1 << 16)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
+  return y;
+}
+
+// x + y; in place into y (an op's fresh output) under inference.
+Var residual(const Var& x, const Var& y) {
+  if (!in_place() || y.impl()->param != nullptr || x.shape() != y.shape()) return autograd::add(x, y);
+  float* p = y.impl()->value.data();  // y = x + y
+  const float* q = x.value().data();
+  const int64_t n = y.value().numel();
+#pragma omp parallel for num_threads(num_threads()) if (n > (1 << 16)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] = q[i] + p[i];
+  return y;
+}
+
 Var dropout(const Var& x, float p, const DropoutContext& d) {
   if (!d.active(p)) return x;
   ops::DropoutOptions o;
@@ -46,7 +73,7 @@ Var dropout(const Var& x, float p, const DropoutContext& d) {
 }
 
 Var activation(const Var& x, FfnActivation a) {
-  return a == FfnActivation::Gelu ? autograd::gelu(x) : autograd::relu(x);
+  return a == FfnActivation::Gelu ? autograd::gelu(x) : relu_(x);
 }
 
 Var attend(MultiheadAttention& m, const Var& q, const Var& kv, const ops::MaskSpec& mask) {
@@ -109,11 +136,11 @@ Var TransformerEncoderLayer::forward(const Var& x, const ops::MaskSpec& mask, co
            "transformer encoder layer: input {} must be [N, S, {}]", shape_str(x.shape()), options.d_model);
   if (options.norm_first) {
     Var h = norm1.forward(x);
-    Var y = autograd::add(x, dropout(attend(self_attn, h, h, mask), options.dropout, d));  // x + sa(norm1(x))
-    return autograd::add(y, ff_block(linear1, linear2, options, norm2.forward(y), d));      // y + ff(norm2(y))
+    Var y = residual(x, dropout(attend(self_attn, h, h, mask), options.dropout, d));  // x + sa(norm1(x))
+    return residual(y, ff_block(linear1, linear2, options, norm2.forward(y), d));      // y + ff(norm2(y))
   }
-  Var y = norm1.forward(autograd::add(x, dropout(attend(self_attn, x, x, mask), options.dropout, d)));  // norm1(x + sa(x))
-  return norm2.forward(autograd::add(y, ff_block(linear1, linear2, options, y, d)));                    // norm2(y + ff(y))
+  Var y = norm1.forward(residual(x, dropout(attend(self_attn, x, x, mask), options.dropout, d)));  // norm1(x + sa(x))
+  return norm2.forward(residual(y, ff_block(linear1, linear2, options, y, d)));                    // norm2(y + ff(y))
 }
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& o, Rng& rng, const std::string& prefix)
@@ -140,8 +167,8 @@ std::vector<Parameter*> TransformerDecoderLayer::named_parameters() {
 }
 
 Var TransformerDecoderLayer::feed_forward(const Var& x, const DropoutContext& d) {
-  if (options.norm_first) return autograd::add(x, ff_block(linear1, linear2, options, norm3.forward(x), d));
-  return norm3.forward(autograd::add(x, ff_block(linear1, linear2, options, x, d)));
+  if (options.norm_first) return residual(x, ff_block(linear1, linear2, options, norm3.forward(x), d));
+  return norm3.forward(residual(x, ff_block(linear1, linear2, options, x, d)));
 }
 
 Var TransformerDecoderLayer::forward(const Var& x, const Var& memory, const ops::MaskSpec& self_mask,
@@ -154,12 +181,12 @@ Var TransformerDecoderLayer::forward(const Var& x, const Var& memory, const ops:
   const float p = options.dropout;
   if (options.norm_first) {
     Var h = norm1.forward(x);
-    Var y = autograd::add(x, dropout(attend(self_attn, h, h, self_mask), p, d));                        // x + sa(norm1(x))
-    y = autograd::add(y, dropout(attend(multihead_attn, norm2.forward(y), memory, memory_mask), p, d));  // + mha(norm2(y), m)
+    Var y = residual(x, dropout(attend(self_attn, h, h, self_mask), p, d));                        // x + sa(norm1(x))
+    y = residual(y, dropout(attend(multihead_attn, norm2.forward(y), memory, memory_mask), p, d));  // + mha(norm2(y), m)
     return feed_forward(y, d);                                                                          // + ff(norm3(y))
   }
-  Var y = norm1.forward(autograd::add(x, dropout(attend(self_attn, x, x, self_mask), p, d)));              // norm1(x + sa(x))
-  y = norm2.forward(autograd::add(y, dropout(attend(multihead_attn, y, memory, memory_mask), p, d)));     // norm2(y + mha(y, m))
+  Var y = norm1.forward(residual(x, dropout(attend(self_attn, x, x, self_mask), p, d)));              // norm1(x + sa(x))
+  y = norm2.forward(residual(y, dropout(attend(multihead_attn, y, memory, memory_mask), p, d)));     // norm2(y + mha(y, m))
   return feed_forward(y, d);                                                                             // norm3(y + ff(y))
 }
 
