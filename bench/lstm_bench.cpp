@@ -5,7 +5,9 @@
 // `out.sum().backward()` with x.requires_grad), every weight gradient included.
 // Prints one JSON object; bench/lstm_vs_torch.py and bench/lstm_backward_vs_torch.py run it
 // interleaved with PyTorch.
-//   lstm_bench --N 64 --T 100 --D 512 --H 512 --threads 2 --reps 5 [--cell lstm] [--backward 1]
+//   lstm_bench --N 64 --T 100 --D 512 --H 512 --threads 2 --reps 5 [--cell lstm] [--backward 1] [--gemms 0]
+// best_cpu_s: the best rep's process CPU time (robust on a loaded machine with --threads 1);
+// --gemms 0 skips the bare GEMM timings (their fields are then 0).
 // Legend: N batch, T steps, D input size, H hidden size, G gates.
 // GCC 12 reports false "may be used uninitialized" inside Eigen's AVX-512 packet code.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -17,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <time.h>
 #include <vector>
 
 #include "attnkit/nn/recurrent.hpp"
@@ -30,14 +33,26 @@ static double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// CPU time of the whole process (every thread): on a machine shared with other work, the time the
+// run really had a core, descheduled time excluded (spinning at a barrier is counted).
+static double cpu_now() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static double best_cpu = 0;  // the smallest process CPU time of the last times() call's reps
+
 template <typename F>
 static std::vector<double> times(int reps, F f) {
   f();  // warm-up
   std::vector<double> t;
+  best_cpu = 1e30;
   for (int r = 0; r < reps; ++r) {
-    double t0 = now();
+    double t0 = now(), c0 = cpu_now();
     f();
     t.push_back(now() - t0);
+    best_cpu = std::min(best_cpu, cpu_now() - c0);
   }
   std::sort(t.begin(), t.end());
   return t;
@@ -48,6 +63,7 @@ int main(int argc, char** argv) {
   int threads = 2, reps = 5;
   std::string cell = "lstm";
   bool backward = false;
+  bool gemms = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--N") N = std::atoll(v.c_str());
@@ -58,6 +74,7 @@ int main(int argc, char** argv) {
     else if (k == "--reps") reps = std::atoi(v.c_str());
     else if (k == "--cell") cell = v;
     else if (k == "--backward") backward = v == "1";
+    else if (k == "--gemms") gemms = v != "0";
     else {
       std::fprintf(stderr, "lstm_bench: unknown option %s\n", k.c_str());
       return 2;
@@ -93,29 +110,35 @@ int main(int argc, char** argv) {
       sink = sink + dx[0];
     });
   }
+  const double ours_cpu = best_cpu;
 
   // The GEMMs alone, as Eigen does them with the same threads: the input projection [N*T, D] x
   // [D, G*H] once, and T hidden products [N, H] x [H, G*H].
-  MatrixRM X = MatrixRM::Random(N * T, D), Wx = MatrixRM::Random(D, G * H), Wh = MatrixRM::Random(H, G * H);
-  MatrixRM P(N * T, G * H), h = MatrixRM::Random(N, H), hp(N, G * H);
-  auto input_gemm = times(reps, [&] { P.noalias() = X * Wx; });
-  auto hidden_gemms = times(reps, [&] {
-    for (int64_t t = 0; t < T; ++t) hp.noalias() = h * Wh;
-  });
-  // sgemm peak: a large square product with the same threads.
+  const int64_t g = gemms ? 1 : 0;
+  MatrixRM X = MatrixRM::Random(g * N * T, D), Wx = MatrixRM::Random(D, G * H), Wh = MatrixRM::Random(H, G * H);
+  MatrixRM P(g * N * T, G * H), h = MatrixRM::Random(N, H), hp(N, G * H);
+  // --gemms 0: not timed (the fields are then 0)
+  std::vector<double> input_gemm{0.0}, hidden_gemms{0.0}, peak{0.0};
   const int64_t S = 1024;
-  MatrixRM A = MatrixRM::Random(S, S), B = MatrixRM::Random(S, S), C(S, S);
-  auto peak = times(reps, [&] { C.noalias() = A * B; });
+  if (gemms) {
+    input_gemm = times(reps, [&] { P.noalias() = X * Wx; });
+    hidden_gemms = times(reps, [&] {
+      for (int64_t t = 0; t < T; ++t) hp.noalias() = h * Wh;
+    });
+    // sgemm peak: a large square product with the same threads.
+    MatrixRM A = MatrixRM::Random(S, S), B = MatrixRM::Random(S, S), C(S, S);
+    peak = times(reps, [&] { C.noalias() = A * B; });
+  }
 
   // forward: the input and hidden products; backward: twice that (d x and d W_ih, d h and d W_hh)
   const double flops = 2.0 * N * T * (D + H) * G * H * (backward ? 3 : 1);
   std::printf(
       "{\"N\":%lld,\"T\":%lld,\"D\":%lld,\"H\":%lld,\"threads\":%d,\"cell\":\"%s\",\"backward\":%s,"
-      "\"best_s\":%.6g,\"median_s\":%.6g,\"gflops\":%.4g,"
+      "\"best_s\":%.6g,\"median_s\":%.6g,\"best_cpu_s\":%.6g,\"gflops\":%.4g,"
       "\"input_gemm_s\":%.6g,\"hidden_gemms_s\":%.6g,\"gemm_bound_s\":%.6g,"
       "\"sgemm_peak_gflops\":%.4g}\n",
       (long long)N, (long long)T, (long long)D, (long long)H, threads, cell.c_str(), backward ? "true" : "false", ours[0], ours[ours.size() / 2],
-      flops / ours[0] / 1e9, input_gemm[0], hidden_gemms[0], input_gemm[0] + hidden_gemms[0],
-      2.0 * S * S * S / peak[0] / 1e9);
+      ours_cpu, flops / ours[0] / 1e9, input_gemm[0], hidden_gemms[0], input_gemm[0] + hidden_gemms[0],
+      gemms ? 2.0 * S * S * S / peak[0] / 1e9 : 0.0);
   return 0;
 }

@@ -20,16 +20,19 @@ int main(int argc, char** argv) {
       "  lstm-run --init --input-size 3 --hidden-size 4 --seed 1 --save-weights w.json\n"
       "  tensor randn --shape 2,5,3 --seed 2 > x.json\n"
       "  lstm-run x.json --weights w.json --pretty\n"
+      "  tensor transpose x.json --axes 1,0,2 > x_tnd.json   # [T, N, D]\n"
+      "  lstm-run x_tnd.json --weights w.json --time-major | tensor show -#output\n"
       "  lstm-run x.json --weights w.json --trace | tensor show -#trace/i\n"
       "  tensor randn --shape 2,1,4 --seed 3 > q.json\n"
       "  lstm-run x.json --weights w.json | attn-score --query q.json --keys -#output\n"
       "  lstm-run --weights w.json --save-weights cs.json --save-layout cs231n\n"
+      "  tensor randn --shape 1,2,4 --seed 4 > h0.json && tensor randn --shape 1,2,4 --seed 5 > c0.json && echo '[5, 3]' > len.json\n"
       "  lstm-run x.json --weights cs.json --layout cs231n --h0 h0.json --c0 c0.json --lengths len.json\n"
       "  lstm-run x.json --weights w.json > run.json\n"
       "  lstm-run x.json --weights w.json --grad-output run.json#output | tensor show -#grad/weight_hh_l0\n");
   std::string input_ref, weights_ref, h0_ref, c0_ref, lengths_ref, save_path, grad_ref;
   std::string cell_name = "lstm", layout_text = "torch", save_layout_text;
-  bool trace = false, init = false, bidirectional = false;
+  bool trace = false, init = false, bidirectional = false, time_major = false;
   int64_t input_size = 0, hidden_size = 0;
   int layers = 1, threads = 0;
   uint64_t seed = 0;
@@ -47,6 +50,9 @@ int main(int argc, char** argv) {
                  "Upstream gradient: a tensor shaped like output, or a bundle of output, h_n, c_n (any of them); "
                  "adds grad {input, h0, c0, every weight by name} for loss = sum(DY * results)")
       ->type_name("REF");
+  app.add_flag("--time-major", time_major,
+               "INPUT, output, the trace, --grad-output's output and grad/input are [T, N, ..] (PyTorch's "
+               "batch_first=False); h0, c0, h_n, c_n stay [layers*dirs, N, H]");
   app.add_flag("--trace", trace, "Add the first layer's per-step values (a, i, f, o, g, c, h / r, z, n, h)");
   auto* init_opt = app.add_flag("--init", init, "Make random weights, U(-1/sqrt(H), 1/sqrt(H)) as PyTorch");
   app.add_option("--input-size", input_size, "--init: input size D")->check(tools::positive());
@@ -85,6 +91,8 @@ int main(int argc, char** argv) {
       throw UsageError("--input-size, --hidden-size, --layers and --bidirectional go with --init (--weights sets them)");
     if (input_ref.empty() && !save_path.empty() && !grad_ref.empty())
       throw UsageError("--grad-output needs an INPUT to run (with --save-weights alone nothing runs)");
+    if (input_ref.empty() && !save_path.empty() && time_major)
+      throw UsageError("--time-major needs an INPUT to run (with --save-weights alone nothing runs)");
     if (input_ref.empty() && save_path.empty()) input_ref = "-";
 
     io::Sources sources(in.read_options());
@@ -124,6 +132,12 @@ int main(int argc, char** argv) {
       if (!lengths_ref.empty()) lengths = tensor(lengths_ref, "lengths");
       app::SequenceRequest req;
       req.x = tensor(input_ref, "input");
+      if (time_major && req.x.rank() == 2)
+        fail("{}: input has shape {}: --time-major reads [T, N, D], and a [T, D] input has no batch axis to move "
+             "(drop --time-major)", io::display_name(input_ref), req.x.shape_str());
+      req.time_major = time_major;
+      req.sources = {io::display_name(input_ref), h0_ref.empty() ? "" : io::display_name(h0_ref),
+                     c0_ref.empty() ? "" : io::display_name(c0_ref), lengths_ref.empty() ? "" : io::display_name(lengths_ref)};
       req.h0 = h0 ? &*h0 : nullptr;
       req.c0 = c0 ? &*c0 : nullptr;
       req.lengths = lengths ? &*lengths : nullptr;

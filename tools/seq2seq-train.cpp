@@ -1,15 +1,37 @@
 // seq2seq-train: train a recurrent encoder-decoder (with or without attention) on a built-in task or on
 // TSV / JSONL files; checkpoints that resume exactly (docs/seq2seq-train.md).
+#include <csignal>
+#include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <sstream>
+
+#include <unistd.h>
 
 #include "attnkit/models/seq2seq.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
+#include "attnkit/train/report.hpp"
 #include "attnkit/train/trainer.hpp"
 #include "common/common.hpp"
 
 using namespace attnkit;
 using attnkit::tools::UsageError;
+
+namespace {
+volatile std::sig_atomic_t g_signal = 0;
+extern "C" void on_signal(int sig) { g_signal = sig; }
+// SIGINT / SIGTERM: the run finishes its step, saves and exits 130 / 143; the handler is reset after the first
+// signal, so a second Ctrl-C stops at once (the checkpoint on disk is still a complete one).
+void catch_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"", "seq2seq-train"};
@@ -65,9 +87,9 @@ int main(int argc, char** argv) {
   app.add_option("--d-model", d_model, "Transformer: model size")->check(tools::positive())->capture_default_str();
   app.add_option("--ff", ff, "Transformer: feed-forward size")->check(tools::positive())->capture_default_str();
   app.add_flag("--norm-first", norm_first, "Transformer: pre-LN layers (default post-LN, the paper's)");
-  app.add_option("--steps", steps, "Total optimizer steps (with --resume: up to this total)")
-      ->check(tools::non_negative())
-      ->capture_default_str();
+  auto* steps_opt = app.add_option("--steps", steps, "Total optimizer steps (with --resume: up to this total)")
+                        ->check(tools::non_negative())
+                        ->capture_default_str();
   app.add_option("--batch", batch, "Batch size")->check(tools::positive())->capture_default_str();
   app.add_option("--lr", lr, "Learning rate (noam: its multiplier)")->check(tools::non_negative())->capture_default_str();
   app.add_option("--optimizer", optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
@@ -83,6 +105,16 @@ int main(int argc, char** argv) {
   app.add_option("--resume", resume_path, "Continue this checkpoint up to --steps")->type_name("MODEL.json");
   app.add_option("--metrics", metrics_path, "Append one JSON line per logged step")->type_name("FILE.jsonl");
   app.add_option("--log-every", log_every, "Steps between metrics lines (and validations)")->check(tools::positive())->capture_default_str();
+  // operations: epochs, periodic checkpoints, a plot, a given vocabulary
+  int64_t epochs = 0, save_every = 0;
+  std::string plot_path, vocab_path;
+  auto* epochs_opt = app.add_option("--epochs", epochs, "Train this many epochs in all (instead of --steps)")
+                         ->check(tools::positive());
+  app.add_option("--save-every", save_every, "Also save the checkpoint every N steps")->check(tools::positive());
+  app.add_option("--plot", plot_path, "Draw training and validation loss against step (SVG)")->type_name("FILE.svg");
+  app.add_option("--vocab", vocab_path, "Vocabulary file: one token per line, or JSON (docs/seq2seq-train.md)")
+      ->type_name("FILE");
+  epochs_opt->excludes(steps_opt);
   task_opt->excludes(train_opt);
   save_opt->required();
 
@@ -111,9 +143,17 @@ int main(int argc, char** argv) {
       spec.data.max_len = max_len;
       spec.data.skip_bad_lines = skip_bad_lines;
     }
+    spec.vocab_path = vocab_path;
     train::TrainingData data = train::load_training_data(spec);
     for (const train::Corpus* c : {&data.train, &data.valid})
       if (c->bad_lines > 0) std::cerr << "seq2seq-train: " << c->bad_lines_summary() << '\n';
+    if (!vocab_path.empty())
+      for (const train::Corpus* c : {&data.train, &data.valid}) {
+        const train::EncodedCorpus e = train::encode(*c, data.src_vocab, data.tgt_vocab);
+        if (e.unknown_src + e.unknown_tgt > 0)
+          std::cerr << "seq2seq-train: " << c->name << ": " << e.unknown_src << " source and " << e.unknown_tgt
+                    << " target tokens are not in " << vocab_path << " (read as <unk>)\n";
+      }
 
     train::TrainerOptions o;
     const bool transformer = model_name == "transformer";
@@ -141,7 +181,7 @@ int main(int argc, char** argv) {
     o.schedule.kind = train::parse_schedule_kind(schedule);
     o.schedule.lr = lr;
     o.schedule.warmup_steps = warmup;
-    if (o.schedule.kind == train::ScheduleKind::Cosine) o.schedule.t_max = std::max<int64_t>(steps, 1);
+    if (o.schedule.kind == train::ScheduleKind::Cosine) o.schedule.t_max = 0;  // the run's length
     if (o.schedule.kind == train::ScheduleKind::Noam) {
       o.schedule.d_model = transformer ? d_model : hidden;
       if (warmup == 0) throw UsageError("--schedule noam needs --warmup N (N >= 1)");
@@ -152,11 +192,49 @@ int main(int argc, char** argv) {
     o.log_every = log_every;
     o.save_path = save_path;
     o.metrics_path = metrics_path;
+    o.epochs = epochs;
+    o.save_every = save_every;
+    catch_stop_signals();
+    o.stop_requested = [] { return g_signal != 0; };
+    // A progress bar on a terminal only (not on a pipe or a file), redrawn at most 5 times a second.
+    const bool bar = isatty(STDERR_FILENO);
+    double drawn = -1;
+    if (bar)
+      o.progress = [&](const train::Progress& p) {
+        if (p.seconds - drawn < 0.2 && p.step < p.steps) return;
+        drawn = p.seconds;
+        std::cerr << '\r' << train::progress_line(p) << "\x1b[K" << std::flush;
+      };
 
     std::unique_ptr<train::Trainer> trainer = resume_path.empty()
                                                   ? std::make_unique<train::Trainer>(o, std::move(data))
                                                   : train::Trainer::resume(resume_path, o, std::move(data));
-    const train::TrainSummary summary = trainer->run();
+    std::vector<std::string> lines;
+    train::TrainSummary summary;
+    try {
+      summary = trainer->run([&](const std::string& l) { lines.push_back(l); });
+    } catch (...) {
+      if (bar && drawn >= 0) std::cerr << '\n';
+      throw;
+    }
+    if (bar && drawn >= 0) std::cerr << '\n';
+    if (!plot_path.empty()) {
+      // the whole history when the metrics file has it (earlier parts of a resumed run), else this run's lines
+      if (!metrics_path.empty()) {
+        std::ifstream f(metrics_path);
+        std::vector<std::string> all;
+        for (std::string l; std::getline(f, l);) all.push_back(l);
+        if (!all.empty()) lines = std::move(all);
+      }
+      io::write_file_atomic(plot_path, train::loss_plot_svg(lines, metrics_path.empty() ? save_path : metrics_path));
+    }
+    if (summary.interrupted) {
+      const int sig = g_signal;
+      std::cerr << "seq2seq-train: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": stopped after step "
+                << summary.step << "; the checkpoint " << save_path << " continues with --resume " << save_path
+                << '\n';
+      return 128 + sig;
+    }
     std::cout << summary.to_json() << '\n';
     return 0;
   });

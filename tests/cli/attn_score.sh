@@ -90,7 +90,7 @@ attn-score --query s0.json --keys h.json -o out.json --threads 1
 
 # --- bad input: exit 1, message, empty stdout
 echo '[[1, 2]]' > q2d.json
-expect_error 1 "keys [4, 3] and query [1, 2] disagree on the feature size" attn-score --query q2d.json --keys h.json
+expect_error 1 "q2d.json (query) has shape [1, 2] and h.json (keys) [4, 3]: they disagree on the feature size (2 and 3; the scaled-dot score needs them equal): score with --score general" attn-score --query q2d.json --keys h.json
 echo '[[1, 1, 1]]' > mbad.json
 expect_error 1 "mask has shape [1, 3], expected [T, S] = [1, 4]" attn-score --query s0.json --keys h.json --mask mbad.json
 expect_error 1 "NH = 3 heads do not divide" attn-score --self x.json --split-heads --heads 3
@@ -162,6 +162,74 @@ for m in "query:1, 3" "keys:4, 3" "values:4, 3" "W_q:3, 5" "W_k:3, 5" "v:5"; do
 done
 expect_error 1 "output gradient (dy_bad.json#context): has shape [2, 5, 7], expected context's shape [1, 3]" \
   attn-score --query s0.json --keys h.json --score dot --grad-output dy_bad.json
+
+# --- one query per batch element: query [N, E] with keys [N, S, E]; T dropped from the results
+tensor randn --shape 3,4 --seed 11 > qn.json
+tensor randn --shape 3,5,4 --seed 12 > kn.json
+attn-score --query qn.json --keys kn.json --score dot > pe.json
+for m in "scores:3, 5" "weights:3, 5" "context:3, 4"; do
+  tensor show "pe.json#${m%%:*}" | grep -qF "shape=[${m##*:}]" || fail "per-element ${m%%:*}: $(tensor show "pe.json#${m%%:*}" | tail -1)"
+done
+tensor pack q=qn.json k=kn.json > qk.json
+for n in 0 1 2; do  # each row against a run of that batch element alone (references with an index)
+  attn-score --query "qk.json#q[$n:$((n + 1))]" --keys "qk.json#k[$n]" --score dot > one.json
+  tensor diff one.json#context "pe.json#context[$n:$((n + 1))]" --rtol 1e-6 --atol 1e-7 -q ||
+    fail "per-element context row $n differs from a run of element $n alone"
+done
+echo '[[1, 1, 0, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]]' > mn.json  # a [N, S] mask
+attn-score --query qn.json --keys kn.json --mask mn.json > pm.json
+tensor get pm.json#weights --index '0,2:' | grep -qx '\[0,0,0\]' || fail "[N, S] mask: $(tensor get pm.json#weights)"
+tensor randn --shape 3,4 --seed 13 > dn.json
+attn-score --query qn.json --keys kn.json --score dot --grad-output dn.json > pg.json
+tensor show pg.json#grad/query | grep -qF 'shape=[3, 4]' || fail "per-element grad/query shape"
+tensor randn --shape 3,8 --seed 14 > qn8.json && tensor randn --shape 3,5,8 --seed 15 > kn8.json
+attn-score --query qn8.json --keys kn8.json --split-heads --heads 2 --per-head > ph.json
+tensor show ph.json#weights | grep -qF 'shape=[3, 2, 5]' || fail "per-element per-head weights: $(tensor show ph.json#weights | tail -1)"
+tensor show ph.json#output | grep -qF 'shape=[3, 8]' || fail "per-element multi-head output"
+tensor randn --shape 2,4 --seed 16 > q24.json
+expect_error 1 "q24.json (query) has shape [2, 4] and kn.json (keys) [3, 5, 4]: a query [N, E] with keys [N, S, E] is one query per batch element, and they disagree on N" \
+  attn-score --query q24.json --keys kn.json
+# shape errors name the inputs (here the mask's file)
+expect_error 1 "attn-score: query qn.json, keys kn.json, mask mbad.json: attention: mask has shape [1, 3], expected" \
+  attn-score --query qn.json --keys kn.json --mask mbad.json
+
+# --- the documents' example in batched form, one pipeline: an LSTM encodes [N, T, D]; the last
+# layer of h_n is the query, output the keys, for every batch element (docs/attn-score.md)
+tensor randn --shape 2,5,3 --seed 21 > xe.json
+for layers in 1 2; do
+  lstm-run --init --input-size 3 --hidden-size 4 --layers $layers --seed 22 --save-weights enc$layers.json
+  lstm-run xe.json --weights enc$layers.json | attn-score --query '-#h_n[-1]' --keys -#output --score dot > pipe$layers.json ||
+    fail "$layers-layer pipeline"
+  lstm-run xe.json --weights enc$layers.json > run$layers.json
+  for n in 0 1; do  # batch element n alone, through files
+    tensor get run$layers.json#h_n --index "-1,$n:$((n + 1))" > q_$n.json
+    tensor get run$layers.json#output --index "$n" > k_$n.json
+    attn-score --query q_$n.json --keys k_$n.json --score dot | tensor get -#context > c_$n.json
+    tensor get pipe$layers.json#context --index "$n:$((n + 1))" | tensor diff - c_$n.json --rtol 1e-6 --atol 1e-7 -q ||
+      fail "$layers-layer pipeline: element $n differs from its own run"
+  done
+done
+# bidirectional: keys of 2H, the query of H: refused with the fix; the fixes run
+lstm-run --init --input-size 3 --hidden-size 4 --bidirectional --seed 23 --save-weights encbi.json
+expect_error 1 "<stdin>#h_n[-1] (query) has shape [2, 4] and <stdin>#output (keys) [2, 5, 8]: they disagree on the feature size (4 and 8; the dot score needs them equal): score with --score general --weights W.json (a bundle with W [4, 8]) or --score additive; keys of 2 x 4 are a bidirectional encoder's output (both directions), and h_n[-1] is its last layer's backward state: pair h_n[-2] with output[:,:,:4] (forward), or h_n[-1] with output[:,:,4:] (backward)" \
+  bash -c "lstm-run xe.json --weights encbi.json | attn-score --query '-#h_n[-1]' --keys -#output --score dot"
+lstm-run xe.json --weights encbi.json | attn-score --query '-#h_n[-2]' --keys '-#output[:,:,:4]' --score dot > bif.json || fail "bidirectional, forward halves"
+tensor show bif.json#context | grep -qF 'shape=[2, 4]' || fail "bidirectional forward context shape"
+tensor pack W=<(tensor randn --shape 4,8 --seed 24) > wg48.json
+lstm-run xe.json --weights encbi.json | attn-score --query '-#h_n[-1]' --keys -#output --score general --weights wg48.json > big.json ||
+  fail "bidirectional, general score"
+tensor show big.json#context | grep -qF 'shape=[2, 8]' || fail "bidirectional general context shape"
+
+# --heatmap is written only when the run succeeded, standard output included
+expect_error 1 "standard output: write error" bash -c 'attn-score --query s0.json --keys h.json --heatmap full.svg > /dev/full'
+[[ ! -e full.svg ]] || fail "--heatmap written although standard output failed"
+# scores and weights past the bound: the advice names an option that exists in the score form
+awk 'BEGIN { printf "{\"shape\": [32769, 1], \"data\": [0"; for (i = 1; i < 32769; i++) printf ",0"; print "]}" }' > qbig.json
+awk 'BEGIN { printf "{\"shape\": [32768, 1], \"data\": [0"; for (i = 1; i < 32768; i++) printf ",0"; print "]}" }' > kbig.json
+expect_error 1 "the score form prints scores and weights of [N, T, S] = [1, 32769, 32768] (4.0 GiB each); for the context alone, run the same attention as --split-heads --heads 1" \
+  attn-score --query qbig.json --keys kbig.json
+grep -q "ask for the context only" err.txt && fail "advice for an option the score form lacks"
+expect_error 1 "give fewer queries per run" attn-score --query qbig.json --keys kbig.json --score dot
 
 attn-score --help | grep -q "1 = attend" || fail "--help states the mask polarity"
 attn-score --version | grep -q attnkit || fail "--version"

@@ -69,7 +69,7 @@ expect 0 '' tensor diff nonfinite.json nonfinite.json --allow-nan
 echo '["nan", "inf"]' > lowercase.json
 expect 1 'not a tensor: an array holding a string' tensor reshape lowercase.json --shape -1
 printf '[1, 2]\n[3, 4, 5]\n' | tensor reshape - --shape 2,1 > /dev/null 2> err.txt
-grep -q 'record 2: reshape: cannot reshape \[3\]' err.txt || { echo "FAIL: NDJSON record error: $(cat err.txt)" >&2; failures=$((failures + 1)); }
+grep -q 'record 2: <stdin>: reshape: cannot reshape \[3\]' err.txt || { echo "FAIL: NDJSON record error: $(cat err.txt)" >&2; failures=$((failures + 1)); }
 expect 1 '<stdin>:1:2: empty input' bash -c 'printf " " | tensor show -'
 expect 1 'weird: cannot open \(No such file' tensor show 'weird#name.json'  # '#' starts a member name
 expect 1 'nothere.json: cannot open \(No such file or directory\)' tensor show nothere.json

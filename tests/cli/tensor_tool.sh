@@ -169,8 +169,8 @@ bad "tensor get -" 1 "tensor: <stdin>:1:1: flat tensor of shape [1000000, 100000
 bad "tensor get -" 1 "tensor: <stdin>:1:65: nesting deeper than 64 levels" "$(head -c 100000 /dev/zero | tr '\0' '[')"
 bad "tensor reshape - --shape 2" 1 "tensor: <stdin>: tensor of shape [2] has NaN at [1] (pass --allow-nan to accept it)" '[1, "NaN"]'
 ok "tensor reshape - --shape 2 --allow-nan" '[1,"NaN"]' '[1, "NaN"]'
-bad "tensor reshape a.json --shape 3" 1 "tensor: reshape: cannot reshape [2, 2] (4 values) to [3] (3 values)"
-bad "tensor transpose a.json --axes 0,0" 1 "tensor: transpose: axes [0, 0] are not a permutation of 0..1"
+bad "tensor reshape a.json --shape 3" 1 "tensor: a.json: reshape: cannot reshape [2, 2] (4 values) to [3] (3 values)"
+bad "tensor transpose a.json --axes 0,0" 1 "tensor: a.json: transpose: axes [0, 0] are not a permutation of 0..1"
 bad "tensor pack a=x.json a=x.json" 1 'tensor: bundle: the name "a" is given twice'
 bad "tensor pack a=bundle.json#nope" 1 'tensor: bundle.json: no tensor named "nope" (has: output, c_n)'
 bad "tensor linspace 0 1 --shape 100000,100000" 1 "tensor: linspace: 10000000000 values is more than --max-elements 1073741824"
@@ -268,9 +268,12 @@ done <<'EOF'
 1,-1:-10:-1,3 [23,19,15]
 -2,:2,::3 [[0,3],[4,7]]
 0,1,1 5
+0:2:9223372036854775807 [[[0,1,2,3],[4,5,6,7],[8,9,10,11]]]
+::-9223372036854775808 [[[12,13,14,15],[16,17,18,19],[20,21,22,23]]]
+0,2:0:-9223372036854775807 [[8,9,10,11]]
 EOF
-bad "tensor get a24.json --index 0,5" 1 "tensor: index \"0,5\": 5 is out of range for axis 1 of size 3 (tensor [2, 3, 4])"
-bad "tensor get a24.json --index ::0" 1 "tensor: index \"::0\": step \"0\" is not a non-zero integer"
+bad "tensor get a24.json --index 0,5" 1 "tensor: a24.json: index \"0,5\": 5 is out of range for axis 1 of size 3 (tensor [2, 3, 4])"
+bad "tensor get a24.json --index ::0" 1 "tensor: a24.json: index \"::0\": step \"0\" is not a non-zero integer"
 ok "tensor cat <(tensor arange 3) <(tensor arange 2)" "[0,1,2,0,1]"
 ok "tensor cat <(tensor arange 6 --shape 2,3) <(tensor arange 4 --shape 2,2) --axis -1" "[[0,1,2,0,1],[3,4,5,2,3]]"
 ok "tensor stack <(tensor arange 3) <(tensor arange 3) --axis 1" "[[0,0],[1,1],[2,2]]"
@@ -284,15 +287,25 @@ ok "tensor get sd.json#enc." '{"weight_ih_l0":[0,1],"bias_ih_l0":[0,1,2]}'
 ok "tensor get sd.json#enc./bias_ih_l0" '[0,1,2]'
 ok "tensor select sd.json enc. dec.weight" '{"enc":{"weight_ih_l0":[0,1],"bias_ih_l0":[0,1,2]},"dec.weight":[0]}'
 bad "tensor get sd.json#x." 1 'tensor: sd.json: no member starts with "x." (has: enc.weight_ih_l0, enc.bias_ih_l0, dec.weight)'
+# references take an index after a name: FILE#NAME[INDEX] (numpy, as get --index)
+tensor pack a=a24.json > b24.json
+ok "tensor get 'b24.json#a[-1,:,1]'" "[13,17,21]"
+ok "tensor get '-#a[0,1]'" "[4,5,6,7]" "$(cat b24.json)"
+ok "tensor cat 'b24.json#a[0,0]' 'b24.json#a[1,2,::-1]'" "[0,1,2,3,23,22,21,20]"
+bad "tensor get 'b24.json#a[0,5]'" 1 'tensor: b24.json#a[0,5]: index "0,5": 5 is out of range for axis 1 of size 3 (tensor [2, 3, 4])'
+bad "tensor get 'b24.json#a[0'" 1 'tensor: reference "b24.json#a[0": write an index after a name, as in #h_n[-1] or #output[:,0]'
+bad "tensor get 'b24.json#a[]'" 1 'tensor: reference "b24.json#a[]": write an index after a name, as in #h_n[-1] or #output[:,0]'
+bad "tensor get 'b24.json#[0]'" 1 'tensor: reference "b24.json#[0]": write an index after a name, as in #h_n[-1] or #output[:,0]'
+bad "tensor get 'b24.json#a[0]/x'" 1 'tensor: reference "b24.json#a[0]/x": write an index after a name, as in #h_n[-1] or #output[:,0]'
 # slicing in a pipe, record by record
 ok "(tensor arange 6 --shape 2,3; tensor arange 4 --shape 2,2) | tensor get - --index ':,-1'" $'[2,5]\n[1,3]'
 
 # --- --help and --version --------------------------------------------------------------------------
 run "tensor --help"
-[[ $rc -eq 0 && "$out" == *"Examples:"* && "$out" == *"tensor linspace -0.4 1.2 --shape 3,4 | tensor show -"* ]] || fail "--help has no example"
+[[ $rc -eq 0 && "$out" == *"Examples:"* && "$out" == *"tensor linspace -0.4 1.2 --shape 3x4 | tensor show -"* ]] || fail "--help has no example"
 for sub in linspace arange randn rand show get reshape transpose pack diff cat stack select; do
-  run "tensor $sub --help"
-  [[ $rc -eq 0 && "$out" == *"Example: tensor "* ]] || fail "tensor $sub --help has no example"
+  run "tensor $sub --help"  # (tests/cli/help_examples.sh runs every example)
+  [[ $rc -eq 0 && "$out" == *$'Examples:\n  tensor '* ]] || fail "tensor $sub --help has no example"
 done
 version="$(sed -n 's/^project(attnkit VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")"
 ok "tensor --version" "attnkit $version"

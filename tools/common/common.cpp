@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <new>
 
 #include <unistd.h>
@@ -62,16 +63,50 @@ void refuse_nan_weights(const io::Value& weights, const std::string& ref, bool a
   walk(weights, ref);
 }
 
+namespace {
+
+// CLI11's help, plus: a usage line set by usage(), and in a subcommand's help the options of the
+// tool it belongs to (they may follow the subcommand: tensor get x.json --format flat).
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::map<const CLI::App*, std::string> usages;
+  std::string make_usage(const CLI::App* app, std::string name) const override {
+    auto it = usages.find(app);
+    return it == usages.end() ? CLI::Formatter::make_usage(app, name) : "Usage: " + it->second + "\n";
+  }
+  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
+    std::string text = CLI::Formatter::make_help(app, name, mode);
+    const CLI::App* parent = app->get_parent();
+    if (mode != CLI::AppFormatMode::Normal || !parent) return text;
+    std::vector<const CLI::Option*> shared = parent->get_options([&](const CLI::Option* o) {
+      return o->nonpositional() && o != parent->get_help_ptr() && o != parent->get_version_ptr();
+    });
+    if (shared.empty()) return text;
+    const std::string group = make_group("Options of " + parent->get_name() + " (before or after the subcommand)", false, shared);
+    const size_t footer = app->get_footer().empty() ? std::string::npos : text.rfind(app->get_footer());
+    return footer == std::string::npos ? text + group : text.insert(footer - 1, group);
+  }
+};
+
+}  // namespace
+
 void describe(CLI::App& app, const std::string& description, const std::string& examples) {
   app.description(description);
-  app.set_version_flag("--version", std::string("attnkit ") + ATTNKIT_VERSION);
+  if (!app.get_parent()) {
+    app.set_version_flag("--version", std::string("attnkit ") + ATTNKIT_VERSION);
+    app.formatter(std::make_shared<HelpFormatter>());
+  }
   if (!examples.empty()) app.footer("Examples:\n" + examples);
+}
+
+void usage(CLI::App& app, const std::string& line) {
+  if (auto f = std::dynamic_pointer_cast<HelpFormatter>(app.get_formatter())) f->usages[&app] = line;
 }
 
 void add_output_options(CLI::App& app, OutputOptions& out) {
   app.add_option("-o,--output", out.path, "Write the result to FILE (atomically) instead of standard output")
       ->type_name("FILE");
-  app.add_option("--format", out.format, "Tensor layout: nested arrays, or {\"shape\", \"data\"}")
+  app.add_option("--format", out.format, "Tensor layout: nested arrays, or {\"shape\", \"data\"} (a tensor of 2 or more axes with a size 0 is always flat)")
       ->check(CLI::IsMember({"nested", "flat"}))
       ->capture_default_str();
   app.add_flag("--pretty", out.pretty, "Indent the JSON (innermost rows stay on one line)");

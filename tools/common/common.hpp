@@ -53,8 +53,15 @@ auto with_source(const std::string& ref, Load&& load) -> decltype(load()) {
 // (--allow-nan); infinities pass. Walks nested bundles: "w.json#enc/W: tensor of shape ...".
 void refuse_nan_weights(const io::Value& weights, const std::string& ref, bool allow_nan);
 
-// App with --version, a description and a footer of runnable examples.
+// App with --version, a description and a footer of runnable examples ("Examples:", one command a
+// line, two spaces in; a line four spaces in continues the one above). Each app's examples run as
+// written in an empty folder, in order (tests/cli/help_examples.sh runs them all): they make the
+// files they use. On a subcommand (no --version there), its --help also lists the options of the
+// tool it belongs to (-o, --format, ... may follow the subcommand). Call it on the tool's app
+// before adding subcommands (they take its help layout).
 void describe(CLI::App& app, const std::string& description, const std::string& examples);
+// The usage line of an app's --help when CLI11's is unreadable: "tensor arange [OPTIONS] [START] STOP [STEP]".
+void usage(CLI::App& app, const std::string& line);
 void add_output_options(CLI::App& app, OutputOptions& out);  // -o, --format, --pretty
 void add_input_options(CLI::App& app, InputOptions& in);     // --max-elements, --allow-nan
 // --threads N, 0 (one per core) to kMaxThreads; more is refused (exit 2) by every tool alike

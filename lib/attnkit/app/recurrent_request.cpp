@@ -6,6 +6,7 @@
 
 #include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/io/reference.hpp"
+#include "attnkit/tensor/creation.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::app {
@@ -60,29 +61,35 @@ io::Value trace_bundle(const ops::RecurrentCache& cache, CellKind cell, WeightLa
 io::Value run_sequence(nn::Recurrent& model, const SequenceRequest& req) {
   const nn::RecurrentConfig& cfg = model.config();
   const int64_t LD = cfg.layers * cfg.directions(), H = cfg.hidden_size, D = cfg.input_size;
-  AK_CHECK(req.x.rank() == 3 || req.x.rank() == 2, "input has shape {}, expected [N, T, {}] or [T, {}] (D = {})",
-           req.x.shape_str(), D, D, D);
+  const bool tm = req.time_major;
+  auto from = [](const std::string& source) { return source.empty() ? std::string() : source + ": "; };
+  const std::string xs = from(req.sources.x);
+  const std::string batched_form = tm ? "[T, N, {}]" : "[N, T, {}]";
+  AK_CHECK(req.x.rank() == 3 || (req.x.rank() == 2 && !tm), "{}input has shape {}, expected {}{} (D = {})", xs,
+           req.x.shape_str(), fmt::format(fmt::runtime(batched_form), D), tm ? "" : fmt::format(" or [T, {}]", D), D);
   const bool unbatched = req.x.rank() == 2;
-  AK_CHECK(req.x.dim(-1) == D, "input has shape {}, expected {} (the weights' input size D is {})", req.x.shape_str(),
-           unbatched ? fmt::format("[T, {}]", D) : fmt::format("[N, T, {}]", D), D);
-  const int64_t N = unbatched ? 1 : req.x.dim(0), T = req.x.dim(-2);
-  Tensor x = unbatched ? req.x.reshaped({1, T, D}) : req.x;
+  AK_CHECK(req.x.dim(-1) == D, "{}input has shape {}, expected {} (the weights' input size D is {})", xs,
+           req.x.shape_str(), unbatched ? fmt::format("[T, {}]", D) : fmt::format(fmt::runtime(batched_form), D), D);
+  // batch-first inside: [T, N, D] -> [N, T, D] when time-major (and every [N, T, ..] result back)
+  const int64_t N = unbatched ? 1 : req.x.dim(tm ? 1 : 0), T = req.x.dim(unbatched ? 0 : tm ? 0 : 1);
+  Tensor x = unbatched ? req.x.reshaped({1, T, D}) : tm ? transpose(req.x, {1, 0, 2}) : req.x;
+  auto to_wire = [&](Tensor t) { return tm ? transpose(t, {1, 0, 2}) : t; };  // [N, T, W] -> [T, N, W]
   // States: [L*dirs, H] for a [T, D] input, [L*dirs, N, H] otherwise.
   std::optional<Tensor> h0, c0;
-  auto state = [&](const Tensor* t, const char* name, std::optional<Tensor>& dst) {
+  auto state = [&](const Tensor* t, const char* name, const std::string& source, std::optional<Tensor>& dst) {
     if (!t) return;
     const Shape want = unbatched ? Shape{LD, H} : Shape{LD, N, H};
-    AK_CHECK(t->shape() == want, "{} has shape {}, expected {} ({}) for {} layer{} x {} direction{} and hidden size {}",
-             name, t->shape_str(), shape_str(want), unbatched ? "layers*dirs, H" : "layers*dirs, N, H", cfg.layers,
-             cfg.layers > 1 ? "s" : "", cfg.directions(), cfg.directions() > 1 ? "s" : "", H);
+    AK_CHECK(t->shape() == want, "{}{} has shape {}, expected {} ({}) for {} layer{} x {} direction{} and hidden size {}",
+             from(source), name, t->shape_str(), shape_str(want), unbatched ? "layers*dirs, H" : "layers*dirs, N, H",
+             cfg.layers, cfg.layers > 1 ? "s" : "", cfg.directions(), cfg.directions() > 1 ? "s" : "", H);
     dst = t->reshaped({LD, N, H});
   };
-  state(req.h0, "h0", h0);
-  AK_CHECK(!req.c0 || cfg.cell == CellKind::Lstm, "c0 is given, but a {} has no cell state (c0 is for lstm)",
-           ops::cell_name(cfg.cell));
-  state(req.c0, "c0", c0);
+  state(req.h0, "h0", req.sources.h0, h0);
+  AK_CHECK(!req.c0 || cfg.cell == CellKind::Lstm, "{}c0 is given, but a {} has no cell state (c0 is for lstm)",
+           from(req.sources.c0), ops::cell_name(cfg.cell));
+  state(req.c0, "c0", req.sources.c0, c0);
   std::vector<int64_t> lengths;
-  if (req.lengths) lengths = io::lengths_from(*req.lengths, N, T, "lengths");
+  if (req.lengths) lengths = io::lengths_from(*req.lengths, N, T, from(req.sources.lengths) + "lengths");
 
   nn::RecurrentInputs in;
   in.x = &x;
@@ -94,7 +101,9 @@ io::Value run_sequence(nn::Recurrent& model, const SequenceRequest& req) {
   if (req.grad_output) {
     const std::string& src = req.grad_output_source;
     const io::Value& g = *req.grad_output;
-    const Shape out_shape = unbatched ? Shape{T, cfg.directions() * H} : Shape{N, T, cfg.directions() * H};
+    const Shape out_shape = unbatched ? Shape{T, cfg.directions() * H}
+                            : tm      ? Shape{T, N, cfg.directions() * H}
+                                      : Shape{N, T, cfg.directions() * H};
     const Shape state_shape = unbatched ? Shape{LD, H} : Shape{LD, N, H};
     auto take = [&](const Tensor& t, const std::string& name, const Shape& want, std::optional<Tensor>& dst) {
       AK_CHECK(t.shape() == want, "{}: the gradient of {} has shape {}, expected {} (the shape of {})", src, name,
@@ -104,7 +113,7 @@ io::Value run_sequence(nn::Recurrent& model, const SequenceRequest& req) {
                shape_str(unravel_index(i, t.shape())));
       Shape batched = want;
       if (unbatched) batched.insert(batched.begin() + (name == "output" ? 0 : 1), 1);
-      dst = t.reshaped(batched);
+      dst = tm && name == "output" ? transpose(t, {1, 0, 2}) : t.reshaped(batched);
     };
     if (g.is_tensor()) {
       take(g.tensor(), "output", out_shape, dy_out);
@@ -139,14 +148,14 @@ io::Value run_sequence(nn::Recurrent& model, const SequenceRequest& req) {
     return t.reshaped(s);
   };
   io::Value out = io::Value::bundle();
-  out.set("output", drop_n(std::move(r.output), 0));
+  out.set("output", to_wire(drop_n(std::move(r.output), 0)));
   out.set("h_n", drop_n(std::move(r.h_n), 1));
   if (cfg.cell == CellKind::Lstm) out.set("c_n", drop_n(std::move(r.c_n), 1));
   if (req.trace) {
     for (int d = 0; d < cfg.directions(); ++d) {
       io::Value tb = trace_bundle(r.caches[d], cfg.cell, req.layout, req.lengths ? &lengths : nullptr);
       io::Value shaped = io::Value::bundle();
-      for (const auto& [name, v] : tb.members()) shaped.set(name, drop_n(v.tensor(), 0));
+      for (const auto& [name, v] : tb.members()) shaped.set(name, to_wire(drop_n(v.tensor(), 0)));
       out.set(d == 0 ? "trace" : "trace_reverse", std::move(shaped));
     }
   }
@@ -161,7 +170,7 @@ io::Value run_sequence(nn::Recurrent& model, const SequenceRequest& req) {
     gi.x = &dx, gi.h0 = h0 ? &dh0 : nullptr, gi.c0 = c0 ? &dc0 : nullptr;
     model.backward(in, r, dy, gi);
     io::Value grad = io::Value::bundle();
-    grad.set("input", drop_n(std::move(dx), 0));
+    grad.set("input", to_wire(drop_n(std::move(dx), 0)));
     if (h0) grad.set("h0", drop_n(std::move(dh0), 1));
     if (c0) grad.set("c0", drop_n(std::move(dc0), 1));
     const io::Value weights = model.grad_bundle(req.layout);  // (kept alive for the loop)

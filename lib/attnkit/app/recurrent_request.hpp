@@ -21,6 +21,12 @@ io::Value trace_bundle(const ops::RecurrentCache& cache, nn::CellKind cell, nn::
 // -> {output, h_n, c_n (LSTM), trace (+ trace_reverse) with `trace`, grad with `grad_output`}.
 // Threads: num_threads().
 //
+// time_major: x is [T, N, D] (PyTorch's batch_first=False), and so are output, the trace, the
+// gradient of output and grad/input; h0, c0, h_n, c_n and lengths are unchanged. Needs a 3-D x.
+//
+// Messages name the tensor's file with its role ("x.json: input has shape [2, 5, 6], expected
+// [N, T, 3] ..."): `sources` holds the references (empty: the role alone).
+//
 // grad_output: upstream gradients, a tensor shaped like `output`, or a bundle with any of
 // `output`, `h_n`, `c_n` (shaped like those results; an absent one is zero; any other member is
 // refused). Then the result holds `grad`: d loss / d `input`, `h0` and `c0` (when given), and one
@@ -36,6 +42,10 @@ struct SequenceRequest {
   nn::WeightLayout layout = nn::WeightLayout::Torch;  // the gate order of the trace's `a` and of grad
   const io::Value* grad_output = nullptr;
   std::string grad_output_source = "grad output";  // the file it came from, for messages
+  bool time_major = false;
+  struct Names {
+    std::string x, h0, c0, lengths;
+  } sources;  // where x, h0, c0 and lengths came from, for messages
 };
 io::Value run_sequence(nn::Recurrent& model, const SequenceRequest& request);
 

@@ -91,6 +91,15 @@ void AtomicFileWriter::commit() {
   if (closed != 0) give_up("close");
   if (rename(tmp_.c_str(), path_.c_str()) != 0) give_up("rename of the temporary into place");
   done_ = true;
+  // The rename is an entry of the folder: sync the folder too, or a power cut could still lose the new name.
+  // Best effort: the file is in place and complete either way, and some file systems refuse a folder's fsync.
+  const size_t slash = path_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
+  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)fsync(dfd);
+    close(dfd);
+  }
 }
 
 }  // namespace attnkit::io

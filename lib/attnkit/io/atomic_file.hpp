@@ -1,5 +1,7 @@
 // Writing a file so that a crash or SIGKILL at any moment leaves either the old file or the
-// complete new one: write a temporary in the same folder, fsync, rename over the target.
+// complete new one: write a temporary in the same folder, fsync, rename over the target, fsync the folder.
+// (A SIGKILL between mkstemp and the rename leaves a stray ".NAME.tmp.XXXXXX" beside the file, never a
+// half-written NAME.)
 #pragma once
 #include <string>
 #include <string_view>

@@ -4,12 +4,13 @@
 #include <memory>
 
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/slice.hpp"
 
 namespace attnkit::io {
 
 std::string Reference::text() const {
   if (names.empty()) return path;
-  return fmt::format("{}#{}", path, fmt::join(names, "/"));
+  return fmt::format("{}#{}{}", path, fmt::join(names, "/"), index.empty() ? "" : "[" + index + "]");
 }
 
 bool is_stdin(std::string_view ref) { return !ref.empty() && ref[0] == '-' && (ref.size() == 1 || ref[1] == '#'); }
@@ -34,6 +35,17 @@ Reference parse_reference(std::string_view ref) {
     r.names.emplace_back(name);
     if (slash == std::string_view::npos) break;
     rest = rest.substr(slash + 1);
+  }
+  for (size_t i = 0; i + 1 < r.names.size(); ++i)
+    AK_CHECK(r.names[i].find('[') == std::string::npos,
+             "reference \"{}\": write an index after a name, as in #h_n[-1] or #output[:,0]", ref);
+  std::string& last = r.names.back();  // #h_n[-1]: an index after the last name
+  const size_t open = last.find('[');
+  if (open != std::string::npos) {
+    AK_CHECK(last.back() == ']' && open > 0 && open + 2 < last.size() && last.find_first_of("[]", open + 1) == last.size() - 1,
+             "reference \"{}\": write an index after a name, as in #h_n[-1] or #output[:,0]", ref);
+    r.index = last.substr(open + 1, last.size() - open - 2);
+    last.resize(open);
   }
   return r;
 }
@@ -157,6 +169,15 @@ const Value& Sources::value(std::string_view ref_text) {
     }
     at += (at.find('#') == std::string::npos ? "#" : "/") + name;
     v = member;
+  }
+  if (!ref.index.empty()) {  // #h_n[-1]
+    if (!v->is_tensor()) fail("{}: is not a tensor; [{}] indexes a tensor", at, ref.index);
+    try {
+      made_.push_back(std::make_unique<Value>(index(v->tensor(), ref.index)));
+    } catch (const Error& e) {
+      fail("{}[{}]: {}", at, ref.index, e.what());
+    }
+    v = made_.back().get();
   }
   return *v;
 }

@@ -3,6 +3,7 @@
 //   run.json#h_n      member h_n of a bundle
 //   ckpt.json#enc/W   a nested member
 //   model.json#enc.   the members named enc.* as one bundle, the prefix stripped (state_dict keys)
+//   run.json#h_n[-1]  part of a member tensor, numpy indexing as in `tensor get --index` (h_n[-1])
 //   -  and  -#output  standard input, read once and referenced any number of times
 // Any input (standard input or a file) may hold an NDJSON stream; a reference then names the
 // current record (see Sources).
@@ -20,7 +21,8 @@ namespace attnkit::io {
 struct Reference {
   std::string path;                // "-" for standard input
   std::vector<std::string> names;  // empty: the whole document
-  std::string text() const;        // back to PATH#a/b
+  std::string index;               // "-1" of #h_n[-1]: numpy indexing of the tensor named (empty: all of it)
+  std::string text() const;        // back to PATH#a/b[index]
 };
 
 // Whether a reference reads standard input: "-" or "-#NAME" (a file "-x.json" does not).

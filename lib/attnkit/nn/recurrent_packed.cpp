@@ -1,53 +1,21 @@
-// W_hh packed for Eigen's GEMM micro-kernel (recurrent_packed.hpp).
-// This file reaches into Eigen::internal (gebp_kernel, gemm_pack_lhs/rhs, gebp_traits, the data
-// mappers): those are not Eigen's public API, which is why the top-level CMakeLists.txt pins Eigen
-// to 3.4. A newer Eigen may change these signatures; then this file (and ops/matmul.cpp) follow.
-// GCC 12 reports false "may be used uninitialized" inside Eigen's AVX-512 packet code.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+// W_hh packed for the library's own GEMM micro-kernel (recurrent_packed.hpp): ops::GemmPackedB and
+// ops::gemm_packed, so the time loop runs on the same kernel as every other product (no
+// Eigen::internal here any more).
 #include "attnkit/nn/recurrent_packed.hpp"
 
-#include <Eigen/Core>
 #include <algorithm>
-#include <new>
 
 #include "attnkit/ops/recurrent.hpp"
 
 namespace attnkit::nn {
 
-AlignedFloats::AlignedFloats(size_t n) {
-  const size_t bytes = (std::max<size_t>(1, n) * sizeof(float) + 63) / 64 * 64;
-  p_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-  if (!p_) throw std::bad_alloc();
-}
-
-namespace {
-using Traits = Eigen::internal::gebp_traits<float, float>;
-using Mapper = Eigen::internal::const_blas_data_mapper<float, Eigen::Index, Eigen::ColMajor>;
-using ResMapper = Eigen::internal::blas_data_mapper<float, Eigen::Index, Eigen::ColMajor, Eigen::Unaligned, 1>;
-constexpr int64_t kDepth = 256;  // depth block: a 48 x 256 panel of W is 48 KB (L1)
-}  // namespace
-
-// In gebp's column-major view: C^T [nc, N] += A [nc, H] (W_hh^T rows c0..) x B [H, N] (h_prev^T).
+// C [N, nc] += h [N, H] x wh[:, c0:c0+nc] [H, nc]
 PackedColumns::PackedColumns(const float* wh, int64_t H, int64_t GH, int64_t c0, int64_t nc)
-    : H_(H), nc_(nc), c0_(c0), a_(size_t(std::max<int64_t>(1, H * nc))) {
-  Eigen::internal::gemm_pack_lhs<float, Eigen::Index, Mapper, Traits::mr, Traits::LhsProgress,
-                                 Traits::LhsPacket4Packing, Eigen::ColMajor>
-      pack;
-  for (int64_t k0 = 0; k0 < H && nc > 0; k0 += kDepth)
-    pack(a_.data() + k0 * nc, Mapper(wh + c0 + k0 * GH, GH), std::min(kDepth, H - k0), nc);
-}
+    : H_(H), c0_(c0), b_(ops::Trans::No, H, nc, wh + c0, GH) {}
 
-void PackedColumns::multiply_add(const float* h, int64_t N, float* scratch, float* res, int64_t ld,
-                                 int64_t ldh) const {
+void PackedColumns::multiply_add(const float* h, int64_t N, float* res, int64_t ld, int64_t ldh) const {
   if (ldh < 0) ldh = H_;
-  Eigen::internal::gemm_pack_rhs<float, Eigen::Index, Mapper, Traits::nr, Eigen::ColMajor> pack;
-  Eigen::internal::gebp_kernel<float, float, Eigen::Index, ResMapper, Traits::mr, Traits::nr, false, false> gebp;
-  for (int64_t k0 = 0; k0 < H_; k0 += kDepth) {
-    const int64_t kc = std::min(kDepth, H_ - k0);
-    pack(scratch + k0 * N, Mapper(h + k0, ldh), kc, N);
-    gebp(ResMapper(res + c0_, ld), a_.data() + k0 * nc_, scratch + k0 * N, nc_, kc, N, 1.0f);
-  }
+  ops::gemm_packed(ops::Trans::No, N, 1.0f, h, ldh, b_, 1.0f, res + c0_, ld, ops::GemmThreads::This);  // [N, nc]
 }
 
 TeamParts make_parts(const Recurrent::Packed& p, int64_t H, int G, int team) {

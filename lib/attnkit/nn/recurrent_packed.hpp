@@ -1,10 +1,9 @@
 // Internal to the recurrent layer (included by nn/recurrent*.cpp only; Eigen-free): W_hh packed once
-// for the GEMM micro-kernel, split among a team of threads, and cached per team size.
+// for the library's GEMM micro-kernel, split among a team of threads, and cached per team size.
 // Legend: N batch, H hidden size, G gates, GH = G*H pre-activation columns (blocked order).
 #pragma once
 #include <array>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -12,39 +11,27 @@
 #include <vector>
 
 #include "attnkit/nn/recurrent.hpp"
+#include "attnkit/ops/matmul.hpp"
 
 namespace attnkit::nn {
 
-// Floats on 64-byte boundaries (the micro-kernel loads packed panels with aligned loads).
-class AlignedFloats {
- public:
-  explicit AlignedFloats(size_t n = 0);
-  float* data() { return p_.get(); }
-  const float* data() const { return p_.get(); }
-
- private:
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float, Free> p_;
-};
-
-// h_prev W_hh^T for a run of columns, with W_hh's columns packed once for Eigen's GEMM micro-kernel
-// (gebp) instead of once per step: only h_prev (small) is packed each step, and the product is
-// added in place into the pre-activations, so the time loop allocates and copies nothing else.
+// h_prev W_hh^T for a run of columns, with W_hh's columns packed once (ops::GemmPackedB, the panels
+// of the library's own GEMM micro-kernel) instead of once per step: only h_prev (small) is packed
+// each step (inside ops::gemm_packed, in that thread's buffer), and the product is added in place
+// into the pre-activations, so the time loop allocates and copies nothing else.
 // Immutable once built: kept by the model (PackCache) and shared by concurrent forward calls.
 class PackedColumns {
  public:
   // wh [H, GH] row-major; the columns [c0, c0 + nc). (Backward packs W_hh [G*H, H] the same way:
   // H = G*H rows deep, GH = H columns.)
   PackedColumns(const float* wh, int64_t H, int64_t GH, int64_t c0, int64_t nc);
-  // res[n * ld + c0 + j] += sum_k h[n * ldh + k] * wh[k, c0 + j] for n < N (ldh < 0: H); `scratch`
-  // holds H*N floats (64-byte aligned) for the packed h.
-  void multiply_add(const float* h, int64_t N, float* scratch, float* res, int64_t ld, int64_t ldh = -1) const;
+  // res[n * ld + c0 + j] += sum_k h[n * ldh + k] * wh[k, c0 + j] for n < N (ldh < 0: H), on the
+  // calling thread.
+  void multiply_add(const float* h, int64_t N, float* res, int64_t ld, int64_t ldh = -1) const;
 
  private:
-  int64_t H_, nc_, c0_;
-  AlignedFloats a_;  // packed W_hh^T
+  int64_t H_, c0_;
+  ops::GemmPackedB b_;  // wh[:, c0:c0+nc] [H, nc]
 };
 
 // A team's split of the hidden units: part c = units [u0, u1) and their packed columns.

@@ -97,10 +97,6 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   const int team = static_cast<int>(parts.units.size());
   Scratch xproj_buf(size_t(N * T * GH), 0);
   MapRM xproj(xproj_buf.data(), N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
-  // packed h_prev for each part: H*N floats each, 64-byte aligned (16 floats)
-  const int64_t hpack = (H * N + 15) / 16 * 16;
-  Scratch hpacked_buf(size_t(hpack * team), 1);
-  float* hpacked = hpacked_buf.data();
   {
     // The team's threads take runs of rows, each running Eigen's blocked GEMM on its own (no global
     // Eigen setting is read or touched). A small GEMM stays on one thread: forking costs more than
@@ -160,13 +156,12 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     const auto [u0, u1] = parts.units[c];
     if (u0 >= u1) return;
     const PackedColumns& wh = parts.columns[c];
-    float* scratch = hpacked + c * hpack;
     const int64_t rows = running(t);
     if (gru) {
       hproj.middleCols(G * u0, G * (u1 - u0)).setZero();
-      wh.multiply_add(h_at(i - 1), rows, scratch, hproj.data(), GH);
+      wh.multiply_add(h_at(i - 1), rows, hproj.data(), GH);
     } else {
-      wh.multiply_add(h_at(i - 1), rows, scratch, xproj.data() + t * GH, T * GH);  // rows n*T + t
+      wh.multiply_add(h_at(i - 1), rows, xproj.data() + t * GH, T * GH);  // rows n*T + t
     }
     ops::CellStep s;
     s.cell = job.cell;
@@ -275,10 +270,6 @@ void backward_direction(const DirectionBackJob& job) {
   const int team = job.team;
   const TeamParts& parts = *job.parts;  // W_hh packed for the micro-kernel, per part (PackCache)
   auto units = [&](int c) { return parts.units[size_t(c)]; };
-  // packed da_h for each part: G*H*N floats each, 64-byte aligned (16 floats)
-  const int64_t apack = (GH * N + 15) / 16 * 16;
-  Scratch apacked_buf(size_t(apack * team), 1);
-  float* apacked = apacked_buf.data();
   // Step i, part c: the cell backward of its units (after adding d output), or (phase 1) its
   // columns of dh_prev += da_h W_hh.
   auto cell_part = [&](int c, int64_t i) {
@@ -325,7 +316,7 @@ void backward_direction(const DirectionBackJob& job) {
     if (u0 >= u1) return;
     // a = ... + h_prev W_hh^T:  dh_prev[:, u0:u1] [N, u1-u0] += da_h [N, G*H] W_hh[:, u0:u1] [G*H, u1-u0]
     // (W_hh's columns packed once with the model, as the forward's; only da_h is packed each step)
-    parts.columns[size_t(c)].multiply_add(dah + t * GH, N, apacked + c * apack, dhb[(T - i) & 1].data(), H, T * GH);
+    parts.columns[size_t(c)].multiply_add(dah + t * GH, N, dhb[(T - i) & 1].data(), H, T * GH);
   };
   if (team <= 1) {
     for (int64_t i = T - 1; i >= 0; --i) {

@@ -28,6 +28,9 @@ using ConstStridedMap = Eigen::Map<const MatrixRM, Eigen::Unaligned, StrideRM>;
 using StridedMap = Eigen::Map<MatrixRM, Eigen::Unaligned, StrideRM>;
 
 TileSizes g_tiles;
+// Tiles' row stride is their width plus this: a [256, 256] tile with rows exactly 1 KB apart, read
+// down its columns in place by the GEMM (P^T dO, dS^T Q), keeps falling into the same few L1 sets.
+constexpr int64_t kTilePad = 16;
 
 // Exceptions inside an OpenMP region would std::terminate: run() keeps the first one (and skips
 // the remaining work), rethrow() raises it after the region.
@@ -73,9 +76,6 @@ const float* mask_row(const SdpaProblem& p, int64_t n, int64_t h, int64_t t) {
   }
 }
 
-ConstStridedMap in_map(const StridedIn& a, int64_t n, int64_t h, int64_t r0, int64_t rows, int64_t cols) {
-  return ConstStridedMap(a.data + n * a.batch + h * a.head + r0 * a.row, rows, cols, StrideRM(a.row));
-}
 StridedMap out_map(const StridedOut& a, int64_t n, int64_t h, int64_t r0, int64_t rows, int64_t cols) {
   return StridedMap(a.data + n * a.batch + h * a.head + r0 * a.row, rows, cols, StrideRM(a.row));
 }
@@ -145,8 +145,8 @@ void check_mask(const MaskSpec& mask, int64_t N, int64_t NH, int64_t T, int64_t 
 // ---- flash-attention style: query tile x key tiles, online softmax ----
 struct TiledWorker::Impl {
   const SdpaProblem& p;
-  int64_t Br, Bc, tiles_per_head;
-  MatrixRM Qs, E, O;  // [Br, Dk] scaled queries, [Br, Bc] scores -> probabilities, [Br, Dv] output
+  int64_t Br, Bc, ldE, tiles_per_head;
+  MatrixRM E, O;  // [Br, ldE] scores -> probabilities (row stride ldE = Bc + kTilePad), [Br, Dv] output
   Eigen::ArrayXf m, l, alpha;         // [Br] running max, running sum, rescale
   std::vector<int64_t> limit;         // [Br] keys [0, limit) pass causal / key length
 
@@ -154,30 +154,35 @@ struct TiledWorker::Impl {
       : p(problem),
         Br(std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1))),
         Bc(std::min<int64_t>(g_tiles.key, std::max<int64_t>(p.S, 1))),
+        ldE(Bc + kTilePad),
         tiles_per_head((p.T + Br - 1) / Br),
-        Qs(Br, p.Dk), E(Br, Bc), O(Br, p.Dv), m(Br), l(Br), alpha(Br), limit(static_cast<size_t>(Br)) {}
+        E(Br, ldE), O(Br, p.Dv), m(Br), l(Br), alpha(Br), limit(static_cast<size_t>(Br)) {}
 
+  // The tile products run on ops::gemm's own kernel on this thread (GemmThreads::This): Q K^T packs
+  // K's tile once for the br rows; P V reads P in place (C is only Dv wide, see gemm_kernel.inc).
   void run(int64_t task, float* row_lse) {
     const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
     const int64_t t0 = (task % tiles_per_head) * Br, br = std::min(Br, p.T - t0);
-    auto Qt = Qs.topRows(br);
-    Qt.noalias() = in_map(p.q, n, h, t0, br, p.Dk) * p.scale;  // [br, Dk], the scale folded in once
+    const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;  // [br, Dk]
     int64_t max_limit = 0;
     for (int64_t r = 0; r < br; ++r) max_limit = std::max(max_limit, limit[r] = row_limit(p, n, t0 + r));
     m.head(br).setConstant(kNegInf);
     l.head(br).setZero();
     auto Ot = O.topRows(br);
     Ot.setZero();
+    float* e = E.data();
     // Keys past every row's limit are skipped whole (half the work under a causal mask).
     for (int64_t s0 = 0; s0 < max_limit; s0 += Bc) {
       const int64_t bc = std::min(Bc, p.S - s0);
-      auto Et = E.topLeftCorner(br, bc);
-      Et.noalias() = Qt * in_map(p.k, n, h, s0, bc, p.Dk).transpose();  // [br, bc]
+      const float* Kj = p.k.data + n * p.k.batch + h * p.k.head + s0 * p.k.row;  // [bc, Dk]
+      const float* Vj = p.v.data + n * p.v.batch + h * p.v.head + s0 * p.v.row;  // [bc, Dv]
+      // E = scale Q_i K_j^T   [br, bc] (row stride ldE)
+      gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, e, ldE, GemmThreads::This);
       const bool masked = p.mask && p.mask->any();
       // m' = max(m, max_s e);  alpha = exp(m - m');  P = exp(e - m');  l = alpha l + sum P;  O = alpha O + P V
       // Row by row: each row (bc floats) stays in L1 through mask, max, exp and sum.
       for (int64_t r = 0; r < br; ++r) {
-        Eigen::Map<Eigen::ArrayXf> row(&Et(r, 0), bc);
+        Eigen::Map<Eigen::ArrayXf> row(e + r * ldE, bc);
         if (masked) mask_scores(row.data(), s0, bc, limit[r], mask_row(p, n, h, t0 + r));
         const float mt = std::max(m[r], row.maxCoeff());
         alpha[r] = mt == kNegInf ? 1.0f : std::exp(m[r] - mt);
@@ -188,7 +193,8 @@ struct TiledWorker::Impl {
         m[r] = mt;
       }
       Ot.array().colwise() *= alpha.head(br);
-      Ot.noalias() += Et * in_map(p.v, n, h, s0, bc, p.Dv);  // [br, Dv]
+      // O += P V_j   [br, Dv]
+      gemm(Trans::No, Trans::No, br, p.Dv, bc, 1.0f, e, ldE, Vj, p.v.row, 1.0f, O.data(), p.Dv, GemmThreads::This);
     }
     auto out = out_map(p.out, n, h, t0, br, p.Dv);
     for (int64_t r = 0; r < br; ++r) {
@@ -238,7 +244,10 @@ void sdpa_full(const SdpaProblem& p, float* scores, float* weights, float* row_l
       const int64_t t0 = (task % tiles_per_head) * Br, br = std::min(Br, p.T - t0);
       float* wblock = weights + (nh * p.T + t0) * p.S;
       MapRM W(wblock, br, p.S);
-      W.noalias() = (in_map(p.q, n, h, t0, br, p.Dk) * p.scale) * in_map(p.k, n, h, 0, p.S, p.Dk).transpose();
+      const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;  // [br, Dk]
+      // W = scale Q_i K^T   [br, S]
+      gemm(Trans::No, Trans::Yes, br, p.S, p.Dk, p.scale, Qi, p.q.row, p.k.data + n * p.k.batch + h * p.k.head,
+           p.k.row, 0.0f, wblock, p.S, GemmThreads::This);
       if (p.mask && p.mask->any())
         for (int64_t r = 0; r < br; ++r)
           mask_scores(&W(r, 0), 0, p.S, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
@@ -248,7 +257,9 @@ void sdpa_full(const SdpaProblem& p, float* scores, float* weights, float* row_l
       softmax_rows(wblock, br, p.S, mx, sum);
       if (row_lse)
         for (int64_t r = 0; r < br; ++r) row_lse[nh * p.T + t0 + r] = sum[r] > 0 ? mx[r] + std::log(sum[r]) : kNegInf;
-      out_map(p.out, n, h, t0, br, p.Dv).noalias() = W * in_map(p.v, n, h, 0, p.S, p.Dv);
+      // out_i = W V   [br, Dv]
+      gemm(Trans::No, Trans::No, br, p.Dv, p.S, 1.0f, wblock, p.S, p.v.data + n * p.v.batch + h * p.v.head, p.v.row,
+           0.0f, p.out.data + n * p.out.batch + h * p.out.head + t0 * p.out.row, p.out.row, GemmThreads::This);
     });
   }
   errors.rethrow();
@@ -316,6 +327,7 @@ void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn d
   AK_CHECK(row_lse != nullptr, "attention backward: the tiled kernel needs the forward's row log-sum-exp");
   if (p.N * p.NH * p.T == 0 || p.S == 0) return;
   const int64_t Br = std::min<int64_t>(g_tiles.query, p.T), Bc = std::min<int64_t>(g_tiles.key, p.S);
+  const int64_t ldt = Bc + kTilePad;  // the tiles' row stride
   const int64_t key_tiles = (p.S + Bc - 1) / Bc;
   const int64_t tasks = p.N * p.NH * key_tiles, rows = p.N * p.NH * p.T;
   const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), tasks)));
@@ -323,7 +335,7 @@ void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn d
   const bool want_dq = grads.dq.data != nullptr;
   // Allocated before the team: nothing inside it allocates.
   std::vector<float> D(static_cast<size_t>(rows));  // [N, NH, T] D_t = dout_t . out_t
-  std::vector<float> tiles(static_cast<size_t>(team) * 2 * Br * Bc);
+  std::vector<float> tiles(static_cast<size_t>(team) * 2 * Br * ldt);
   // Thread 0 adds straight into grads.dq, the others into zeroed partials [N, NH, T, Dk].
   const int64_t part_size = p.N * p.NH * p.T * p.Dk;
   std::vector<float> partial(want_dq ? static_cast<size_t>(team - 1) * part_size : 0, 0.0f);
@@ -340,8 +352,8 @@ void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn d
       D[static_cast<size_t>(row)] = acc;
     }  // implicit barrier: D is complete
     const int id = omp_get_thread_num();
-    float* E = tiles.data() + static_cast<size_t>(id) * 2 * Br * Bc;  // [Br, Bc] P
-    float* dP = E + Br * Bc;                                           // [Br, Bc] dP -> dS
+    float* E = tiles.data() + static_cast<size_t>(id) * 2 * Br * ldt;  // [Br, Bc] P (row stride ldt)
+    float* dP = E + Br * ldt;                                           // [Br, Bc] dP -> dS
     StridedOut dq = grads.dq;
     if (id > 0 && want_dq)
       dq = {partial.data() + static_cast<size_t>(id - 1) * part_size, p.NH * p.T * p.Dk, p.T * p.Dk, p.Dk};
@@ -359,9 +371,9 @@ void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn d
           const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;   // [br, Dk]
           const float* dOi = dout.data + n * dout.batch + h * dout.head + t0 * dout.row;  // [br, Dv]
           // E = scale Q_i K_j^T   [br, bc]
-          gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, E, Bc);
+          gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, E, ldt);
           for (int64_t r = 0; r < br; ++r) {  // P = exp(E - lse), masked and fully masked rows 0
-            float* e = E + r * Bc;
+            float* e = E + r * ldt;
             if (masked) mask_scores(e, s0, bc, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
             const float lse = row_lse[nh * p.T + t0 + r];
             Eigen::Map<Eigen::ArrayXf> P(e, bc);
@@ -371,22 +383,22 @@ void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn d
           }
           // dV_j += P^T dO_i   [bc, Dv]
           if (grads.dv.data)
-            gemm(Trans::Yes, Trans::No, bc, p.Dv, br, 1.0f, E, Bc, dOi, dout.row, 1.0f,
+            gemm(Trans::Yes, Trans::No, bc, p.Dv, br, 1.0f, E, ldt, dOi, dout.row, 1.0f,
                  grads.dv.data + n * grads.dv.batch + h * grads.dv.head + s0 * grads.dv.row, grads.dv.row);
           if (!want_dq && !grads.dk.data) continue;
           // dP = dO_i V_j^T   [br, bc];  dS = P (dP - D)
-          gemm(Trans::No, Trans::Yes, br, bc, p.Dv, 1.0f, dOi, dout.row, Vj, p.v.row, 0.0f, dP, Bc);
+          gemm(Trans::No, Trans::Yes, br, bc, p.Dv, 1.0f, dOi, dout.row, Vj, p.v.row, 0.0f, dP, ldt);
           for (int64_t r = 0; r < br; ++r) {
-            Eigen::Map<Eigen::ArrayXf> dS(dP + r * Bc, bc);
-            dS = Eigen::Map<const Eigen::ArrayXf>(E + r * Bc, bc) * (dS - D[static_cast<size_t>(nh * p.T + t0 + r)]);
+            Eigen::Map<Eigen::ArrayXf> dS(dP + r * ldt, bc);
+            dS = Eigen::Map<const Eigen::ArrayXf>(E + r * ldt, bc) * (dS - D[static_cast<size_t>(nh * p.T + t0 + r)]);
           }
           // dK_j += scale dS^T Q_i   [bc, Dk]
           if (grads.dk.data)
-            gemm(Trans::Yes, Trans::No, bc, p.Dk, br, p.scale, dP, Bc, Qi, p.q.row, 1.0f,
+            gemm(Trans::Yes, Trans::No, bc, p.Dk, br, p.scale, dP, ldt, Qi, p.q.row, 1.0f,
                  grads.dk.data + n * grads.dk.batch + h * grads.dk.head + s0 * grads.dk.row, grads.dk.row);
           // dQ_i += scale dS K_j   [br, Dk]
           if (want_dq)
-            gemm(Trans::No, Trans::No, br, p.Dk, bc, p.scale, dP, Bc, Kj, p.k.row, 1.0f,
+            gemm(Trans::No, Trans::No, br, p.Dk, bc, p.scale, dP, ldt, Kj, p.k.row, 1.0f,
                  dq.data + n * dq.batch + h * dq.head + t0 * dq.row, dq.row);
         }
       });

@@ -29,4 +29,5 @@ inline float hsum8(__m256 v) {
 #define KC 256
 #define NC 4080
 #define DIRECT_M 24
+#define DIRECT_A_N 64
 #include "gemm_kernel.inc"

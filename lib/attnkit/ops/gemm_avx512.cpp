@@ -22,4 +22,5 @@
 #define KC 384
 #define NC 3072
 #define DIRECT_M 48
+#define DIRECT_A_N 64
 #include "gemm_kernel.inc"

@@ -94,11 +94,12 @@ Tensor index(const Tensor& t, const std::string& spec) {
     if (step > 0) {
       start = field(f[0], 0, 0, n);
       stop = field(f.size() > 1 ? f[1] : "", n, 0, n);
-      p.count = stop > start ? (stop - start + step - 1) / step : 0;
+      p.count = stop > start ? (stop - start - 1) / step + 1 : 0;  // (no overflow for a step near INT64_MAX)
     } else {
       start = field(f[0], n - 1, -1, n - 1);
       stop = field(f.size() > 1 ? f[1] : "", -1, -1, n - 1);
-      p.count = start > stop ? (start - stop - step - 1) / -step : 0;
+      // -step overflows for INT64_MIN; any step past -n picks one element alike
+      p.count = start > stop ? (start - stop - 1) / -std::max(step, -n - 1) + 1 : 0;
     }
     p.start = start;
     p.step = step;

@@ -58,6 +58,9 @@ double double_of(const io::Value& v, const char* name, std::string_view what) {
   return x;
 }
 
+// A non-finite value as the messages write it: NaN, inf, -inf (fmt would say "-nan").
+std::string shown(float x) { return std::isnan(x) ? "NaN" : fmt::format("{}", x); }
+
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::vector<nn::Parameter*> params, double lr) {
   switch (kind) {
     case OptimizerKind::Sgd: {
@@ -106,7 +109,8 @@ std::string_view optimizer_kind_name(OptimizerKind kind) {
   return "?";
 }
 
-TrainingData load_training_data(const DataSpec& spec) {
+namespace {
+TrainingData load_data(const DataSpec& spec) {
   TrainingData d;
   if (spec.task) {
     TaskData t = make_task(*spec.task);
@@ -121,6 +125,18 @@ TrainingData load_training_data(const DataSpec& spec) {
   if (!spec.valid_path.empty()) d.valid = read_corpus(spec.valid_path, spec.data);
   d.src_vocab = build_vocab(d.train, Side::Source, default_order(d.train.src_tokenizer));
   d.tgt_vocab = build_vocab(d.train, Side::Target, default_order(d.train.tgt_tokenizer));
+  return d;
+}
+}  // namespace
+
+TrainingData load_training_data(const DataSpec& spec) {
+  TrainingData d = load_data(spec);
+  if (!spec.vocab_path.empty()) {
+    VocabPair v = read_vocab_pair(spec.vocab_path);
+    d.src_vocab = std::move(v.source);
+    d.tgt_vocab = std::move(v.target);
+    d.vocab_source = spec.vocab_path;
+  }
   return d;
 }
 
@@ -149,7 +165,8 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
   AK_CHECK(options_.batch_size >= 1, "trainer: batch size {} must be >= 1", options_.batch_size);
   AK_CHECK(options_.log_every >= 1, "trainer: log_every {} must be >= 1", options_.log_every);
   AK_CHECK(options_.clip >= 0 && std::isfinite(options_.clip), "trainer: clip {} must be >= 0", options_.clip);
-  validate(options_.schedule);
+  AK_CHECK(options_.epochs >= 0 && options_.save_every >= 0, "trainer: epochs {} and save_every {} must be >= 0",
+           options_.epochs, options_.save_every);
   options_.model = model_config;
   options_.transformer = transformer_config;
   train_enc_ = encode(data_.train, data_.src_vocab, data_.tgt_vocab);
@@ -162,6 +179,14 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
   bo.batch_size = options_.batch_size;
   bo.seed = options_.seed;
   batcher_ = std::make_unique<Batcher>(train_enc_, bo);
+  if (options_.epochs > 0) {
+    AK_CHECK(options_.epochs <= (int64_t{1} << 40) / batcher_->batches_per_epoch(), "trainer: {} epochs is too many",
+             options_.epochs);
+    options_.steps = options_.epochs * batcher_->batches_per_epoch();
+  }
+  if (options_.schedule.kind == ScheduleKind::Cosine && options_.schedule.t_max == 0)
+    options_.schedule.t_max = std::max<int64_t>(options_.steps, 1);
+  validate(options_.schedule);
 }
 
 Trainer::Trainer(const TrainerOptions& options, TrainingData data)
@@ -211,8 +236,23 @@ void Trainer::save(const std::string& path) const {
   io::write_file_atomic(path, io::to_json(v) + "\n");
 }
 
+void Trainer::save_checked(const std::string& path, const std::string& when) const {
+  for (const nn::Parameter* p : model_->named_parameters()) {
+    const float* x = p->value.data();
+    for (int64_t i = 0; i < p->value.numel(); ++i)
+      AK_CHECK(std::isfinite(x[i]), "training: {}: parameter {} is {} at [{}] (the last checkpoint is kept)", when,
+               p->name, shown(x[i]), i);
+  }
+  save(path);
+}
+
 std::unique_ptr<Trainer> Trainer::resume(const std::string& path, const TrainerOptions& options, TrainingData data) {
-  const io::Value v = io::parse_json(io::read_text(path), path);
+  return resume_text(io::read_text(path), path, options, std::move(data));
+}
+
+std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::string& path,
+                                              const TrainerOptions& options, TrainingData data) {
+  const io::Value v = io::parse_json(text, path);
   AK_CHECK(v.is_bundle() && v.find("format") && string_of(v, "format", path) == kFormat,
            "{}: not an attnkit seq2seq checkpoint (no \"format\": \"{}\")", path, kFormat);
   AK_CHECK(string_of(v, "version", path) == "1", "{}: checkpoint version \"{}\" is not supported", path,
@@ -233,8 +273,8 @@ std::unique_ptr<Trainer> Trainer::resume(const std::string& path, const TrainerO
   const io::Value& vocab = member(v, "vocab", path);
   const Vocab src = Vocab::from_value(member(vocab, "source", path), path + ": vocab/source");
   const Vocab tgt = Vocab::from_value(member(vocab, "target", path), path + ": vocab/target");
-  check_same_vocab(src, path, data.src_vocab, data.train.name, "source vocabulary");
-  check_same_vocab(tgt, path, data.tgt_vocab, data.train.name, "target vocabulary");
+  check_same_vocab(src, path, data.src_vocab, data.vocab_name(), path + ": source vocabulary");
+  check_same_vocab(tgt, path, data.tgt_vocab, data.vocab_name(), path + ": target vocabulary");
   AK_CHECK(config_src == src.size() && config_tgt == tgt.size(),
            "{}: the config's vocabulary sizes {} and {} disagree with the stored vocabularies ({} and {})", path,
            config_src, config_tgt, src.size(), tgt.size());
@@ -321,17 +361,20 @@ Evaluation Trainer::evaluate(const Corpus& corpus) {
 TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
   TrainSummary s;
   s.start_step = start_step_;
+  s.checkpoint = options_.save_path;
   for (const nn::Parameter* p : model_->named_parameters()) s.parameters += p->value.numel();
   const std::vector<nn::Parameter*> params = model_->named_parameters();
   models::LossOptions lo;
   lo.label_smoothing = options_.label_smoothing;
-  int64_t window_tokens = 0;
+  int64_t window_tokens = 0, run_tokens = 0;
   float last_norm = 0;
-  auto t0 = std::chrono::steady_clock::now();
+  const auto run_start = std::chrono::steady_clock::now();
+  auto t0 = run_start;
   auto emit = [&](const std::string& line) {
     append_line(options_.metrics_path, line);
     if (log) log(line);
   };
+  auto stop = [&] { return options_.stop_requested && options_.stop_requested(); };
   while (step_ < options_.steps) {
     const double lr = learning_rate(options_.schedule, step_);
     optimizer_->set_lr(lr);
@@ -341,22 +384,27 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
     const float loss = r.loss.value()[0];
     if (!std::isfinite(loss)) {
       autograd::clear_tape();
-      fail("training: the loss is {} at step {} (the last checkpoint is kept)", loss, step_ + 1);
+      fail("training: the loss is {} at step {} (the last checkpoint is kept)", shown(loss), step_ + 1);
     }
     autograd::backward(r.loss);
-    ClipOptions co;
-    if (options_.clip > 0) {
-      co.max_norm = options_.clip;
-      last_norm = clip_grad_norm(params, co);
-    } else {
-      last_norm = grad_norm(params);
-      AK_CHECK(std::isfinite(last_norm), "training: the gradient norm is {} at step {}", last_norm, step_ + 1);
+    try {
+      ClipOptions co;
+      if (options_.clip > 0) {
+        co.max_norm = options_.clip;
+        last_norm = clip_grad_norm(params, co);
+      } else {
+        last_norm = grad_norm(params);
+        AK_CHECK(std::isfinite(last_norm), "the gradient norm is {}", shown(last_norm));
+      }
+    } catch (const Error& e) {
+      fail("training: step {}: {} (the last checkpoint is kept)", step_ + 1, e.what());
     }
     optimizer_->step();
     ++step_;
     window_loss_ += loss;
     ++window_steps_;
     window_tokens += b.target_tokens();
+    run_tokens += b.target_tokens();
     if (step_ % options_.log_every == 0 || step_ == options_.steps) {
       const auto t1 = std::chrono::steady_clock::now();
       const double secs = std::chrono::duration<double>(t1 - t0).count();
@@ -382,10 +430,30 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
       window_tokens = 0;
       t0 = std::chrono::steady_clock::now();
     }
+    if (options_.progress) {
+      Progress p;
+      p.step = step_, p.steps = options_.steps, p.start_step = start_step_, p.loss = loss, p.tokens = run_tokens;
+      p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      options_.progress(p);
+    }
+    const bool stopping = step_ < options_.steps && stop();
+    // every save_every steps, and when stopping early (the end of the run saves below)
+    if (!options_.save_path.empty() && step_ < options_.steps &&
+        (stopping || (options_.save_every > 0 && step_ % options_.save_every == 0)))
+      save_checked(options_.save_path, fmt::format("step {}", step_));
+    if (stopping) {
+      s.interrupted = true;
+      s.step = step_;
+      if (window_steps_ > 0) s.train_loss = window_loss_ / double(window_steps_);
+      return s;
+    }
   }
-  if (!options_.save_path.empty()) save(options_.save_path);
+  if (!options_.save_path.empty()) save_checked(options_.save_path, fmt::format("step {}", step_));
   s.step = step_;
-  s.checkpoint = options_.save_path;
+  if (stop()) {  // asked to stop during the last step: saved, without the final evaluation
+    s.interrupted = true;
+    return s;
+  }
   if (valid_enc_.size() > 0) s.valid = evaluate(data_.valid);
   return s;
 }

@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attnkit/models/seq2seq.hpp"
@@ -42,19 +43,32 @@ struct DataSpec {
   std::string train_path;           // else: TSV / JSONL files
   std::string valid_path;           // optional
   DataOptions data;                 // tokenizers, max_len, skip_bad_lines (files only)
+  std::string vocab_path;           // optional: the vocabularies from this file (read_vocab_pair, vocab.hpp)
 };
 
 struct TrainingData {
   Corpus train, valid;
   Vocab src_vocab, tgt_vocab;
+  std::string vocab_source;  // the vocabulary file they came from, or "" (built from the data)
+  // Where the vocabularies come from, for messages: the vocabulary file, else the training data's name.
+  const std::string& vocab_name() const { return vocab_source.empty() ? train.name : vocab_source; }
 };
 // A task's sets and vocabularies, or the files read with vocabularies built from the training file
-// (source side and target side each in the tokenizer's default order). Errors name the file and line.
+// (source side and target side each in the tokenizer's default order); with spec.vocab_path, the
+// vocabularies of that file instead (tokens it lacks become <unk>). Errors name the file and line.
 TrainingData load_training_data(const DataSpec& spec);
 
 enum class OptimizerKind { Sgd, Adam, AdamW };
 OptimizerKind parse_optimizer_kind(std::string_view name);  // "sgd", "adam", "adamw"
 std::string_view optimizer_kind_name(OptimizerKind kind);
+
+// What a progress display needs, after each step.
+struct Progress {
+  int64_t step = 0, steps = 0, start_step = 0;
+  double loss = 0;          // this step's
+  int64_t tokens = 0;       // target tokens trained on since the run (this process) started
+  double seconds = 0;       // since the run started
+};
 
 struct TrainerOptions {
   models::Seq2SeqConfig model;  // src_vocab / tgt_vocab are set from the data's vocabularies
@@ -79,6 +93,11 @@ struct TrainerOptions {
   int64_t max_decode_len = 0;   // greedy decoding's cap; 0: the longest validation target + 5
   std::string save_path;        // the checkpoint (written at the end)
   std::string metrics_path;     // JSON lines appended; "" for none
+  // Operations. schedule.t_max == 0 with a cosine schedule: the run's length (steps, or epochs' steps).
+  int64_t epochs = 0;           // > 0: train up to this many epochs (steps = epochs * batches per epoch)
+  int64_t save_every = 0;       // > 0: a checkpoint every this many steps too (the last one is always saved)
+  std::function<bool()> stop_requested;  // polled after each step: true saves a checkpoint and stops
+  std::function<void(const Progress&)> progress;  // called after each step
 };
 
 struct Evaluation {
@@ -95,6 +114,7 @@ struct TrainSummary {
   std::optional<Evaluation> valid;
   int64_t parameters = 0;       // number of learned values
   std::string checkpoint;
+  bool interrupted = false;     // stop_requested said stop: the checkpoint is saved, no final evaluation
   std::string to_json() const;  // one JSON object, no newline
 };
 
@@ -106,13 +126,20 @@ class Trainer {
   // `options` gives steps, lr and schedule, clip, log_every, save and metrics paths. Refuses (naming the
   // file) a checkpoint that is not one, is corrupt, or whose vocabularies differ from `data`'s.
   static std::unique_ptr<Trainer> resume(const std::string& path, const TrainerOptions& options, TrainingData data);
+  // The same from a checkpoint's text; `name` stands for the file in messages (the fuzz target's entry).
+  static std::unique_ptr<Trainer> resume_text(std::string_view text, const std::string& name,
+                                              const TrainerOptions& options, TrainingData data);
 
   // Runs up to options.steps, saves the checkpoint, evaluates; `log` (if given) receives each metrics line.
+  // A non-finite loss, gradient norm or parameter stops the run with an error naming the step, before any
+  // checkpoint holds it (the last good one is kept).
   TrainSummary run(const std::function<void(const std::string&)>& log = {});
   Evaluation evaluate(const Corpus& corpus);
 
   models::TranslationModel& model() { return *model_; }
   int64_t step() const { return step_; }
+  int64_t total_steps() const { return options_.steps; }
+  // Writes the checkpoint atomically (io::write_file_atomic: temporary, fsync, rename, fsync of the folder).
   void save(const std::string& path) const;
 
  private:
@@ -131,6 +158,9 @@ class Trainer {
   // run logs the same means as an uninterrupted one).
   double window_loss_ = 0;
   int64_t window_steps_ = 0;
+
+  // Refuses (naming the step) parameters that are not finite, then saves.
+  void save_checked(const std::string& path, const std::string& when) const;
 };
 
 }  // namespace attnkit::train

@@ -267,6 +267,32 @@ Vocab parse_vocab(std::string_view text, std::string_view name) {
   return vocab;
 }
 
+VocabPair parse_vocab_pair(std::string_view text, std::string_view name) {
+  const size_t start = text.find_first_not_of(" \t\r\n");
+  if (start == std::string_view::npos || text[start] != '{') {
+    Vocab v = parse_vocab(text, name);
+    return {v, v};
+  }
+  const io::Value doc = io::parse_json(text, name);
+  AK_CHECK(doc.is_bundle(), "{}: a vocabulary file must be an object or one token per line", name);
+  const io::Value* vocab = doc.find("vocab");
+  const io::Value& v = vocab ? *vocab : doc;
+  const std::string where = std::string(name) + (vocab ? ": vocab" : "");
+  if (v.is_bundle() && v.find("tokens") == nullptr) {
+    const io::Value* src = v.find("source");
+    const io::Value* tgt = v.find("target");
+    AK_CHECK(src && tgt, "{}: expected {{\"tokens\": [...]}} or {{\"source\": {{\"tokens\": [...]}}, \"target\": ...}}",
+             where);
+    return {Vocab::from_value(*src, where + "/source"), Vocab::from_value(*tgt, where + "/target")};
+  }
+  Vocab both = Vocab::from_value(v, where);
+  return {both, both};
+}
+
+VocabPair read_vocab_pair(const std::string& path) {
+  return parse_vocab_pair(io::read_text(path), path == "-" ? "<stdin>" : path);
+}
+
 Vocab read_vocab(const std::string& path) { return parse_vocab(io::read_text(path), path == "-" ? "<stdin>" : path); }
 
 std::string vocab_difference(const Vocab& expected, std::string_view expected_name, const Vocab& actual,

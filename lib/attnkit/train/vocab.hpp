@@ -103,6 +103,17 @@ class Vocab {
 Vocab read_vocab(const std::string& path);
 Vocab parse_vocab(std::string_view text, std::string_view name);
 
+// The vocabularies of both sides of a translation model from one file (seq2seq-train --vocab):
+//   text, one token per line, or {"tokens": [...]}      the same vocabulary for source and target
+//   {"source": {"tokens": [...]}, "target": {"tokens": [...]}}   each side its own (a checkpoint's "vocab")
+//   a checkpoint (an object with a "vocab" member)      its two vocabularies
+// Errors name the file.
+struct VocabPair {
+  Vocab source, target;
+};
+VocabPair read_vocab_pair(const std::string& path);
+VocabPair parse_vocab_pair(std::string_view text, std::string_view name);
+
 // "" when the two are equal, else the first difference, for a resume's message:
 //   "42 tokens in model.json, 43 in train.tsv; token 17 is \"ax\" in model.json, \"ay\" in train.tsv"
 std::string vocab_difference(const Vocab& expected, std::string_view expected_name, const Vocab& actual,

@@ -1,0 +1,207 @@
+#include "attnkit/decode/loader.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "attnkit/io/bundle_lookup.hpp"
+#include "attnkit/io/json_reader.hpp"
+#include "attnkit/models/seq2seq.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/random.hpp"
+
+namespace attnkit::decode {
+
+namespace {
+
+// The stored tensor `name` must have `shape` (checked before the model is allocated).
+void expect_shape(const io::Value& checkpoint, const std::string& name, const Shape& shape, std::string_view what) {
+  const Tensor* t = io::find_tensor(checkpoint, name, what);
+  AK_CHECK(t != nullptr, "{}: missing weight {} (expected shape {})", what, name, shape_str(shape));
+  AK_CHECK(t->shape() == shape, "{}: weight {} has shape {}, but the config says {}", what, name, t->shape_str(),
+           shape_str(shape));
+}
+
+std::unique_ptr<models::TranslationModel> make_recurrent(const io::Value& checkpoint, const io::Value& config,
+                                                         std::string_view what) {
+  const models::Seq2SeqConfig c = models::Seq2SeqConfig::from_value(config, what);
+  const int64_t gates = c.cell == nn::CellKind::Lstm ? 4 : c.cell == nn::CellKind::Gru ? 3 : 1;
+  const int64_t Hd = c.decoder_hidden();
+  expect_shape(checkpoint, "src_embed.weight", {c.src_vocab, c.embed}, what);
+  expect_shape(checkpoint, "tgt_embed.weight", {c.tgt_vocab, c.embed}, what);
+  expect_shape(checkpoint, "encoder.weight_hh_l0", {gates * c.hidden, c.hidden}, what);
+  expect_shape(checkpoint, "decoder.weight_hh_l0", {gates * Hd, Hd}, what);
+  expect_shape(checkpoint, "output.weight", {c.tgt_vocab, Hd}, what);
+  Rng rng(1);  // the initial values are replaced by the checkpoint's
+  return std::make_unique<models::Seq2Seq>(c, rng);
+}
+
+std::map<std::string, ModelFactory>& registry() {
+  static std::map<std::string, ModelFactory> r = {{"recurrent", make_recurrent}};
+  return r;
+}
+std::mutex registry_mutex;
+
+const io::Value& member(const io::Value& v, const char* name, std::string_view what) {
+  const io::Value* m = v.is_bundle() ? v.find(name) : nullptr;
+  AK_CHECK(m != nullptr, "{}: no \"{}\"", what, name);
+  return *m;
+}
+
+std::string string_of(const io::Value& v, const char* name, std::string_view what) {
+  const io::Value& m = member(v, name, what);
+  const nlohmann::json j = nlohmann::json::parse(m.json(), nullptr, false);
+  AK_CHECK(m.kind() == io::Value::Kind::Other && j.is_string(), "{}: \"{}\" must be a string", what, name);
+  return j.get<std::string>();
+}
+
+}  // namespace
+
+void register_family(const std::string& family, ModelFactory factory) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry()[family] = std::move(factory);
+}
+
+std::vector<std::string> families() {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  std::vector<std::string> out;
+  for (const auto& [name, f] : registry()) out.push_back(name);
+  return out;
+}
+
+namespace {
+
+ModelFactory factory_for(const std::string& family, const std::string& path) {
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    auto it = registry().find(family);
+    if (it != registry().end()) return it->second;
+  }
+  std::string known;
+  for (const std::string& f : families()) known += (known.empty() ? "" : ", ") + f;
+  fail("{}: model family \"{}\" is not one this build decodes ({})", path, family, known);
+}
+
+void load_weights(LoadedModel& m, const io::Value& weights, const std::string& path) {
+  try {
+    m.model->load_parameters(weights, path);
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).rfind(path, 0) == 0) throw;
+    fail("{}: {}", path, e.what());
+  }
+}
+
+// The stored vocabularies must be the ones the embeddings and the output layer were made for.
+void check_vocab_sizes(const LoadedModel& m, const std::string& path) {
+  const int64_t Vs = m.src_vocab.size(), Vt = m.tgt_vocab.size();
+  const io::Value cfg = m.model->config_value();
+  auto size_of = [&](const char* name) -> int64_t {
+    const io::Value* x = cfg.find(name);
+    if (x == nullptr) return -1;
+    const nlohmann::json j = nlohmann::json::parse(x->json(), nullptr, false);
+    if (!j.is_string()) return -1;
+    const std::string t = j.get<std::string>();
+    int64_t n = -1;
+    std::from_chars(t.data(), t.data() + t.size(), n);
+    return n;
+  };
+  const int64_t cs = size_of("src_vocab"), ct = size_of("tgt_vocab");
+  AK_CHECK((cs < 0 || cs == Vs) && (ct < 0 || ct == Vt),
+           "{}: the config's vocabulary sizes {} and {} disagree with the stored vocabularies ({} and {})", path, cs,
+           ct, Vs, Vt);
+}
+
+// Every tensor of `v` by its dotted path.
+void tensor_names(const io::Value& v, const std::string& prefix, std::vector<std::string>& out) {
+  for (const auto& [name, sub] : v.members()) {
+    const std::string full = prefix.empty() ? name : prefix + "." + name;
+    if (sub.is_tensor()) out.push_back(full);
+    else if (sub.is_bundle()) tensor_names(sub, full, out);
+  }
+}
+
+}  // namespace
+
+LoadedModel load_exported(const std::string& config_path, const std::string& weights_path) {
+  const io::Value config = io::parse_json(io::read_text(config_path), config_path);
+  AK_CHECK(config.is_bundle(), "{}: a model config must be a JSON object", config_path);
+  LoadedModel m;
+  m.family = config.find("family") ? string_of(config, "family", config_path) : "recurrent";
+  const ModelFactory factory = factory_for(m.family, config_path);
+  const io::Value& vocab = member(config, "vocab", config_path);
+  m.src_vocab = train::Vocab::from_value(member(vocab, "source", config_path + ": vocab"), config_path + ": vocab/source");
+  m.tgt_vocab = train::Vocab::from_value(member(vocab, "target", config_path + ": vocab"), config_path + ": vocab/target");
+  try {
+    m.src_tokenizer = train::tokenizer_from_name(
+        config.find("src_tokenizer") ? string_of(config, "src_tokenizer", config_path) : "space");
+    m.tgt_tokenizer = train::tokenizer_from_name(
+        config.find("tgt_tokenizer") ? string_of(config, "tgt_tokenizer", config_path) : "space");
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).rfind(config_path, 0) == 0) throw;
+    fail("{}: {}", config_path, e.what());
+  }
+  const io::Value weights = io::parse_json(io::read_text(weights_path), weights_path);
+  AK_CHECK(weights.is_bundle(), "{}: a state_dict must be a JSON object of named tensors", weights_path);
+  m.model = factory(weights, config, config_path);
+  load_weights(m, weights, weights_path);
+  check_vocab_sizes(m, config_path);
+  std::vector<std::string> stored;
+  tensor_names(weights, "", stored);
+  std::vector<std::string> used;
+  for (const nn::Parameter* p : m.model->named_parameters()) used.push_back(p->name);
+  for (const std::string& name : stored)
+    AK_CHECK(std::find(used.begin(), used.end(), name) != used.end(),
+             "{}: weight {} is not a parameter of the {} model {} describes", weights_path, name, m.family,
+             config_path);
+  return m;
+}
+
+LoadedModel load_checkpoint(const std::string& path) {
+  const io::Value v = io::parse_json(io::read_text(path), path);
+  AK_CHECK(v.is_bundle() && v.find("format") && string_of(v, "format", path) == "attnkit-seq2seq",
+           "{}: not an attnkit seq2seq checkpoint (no \"format\": \"attnkit-seq2seq\")", path);
+  AK_CHECK(string_of(v, "version", path) == "1", "{}: checkpoint version \"{}\" is not supported", path,
+           string_of(v, "version", path));
+  LoadedModel m;
+  const io::Value& config = member(v, "config", path);
+  m.family = config.is_bundle() && config.find("family") ? string_of(config, "family", path + ": config") : "recurrent";
+  const ModelFactory factory = factory_for(m.family, path);
+  const io::Value& vocab = member(v, "vocab", path);
+  m.src_vocab = train::Vocab::from_value(member(vocab, "source", path + ": vocab"), path + ": vocab/source");
+  m.tgt_vocab = train::Vocab::from_value(member(vocab, "target", path + ": vocab"), path + ": vocab/target");
+  const io::Value& training = member(v, "training", path);
+  try {
+    m.src_tokenizer = train::tokenizer_from_name(string_of(training, "src_tokenizer", path + ": training"));
+    m.tgt_tokenizer = train::tokenizer_from_name(string_of(training, "tgt_tokenizer", path + ": training"));
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).rfind(path, 0) == 0) throw;
+    fail("{}: training: {}", path, e.what());
+  }
+  m.model = factory(v, config, path);
+  load_weights(m, v, path);
+  check_vocab_sizes(m, path);
+  return m;
+}
+
+std::vector<int64_t> encode_source(const LoadedModel& m, std::string_view text, int64_t* unknown) {
+  std::vector<std::string> tokens;
+  const std::string why = train::tokenize(text, m.src_tokenizer, tokens);
+  AK_CHECK(why.empty(), "the source cannot be split into {} tokens: {}", train::tokenizer_name(m.src_tokenizer), why);
+  AK_CHECK(!tokens.empty(), "empty source");
+  return m.src_vocab.encode(tokens, unknown);
+}
+
+std::vector<std::string> target_tokens(const LoadedModel& m, const std::vector<int64_t>& ids) {
+  std::vector<std::string> out;
+  for (int64_t id : ids) out.push_back(m.tgt_vocab.token(id));
+  return out;
+}
+
+std::string target_text(const LoadedModel& m, const std::vector<std::string>& tokens) {
+  return train::join_tokens(tokens, m.tgt_tokenizer);
+}
+
+}  // namespace attnkit::decode

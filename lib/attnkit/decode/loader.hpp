@@ -1,0 +1,57 @@
+// Models for decoding: a seq2seq-train checkpoint (train/trainer.hpp's format) of any registered family,
+// with its vocabularies and tokenizers; and the text <-> ids of its sources and outputs.
+//
+// The family is the config's "family" member ("recurrent" when absent, as seq2seq-train's recurrent
+// checkpoints are); each family has a factory (config -> a model with those sizes), then the parameters are
+// loaded by name and shape (a config that disagrees with the weights is refused, naming the tensor).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnkit/io/value.hpp"
+#include "attnkit/models/model.hpp"
+#include "attnkit/train/vocab.hpp"
+
+namespace attnkit::decode {
+
+// (the whole checkpoint, its "config" bundle) -> the model, parameters not loaded yet; `what` names the file.
+// A factory should check the stored weights' shapes against the config before it allocates the model, so
+// that a config with huge sizes is refused instead of exhausting memory.
+using ModelFactory = std::function<std::unique_ptr<models::TranslationModel>(
+    const io::Value& checkpoint, const io::Value& config, std::string_view what)>;
+// Adds (or replaces) a family; "recurrent" is built in.
+void register_family(const std::string& family, ModelFactory factory);
+std::vector<std::string> families();
+
+struct LoadedModel {
+  std::unique_ptr<models::TranslationModel> model;
+  std::string family;
+  train::Vocab src_vocab, tgt_vocab;
+  train::Tokenizer src_tokenizer = train::Tokenizer::Char, tgt_tokenizer = train::Tokenizer::Char;
+};
+
+// Reads the checkpoint at `path`; every refusal names the file: not a checkpoint, an unknown family, a
+// config that disagrees with its vocabularies or weights.
+LoadedModel load_checkpoint(const std::string& path);
+
+// A model exported from PyTorch (or written by hand): `config_path` is a JSON object holding the family's
+// config members ("family", sizes, as the checkpoint's "config"), plus
+//   "vocab": {"source": {"tokens": [...]}, "target": {"tokens": [...]}}   (<pad> <bos> <eos> <unk> first)
+//   "src_tokenizer", "tgt_tokenizer": "char" | "space" | "ids"             (default "space")
+// and `weights_path` the state_dict, {"name": nested list, ...} with PyTorch's names (flat "a.b.c" keys or
+// nested objects). Refuses a missing or misshapen weight, and a weight the model does not have (a config
+// with fewer layers than the weights), naming the file and the tensor.
+LoadedModel load_exported(const std::string& config_path, const std::string& weights_path);
+
+// A source text -> ids: tokenized with the model's source tokenizer, unknown tokens -> <unk> (counted into
+// *unknown). Refuses an empty source and text the tokenizer cannot split (attnkit::Error with the reason).
+std::vector<int64_t> encode_source(const LoadedModel& m, std::string_view text, int64_t* unknown);
+// Target ids -> tokens and the text (joined as the target tokenizer does).
+std::vector<std::string> target_tokens(const LoadedModel& m, const std::vector<int64_t>& ids);
+std::string target_text(const LoadedModel& m, const std::vector<std::string>& tokens);
+
+}  // namespace attnkit::decode

@@ -1,0 +1,108 @@
+#include "attnkit/decode/records.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "attnkit/io/svg_heatmap.hpp"
+#include "attnkit/tensor/error.hpp"
+
+namespace attnkit::decode {
+
+InputFormat parse_input_format(std::string_view name) {
+  if (name == "auto") return InputFormat::Auto;
+  if (name == "text") return InputFormat::Text;
+  if (name == "ndjson") return InputFormat::Ndjson;
+  fail("unknown input format \"{}\" (expected auto, text or ndjson)", name);
+}
+
+SourceReader::SourceReader(std::istream& in, InputFormat format, std::string name)
+    : in_(in), format_(format), name_(std::move(name)) {}
+
+bool SourceReader::next(std::string& text) {
+  std::string line;
+  while (std::getline(in_, line)) {
+    ++line_;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const bool blank = line.find_first_not_of(" \t") == std::string::npos;
+    if (format_ == InputFormat::Auto) {
+      if (blank) {
+        AK_CHECK(false, "{}: line {}: empty source", name_, line_);
+      }
+      format_ = line[line.find_first_not_of(" \t")] == '{' ? InputFormat::Ndjson : InputFormat::Text;
+    }
+    if (format_ == InputFormat::Text) {
+      AK_CHECK(!blank, "{}: line {}: empty source", name_, line_);
+      text = line;
+      return true;
+    }
+    if (blank) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    AK_CHECK(!j.is_discarded(), "{}: line {}: not a JSON document (NDJSON input: one {{\"src\": ...}} per line)", name_,
+             line_);
+    AK_CHECK(j.is_object() && j.contains("src") && j["src"].is_string(),
+             "{}: line {}: expected an object with a string \"src\"", name_, line_);
+    text = j["src"].get<std::string>();
+    AK_CHECK(text.find_first_not_of(" \t") != std::string::npos, "{}: line {}: empty source", name_, line_);
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
+void append_hypothesis(std::string& out, const LoadedModel& model, const Hypothesis& h, const OutputFields& f) {
+  const std::vector<std::string> tokens = target_tokens(model, h.ids);
+  out += "\"tokens\":" + nlohmann::json(tokens).dump();
+  out += ",\"text\":" + nlohmann::json(target_text(model, tokens)).dump();
+  out += fmt::format(",\"score\":{}", static_cast<float>(h.score));
+  if (f.normalized) out += fmt::format(",\"normalized\":{}", static_cast<float>(h.normalized));
+  if (!h.ended) out += ",\"ended\":false";
+  if (f.attention) {
+    out += ",\"attention\":[";
+    const int64_t T = h.attention.dim(0), S = h.attention.dim(1);
+    for (int64_t t = 0; t < T; ++t) {
+      out += t ? ",[" : "[";
+      for (int64_t s = 0; s < S; ++s) out += fmt::format(s ? ",{}" : "{}", h.attention[t * S + s]);
+      out += "]";
+    }
+    out += "]";
+  }
+}
+
+}  // namespace
+
+std::string result_json(const LoadedModel& model, const std::vector<Hypothesis>& hyps, const OutputFields& fields) {
+  AK_CHECK(!hyps.empty(), "decode: no hypothesis");
+  std::string out = "{";
+  append_hypothesis(out, model, hyps[0], fields);
+  if (fields.n_best) {
+    out += ",\"n_best\":[";
+    for (size_t i = 0; i < hyps.size(); ++i) {
+      out += i ? ",{" : "{";
+      append_hypothesis(out, model, hyps[i], fields);
+      out += "}";
+    }
+    out += "]";
+  }
+  out += "}";
+  return out;
+}
+
+void write_alignment_svg(const std::string& path, const LoadedModel& model, std::string_view source_text,
+                         const Hypothesis& best) {
+  AK_CHECK(best.attention.rank() == 2, "heatmap: no attention weights were kept");
+  io::HeatmapOptions o;
+  o.row_labels = target_tokens(model, best.ids);
+  if (best.ended) o.row_labels.push_back("<eos>");
+  o.col_labels = train::tokenize(source_text, model.src_tokenizer);
+  for (std::string& s : o.col_labels)
+    if (s == " ") s = "\u2423";  // a visible space
+  for (std::string& s : o.row_labels)
+    if (s == " ") s = "\u2423";
+  o.row_axis = "output";
+  o.col_axis = "source";
+  o.title = "cross-attention";
+  io::write_heatmap_svg(path, best.attention, o);
+}
+
+}  // namespace attnkit::decode

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# transformer-decode end to end on a tiny recurrent checkpoint trained here: greedy == beam 1, --no-cache ==
+# cache, n-best sorted, the same seed the same samples, NDJSON and text input, attention and heatmap,
+# streaming (a batch's result is out before the input ends), and the error contract (exit 1 bad input,
+# 2 usage; message on stderr, nothing on stdout).
+set -euo pipefail
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+cd "$work"
+source "$ATTNKIT_SOURCE/tests/cli/lib/common.sh"  # fail, expect_error, finish
+
+seq2seq-train --task reverse --vocab-size 6 --min-len 2 --max-len 5 --train-size 64 --valid-size 8 --model lstm \
+  --attention dot --hidden 16 --embed 8 --batch 16 --lr 0.02 --threads 1 --steps 60 --save m.json > /dev/null ||
+  fail "seq2seq-train exited $?"
+printf '1 2 3\n4 0 5 1\n2 2\n5 4 3 2 1\n' > src.txt
+d() { transformer-decode m.json --threads 1 --max-len 8 "$@"; }
+
+# --- greedy == beam 1 (tokens and scores), and --no-cache == cache, for every strategy
+d < src.txt > greedy.jsonl || fail "greedy exited $?"
+[[ $(wc -l < greedy.jsonl) == 4 ]] || fail "greedy: $(cat greedy.jsonl)"
+d --strategy beam --beam 1 < src.txt > beam1.jsonl || fail "beam 1 exited $?"
+cmp -s greedy.jsonl beam1.jsonl || fail "beam 1 differs from greedy: $(paste greedy.jsonl beam1.jsonl)"
+d --min-len 3 < src.txt > g3.jsonl && d --strategy beam --beam 1 --min-len 3 < src.txt > b3.jsonl || fail "min-len runs"
+cmp -s g3.jsonl b3.jsonl || fail "beam 1 differs from greedy with --min-len 3"
+jq -e 'select((.tokens | length) < 3)' g3.jsonl > /dev/null && fail "--min-len 3 gave a shorter output: $(cat g3.jsonl)"
+for s in "" "--strategy beam --beam 3 --n-best 3" "--strategy sample --n-best 2 --seed 3"; do
+  # shellcheck disable=SC2086
+  d $s < src.txt > c.jsonl && d $s --no-cache < src.txt > n.jsonl || fail "$s: exited $?"
+  jq -c '[.tokens, (.score * 1e4 | round)]' c.jsonl > c.txt; jq -c '[.tokens, (.score * 1e4 | round)]' n.jsonl > n.txt
+  cmp -s c.txt n.txt || fail "--no-cache differs ($s): $(paste c.txt n.txt)"
+done
+
+# --- n-best: K hypotheses sorted by score (and by the normalized score with a length penalty), the best first
+d --strategy beam --beam 4 --n-best 4 < src.txt > nb.jsonl || fail "n-best exited $?"
+jq -e '(.n_best | length) == 4 and ([.n_best[].score] | . == (sort | reverse)) and .n_best[0].tokens == .tokens' \
+  nb.jsonl > /dev/null || fail "n-best not 4 sorted hypotheses: $(cat nb.jsonl)"
+d --strategy beam --beam 4 --n-best 4 --length-penalty 1 < src.txt > lp.jsonl || fail "length penalty exited $?"
+jq -e '([.n_best[].normalized] | . == (sort | reverse)) and (.normalized != null)' lp.jsonl > /dev/null ||
+  fail "length penalty: not sorted by normalized: $(cat lp.jsonl)"
+
+# --- sampling: the same seed gives the same samples, whatever the batch; another seed other samples
+d --strategy sample --n-best 3 --seed 11 --temperature 2 < src.txt > s1.jsonl || fail "sample exited $?"
+d --strategy sample --n-best 3 --seed 11 --temperature 2 --batch 1 < src.txt > s2.jsonl || fail "sample 2 exited $?"
+# (the scores may differ in the last bits: a batch pads its sources, and the GEMMs' shapes change)
+key() { jq -c '[.n_best[] | [.tokens, (.score * 1e3 | round)]]' "$1"; }
+[[ "$(key s1.jsonl)" == "$(key s2.jsonl)" ]] || fail "same seed, other samples (batch 1 vs 32)"
+d --strategy sample --n-best 3 --seed 12 --temperature 2 < src.txt > s3.jsonl || fail "sample 3 exited $?"
+cmp -s s1.jsonl s3.jsonl && fail "seeds 11 and 12 gave the same samples"
+d --strategy sample --top-k 1 < src.txt > k1.jsonl || fail "top-k 1 exited $?"
+cmp -s greedy.jsonl k1.jsonl || fail "sampling with --top-k 1 differs from greedy"
+
+# --- input forms: --src, NDJSON records; attention rows and the heatmap
+first="$(head -1 greedy.jsonl)"
+[[ "$(d --src '1 2 3')" == "$first" ]] || fail "--src differs from the first line"
+[[ "$(echo '{"src": "1 2 3", "id": 7}' | d)" == "$first" ]] || fail "NDJSON input differs"
+d --src '1 2 3' --attention --heatmap a.svg > att.json || fail "attention exited $?"
+jq -e '(.attention | length) == (.tokens | length) + 1 and all(.attention[]; length == 3 and (add - 1 | fabs) < 1e-4)' \
+  att.json > /dev/null || fail "attention rows: $(cat att.json)"
+grep -q '<svg' a.svg && grep -q '>1<' a.svg || fail "heatmap lacks the svg or the source labels"
+printf '1 2\n3 4\n' | d --heatmap 'h-{n}.svg' > /dev/null && [[ -s h-1.svg && -s h-2.svg ]] || fail "heatmap {n}"
+
+# --- streaming: with --batch 1 the first result is written before the input ends
+mkfifo in.fifo
+d --batch 1 < in.fifo > stream.jsonl 2> stream.err &
+pid=$!
+exec 3> in.fifo
+echo '1 2 3' >&3
+for _ in $(seq 1 100); do [[ -s stream.jsonl ]] && break; sleep 0.05; done
+[[ -s stream.jsonl ]] || fail "no result before the end of the input"
+echo '2 2' >&3
+exec 3>&-
+wait "$pid" || fail "streaming run exited $?"
+[[ $(wc -l < stream.jsonl) == 2 ]] || fail "streaming: $(cat stream.jsonl)"
+
+# --- unknown tokens: mapped to <unk>, counted in a warning
+d --src '1 42 2 77' > unk.json 2> unk.err || fail "unknown tokens exited $?"
+grep -q '2 unknown source token(s) mapped to <unk> (in 1 of 1' unk.err || fail "warning: $(cat unk.err)"
+
+# --- a model given as config + state_dict (the PyTorch export form) decodes as its checkpoint does
+jq '.config + {family: "recurrent", vocab: .vocab, src_tokenizer: "ids", tgt_tokenizer: "ids"}' m.json > cfg.json
+jq '[paths(type == "array" and (.[0] | type) != "string") as $p | select(($p | length) == 2 and
+     ($p[0] | IN("src_embed", "encoder", "tgt_embed", "decoder", "attention", "combine", "output")))
+     | {key: ($p | join(".")), value: getpath($p)}] | from_entries' m.json > sd.json
+transformer-decode cfg.json --weights sd.json --threads 1 --max-len 8 < src.txt > ex.jsonl || fail "exported exited $?"
+cmp -s ex.jsonl greedy.jsonl || fail "config + state_dict decodes differently: $(paste ex.jsonl greedy.jsonl)"
+jq '. + {"extra.weight": [1, 2]}' sd.json > extra.json
+expect_error 1 "extra.weight is not a parameter" transformer-decode cfg.json --weights extra.json --src '1 2'
+jq 'del(.["output.bias"])' sd.json > missing.json
+expect_error 1 "output.bias is missing" transformer-decode cfg.json --weights missing.json --src '1 2'
+
+# --- the error contract
+echo '{"w": [1, 2]}' > notck.json
+expect_error 1 "not an attnkit seq2seq checkpoint" transformer-decode notck.json --src '1 2'
+expect_error 1 "no_such.json" transformer-decode no_such.json --src '1 2'
+sed 's/"hidden":"16"/"hidden":"17"/' m.json > bad_hidden.json
+expect_error 1 "bad_hidden.json" transformer-decode bad_hidden.json --src '1 2'
+sed 's/"tgt_vocab":"10"/"tgt_vocab":"16000000"/; s/"hidden":"16"/"hidden":"65536"/' m.json > huge.json
+expect_error 1 "but the config says" transformer-decode huge.json --src '1 2'  # refused before allocating
+sed 's/"cell":"lstm"/"cell":"gru"/' m.json > bad_cell.json
+expect_error 1 "bad_cell.json" transformer-decode bad_cell.json --src '1 2'
+sed 's/"attention":"dot"/"family":"conv","attention":"dot"/' m.json > fam.json
+expect_error 1 'model family "conv"' transformer-decode fam.json --src '1 2'
+expect_error 1 "empty source" transformer-decode m.json --src ''
+printf '1 2\n\n3\n' > blank.txt
+expect_error 1 "line 2: empty source" transformer-decode m.json < blank.txt
+echo '{"source": "1 2"}' > wrong.jsonl
+expect_error 1 'string "src"' transformer-decode m.json < wrong.jsonl
+expect_error 2 "--beam" transformer-decode m.json --src '1 2' --strategy beam --beam 0
+expect_error 2 "--top-p" transformer-decode m.json --src '1 2' --strategy sample --top-p 1.5
+expect_error 2 "--top-k goes with --strategy sample" transformer-decode m.json --src '1 2' --strategy beam --top-k 3
+expect_error 2 "--beam goes with --strategy beam" transformer-decode m.json --src '1 2' --beam 3
+expect_error 2 "--n-best 5 is more than --beam 2" transformer-decode m.json --src '1 2' --strategy beam --beam 2 --n-best 5
+expect_error 2 "--attention-head goes with" transformer-decode m.json --src '1 2' --attention-head 0
+expect_error 1 "attention head 3" transformer-decode m.json --src '1 2' --attention --attention-head 3
+expect_error 2 "takes one source" transformer-decode m.json --heatmap one.svg < src.txt -o res.jsonl
+[[ ! -e res.jsonl ]] || fail "-o file left behind by a failed run"
+
+# --- the --help examples run as written
+mkdir help && (cd help && transformer-decode --help | sed -n '/^Examples:/,$p' | tail -n +2 | sed 's/^  //' > ex.sh &&
+  [[ $(wc -l < ex.sh) -ge 5 ]] && bash -euo pipefail ex.sh > ex.out 2> ex.err && [[ -s align.svg ]]) ||
+  fail "--help examples: $(cat help/ex.err 2>/dev/null)"
+finish transformer_decode

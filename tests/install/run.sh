@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Install test (.ci/run calls it after the release build): `cmake --install BUILD --prefix P` into a
+# temporary prefix, then checks what a user of the library gets:
+#   - libattnkit.so.X.Y.Z with SONAME libattnkit.so.X and the links, the public headers and no internal
+#     one, every tool of BUILD/bin (runnable from P/bin, its RUNPATH finding P/lib), the man pages and the
+#     bash completion of every tool when they were built (cmake/docs.cmake);
+#   - examples/consumer built against P with find_package(attnkit CONFIG) and with pkg-config, and run.
+# The header check (each public header compiled alone, without Eigen or OpenMP) is the build target
+# attnkit_header_check (cmake/install.cmake), built with BUILD.
+# Usage: tests/install/run.sh [BUILD]   (default: build, the release build of scripts/build.sh)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+build="$(cd "${1:-$root/build}" && pwd)"
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+prefix="$work/prefix"
+fail() { echo "install test: $*" >&2; exit 1; }
+
+cmake --build "$build" -j2 >/dev/null  # up to date: the tools, the header check, the man pages
+cmake --install "$build" --prefix "$prefix" >/dev/null
+lib="$(find "$prefix" -name libattnkit.so | head -n 1)"
+[[ -n "$lib" ]] || fail "no libattnkit.so under $prefix"
+libdir="$(dirname "$lib")"
+[[ -e "$libdir/libattnkit.so" ]] || fail "no libattnkit.so under $prefix"
+real="$(readlink -f "$libdir/libattnkit.so")"
+[[ "$real" =~ libattnkit\.so\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || fail "libattnkit.so is not a link to a versioned library ($real)"
+soname="$(objdump -p "$real" | awk '$1 == "SONAME" { print $2 }')"
+[[ -n "$soname" && -e "$libdir/$soname" ]] || fail "SONAME '$soname' missing or not installed"
+
+# headers: the public ones (every lib/attnkit/**/*.hpp whose first line does not say internal), no other
+expected="$(cd "$root/lib" && for h in $(find attnkit -name '*.hpp' | sort); do head -n 1 "$h" | grep -qiE 'internal' || echo "$h"; done; echo attnkit/version.hpp)"
+got="$(cd "$prefix/include" && find attnkit -name '*.hpp' | sort)"
+[[ "$(sort <<<"$expected")" == "$got" ]] || fail "installed headers differ from the public ones: $(diff <(sort <<<"$expected") <(echo "$got") | grep '^[<>]' | head -n 5 | tr '\n' ' ')"
+if grep -lE '#include [<"](Eigen|omp\.h|nlohmann|CLI/)' -r "$prefix/include" >/dev/null; then
+  fail "an installed header includes a private dependency: $(grep -lE '#include [<"](Eigen|omp\.h|nlohmann|CLI/)' -r "$prefix/include" | head -n 3)"
+fi
+
+# tools: every one built, each runs from the prefix
+tools=()
+for t in "$build"/bin/*; do
+  case "$(basename "$t")" in unit_tests|replay_*|bench_*|*.*) continue ;; esac
+  [[ -x "$t" && -f "$t" ]] && tools+=("$(basename "$t")")
+done
+[[ ${#tools[@]} -ge 4 ]] || fail "found only ${#tools[@]} tools in $build/bin"
+for t in "${tools[@]}"; do
+  [[ -x "$prefix/bin/$t" ]] || fail "tool $t not installed"
+  loaded="$(ldd "$prefix/bin/$t" | awk '/libattnkit/ { print $3 }')"
+  [[ "$(readlink -f "$loaded")" == "$real" ]] || fail "$t does not load $libdir's libattnkit: $(ldd "$prefix/bin/$t" | grep attnkit)"
+  "$prefix/bin/$t" --version | grep -q '^attnkit ' || fail "$t --version"
+done
+if [[ -d "$build/man" ]]; then
+  for t in "${tools[@]}"; do
+    [[ -s "$prefix/share/man/man1/$t.1" ]] || fail "no man page for $t"
+    [[ -s "$prefix/share/bash-completion/completions/$t" ]] || fail "no bash completion for $t"
+  done
+fi
+
+# consumers: CMake package, then pkg-config
+expect_output() {
+  local out="$1" how="$2"
+  grep -qE '^attnkit [0-9.]+: \{"weights":\[\[[^]]+\]\],"context":\[\[[^]]+\]\]\}$' <<<"$out" || fail "$how consumer printed: $out"
+  grep -q '^refused: attention' <<<"$out" || fail "$how consumer: no refusal: $out"
+}
+cmake -S "$root/examples/consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null \
+  || fail "configuring examples/consumer against $prefix"
+cmake --build "$work/cmake-build" >/dev/null || fail "building examples/consumer with CMake"
+expect_output "$("$work/cmake-build/consumer")" CMake
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+pkg-config --exists attnkit || fail "pkg-config does not find attnkit in $PKG_CONFIG_PATH"
+[[ "$(pkg-config --variable=prefix attnkit)" -ef "$prefix" ]] || fail "attnkit.pc's prefix $(pkg-config --variable=prefix attnkit) is not $prefix"
+# shellcheck disable=SC2046
+c++ -std=c++17 -O1 "$root/examples/consumer/main.cpp" -o "$work/consumer-pc" $(pkg-config --cflags --libs attnkit) \
+  -Wl,-rpath,"$libdir" || fail "building examples/consumer with pkg-config"
+expect_output "$("$work/consumer-pc")" pkg-config
+echo "install test: ok (${#tools[@]} tools, $(wc -l <<<"$got") headers, $soname; consumers built with CMake and pkg-config)"

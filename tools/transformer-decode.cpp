@@ -1,0 +1,191 @@
+// transformer-decode: decode with a seq2seq-train checkpoint (recurrent; Transformer once its family is
+// registered): greedy, beam or sampling, results streamed one JSON line per source (docs/transformer-decode.md).
+#include <iostream>
+
+#include "attnkit/decode/loader.hpp"
+#include "attnkit/decode/records.hpp"
+#include "attnkit/decode/search.hpp"
+#include "attnkit/tensor/threads.hpp"
+#include "common/common.hpp"
+
+using namespace attnkit;
+using attnkit::tools::UsageError;
+
+int main(int argc, char** argv) {
+  CLI::App app{"", "transformer-decode"};
+  tools::describe(
+      app,
+      "Decode sources with a seq2seq-train checkpoint: --src TEXT, or one source per line (text, or NDJSON "
+      "{\"src\": ...}) on standard input, decoded --batch at a time; one JSON line per source: tokens, text, score "
+      "(the sum of the log-probabilities, <eos> included). Beam hypotheses are ranked by GNMT's "
+      "score / ((5 + len) / 6)^ALPHA (--length-penalty ALPHA, len = output tokens without <eos>). "
+      "(docs/transformer-decode.md)",
+      "  seq2seq-train --task reverse --model lstm --attention dot --hidden 32 --embed 16 --steps 300 --lr 0.01 --threads 1 "
+      "--save model.json\n"
+      "  transformer-decode model.json --src '1 2 3'\n"
+      "  printf '1 2 3\\n4 5\\n' | transformer-decode model.json --strategy beam --beam 4 --n-best 2\n"
+      "  echo '{\"src\": \"3 1 4\"}' | transformer-decode model.json --strategy sample --top-p 0.9 --seed 7\n"
+      "  transformer-decode model.json --src '1 2 3' --attention --heatmap align.svg\n");
+  std::string model_path, src, strategy = "greedy", input_format = "auto", heatmap;
+  tools::OutputOptions out;
+  int64_t batch = 32, beam = 4, n_best = 1, max_len = 0, min_len = 0, top_k = 0;
+  double length_penalty = 0, temperature = 1, top_p = 1;
+  uint64_t seed = 1;
+  bool no_cache = false, attention = false;
+  int attention_layer = -1, attention_head = -1, threads = 0;
+  std::string weights_path;
+  app.add_option("model", model_path, "Checkpoint written by seq2seq-train, or with --weights a model config")
+      ->required()
+      ->type_name("MODEL.json");
+  app.add_option("--weights", weights_path, "A state_dict (e.g. exported from PyTorch); MODEL.json is then its config "
+                                            "(family, sizes, vocab, tokenizers: docs/transformer-decode.md)")
+      ->type_name("STATE_DICT.json");
+  auto* src_opt = app.add_option("--src", src, "One source text (instead of standard input)");
+  app.add_option("--input", input_format, "Standard input: text lines, NDJSON {\"src\": ...} records, or auto "
+                                          "(NDJSON when the first line starts with '{')")
+      ->check(CLI::IsMember({"auto", "text", "ndjson"}))
+      ->capture_default_str();
+  app.add_option("--batch", batch, "Sources decoded together; each batch's results are written when it is done")
+      ->check(tools::positive())
+      ->capture_default_str();
+  app.add_option("--strategy", strategy, "Search")->check(CLI::IsMember({"greedy", "beam", "sample"}))->capture_default_str();
+  auto* beam_opt = app.add_option("--beam", beam, "Beam: hypotheses kept per source")->check(tools::positive())->capture_default_str();
+  auto* lp_opt = app.add_option("--length-penalty", length_penalty,
+                                "Beam: GNMT alpha; hypotheses ranked by score / ((5 + len) / 6)^alpha")
+                     ->check(tools::non_negative())
+                     ->capture_default_str();
+  auto* nbest_opt = app.add_option("--n-best", n_best, "Beam: the K best hypotheses (<= --beam); sample: K samples, "
+                                                       "best first; written as \"n_best\"")
+                        ->check(tools::positive());
+  app.add_option("--max-len", max_len, "Output tokens at most (default: 2 x source length + 10)")->check(tools::positive());
+  app.add_option("--min-len", min_len, "No <eos> before this many tokens (every strategy)")->check(tools::non_negative());
+  auto* temp_opt = app.add_option("--temperature", temperature, "Sample: p ~ exp(log p / T)")
+                       ->check(CLI::Validator(
+                           [](std::string& s) -> std::string {
+                             try {
+                               const double x = std::stod(s);
+                               if (x > 0 && x < 1e30) return "";
+                             } catch (...) {
+                             }
+                             return "--temperature: " + s + " is not a number > 0";
+                           },
+                           "T > 0"));
+  auto* topk_opt = app.add_option("--top-k", top_k, "Sample: only the K most likely tokens")->check(tools::positive());
+  auto* topp_opt = app.add_option("--top-p", top_p, "Sample: only the most likely tokens whose probability reaches P")
+                       ->check(CLI::Validator(
+                           [](std::string& s) -> std::string {
+                             try {
+                               const double x = std::stod(s);
+                               if (x > 0 && x <= 1) return "";
+                             } catch (...) {
+                             }
+                             return "--top-p: " + s + " is not in (0, 1]";
+                           },
+                           "P in (0, 1]"));
+  auto* seed_opt = app.add_option("--seed", seed, "Sample: seed (the same seed gives the same samples)")->capture_default_str();
+  app.add_flag("--no-cache", no_cache, "Recompute the whole prefix at every step (the slow reference)");
+  auto* att_opt = app.add_flag("--attention", attention, "Add each output step's cross-attention weights (\"attention\")");
+  auto* layer_opt = app.add_option("--attention-layer", attention_layer, "Attention layer (-1: the last)")->capture_default_str();
+  auto* head_opt = app.add_option("--attention-head", attention_head, "Attention head (-1: the mean over heads)")->capture_default_str();
+  auto* heatmap_opt = app.add_option("--heatmap", heatmap, "Draw the alignment as SVG; {n} in the name: one file per "
+                                                           "source (1, 2, ...), else only one source is accepted")
+                          ->type_name("FILE.svg");
+  app.add_option("-o,--output", out.path, "Write the results to FILE (atomically) instead of standard output")
+      ->type_name("FILE");
+  tools::add_threads_option(app, threads);
+
+  return tools::run(app, argc, argv, [&]() -> int {
+    decode::SearchOptions o;
+    o.strategy = decode::parse_strategy(strategy);
+    auto refuse = [&](CLI::Option* opt, const char* why) {
+      if (opt->count() > 0) throw UsageError(opt->get_name() + " " + why);
+    };
+    if (o.strategy != decode::Strategy::Beam) {
+      refuse(beam_opt, "goes with --strategy beam");
+      if (o.strategy == decode::Strategy::Greedy) refuse(nbest_opt, "goes with --strategy beam or sample");
+      refuse(lp_opt, "goes with --strategy beam");
+    }
+    if (o.strategy != decode::Strategy::Sample)
+      for (CLI::Option* opt : {temp_opt, topk_opt, topp_opt, seed_opt}) refuse(opt, "goes with --strategy sample");
+    if (att_opt->count() == 0 && heatmap_opt->count() == 0) {
+      refuse(layer_opt, "goes with --attention or --heatmap");
+      refuse(head_opt, "goes with --attention or --heatmap");
+    }
+    if (o.strategy == decode::Strategy::Beam && n_best > beam)
+      throw UsageError(fmt::format("--n-best {} is more than --beam {}", n_best, beam));
+    if (max_len > 0 && min_len > max_len)
+      throw UsageError(fmt::format("--min-len {} is more than --max-len {}", min_len, max_len));
+    if (src_opt->count() > 0 && app.get_option("--input")->count() > 0) throw UsageError("--input goes with standard input, not --src");
+    o.beam = beam;
+    o.length_penalty = length_penalty;
+    o.n_best = n_best;
+    o.max_len = max_len;
+    o.min_len = min_len;
+    o.temperature = temperature;
+    o.top_k = top_k;
+    o.top_p = top_p;
+    o.seed = seed;
+    o.use_cache = !no_cache;
+    o.attention = attention || !heatmap.empty();
+    o.attention_layer = attention_layer;
+    o.attention_head = attention_head;
+    o.validate();
+    set_num_threads(threads);
+
+    // (the loaders' messages name the files)
+    const decode::LoadedModel model =
+        weights_path.empty() ? decode::load_checkpoint(model_path) : decode::load_exported(model_path, weights_path);
+    decode::OutputFields fields;
+    fields.normalized = o.length_penalty != 0;
+    fields.attention = attention;
+    fields.n_best = n_best > 1;
+    tools::Output output(out);
+    int64_t unknown = 0, with_unknown = 0, done = 0;
+    std::vector<std::string> texts;
+    std::vector<std::vector<int64_t>> ids;
+    auto flush = [&] {
+      if (texts.empty()) return;
+      const auto results = decode::search(*model.model, ids, o, done);
+      for (size_t i = 0; i < results.size(); ++i) {
+        ++done;
+        if (!heatmap.empty()) {
+          const size_t at = heatmap.find("{n}");
+          if (at == std::string::npos && done > 1)
+            throw UsageError("--heatmap " + heatmap + " has no {n} in its name, so it takes one source; got a second");
+          std::string path = heatmap;
+          if (at != std::string::npos) path.replace(at, 3, std::to_string(done));
+          decode::write_alignment_svg(path, model, texts[i], results[i][0]);
+        }
+        output.write(decode::result_json(model, results[i], fields));
+      }
+      texts.clear();
+      ids.clear();
+    };
+    auto add = [&](std::string text, const std::string& where) {
+      int64_t u = 0;
+      try {
+        ids.push_back(decode::encode_source(model, text, &u));
+      } catch (const Error& e) {
+        throw Error(where + ": " + e.what());
+      }
+      unknown += u;
+      with_unknown += u > 0;
+      texts.push_back(std::move(text));
+      if (static_cast<int64_t>(texts.size()) >= batch) flush();
+    };
+    if (src_opt->count() > 0) {
+      add(src, "--src");
+    } else {
+      decode::SourceReader reader(std::cin, decode::parse_input_format(input_format), "standard input");
+      std::string text;
+      while (reader.next(text)) add(text, fmt::format("standard input: line {}", reader.line()));
+    }
+    flush();
+    output.commit();
+    if (unknown > 0)
+      std::cerr << fmt::format("transformer-decode: warning: {} unknown source token(s) mapped to <unk> (in {} of {} "
+                               "source(s))\n",
+                               unknown, with_unknown, done);
+    return 0;
+  });
+}
