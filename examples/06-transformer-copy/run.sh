@@ -19,5 +19,7 @@ walk() {
   # greedy decoding of 1..10 (the validation line) after each 100 steps: exact_match 1 from step 300 on
   run "grep -o '\"exact_match\":[0-9.]*,\"grad_norm\"' copy.jsonl | cut -d, -f1 | tail -n 3"
   run "grep -o '\"exact_match\":[0-9.]*' summary.json"
+  # the checkpoint decoded by transformer-decode (greedy, KV cache)
+  run "transformer-decode copy.json --src '1 2 3 4 5 6 7 8 9 10' | grep -o '\"text\":\"[^\"]*\"'"
 }
 walk_or_check "$@"
