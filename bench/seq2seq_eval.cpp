@@ -57,7 +57,7 @@ int main(int argc, char** argv) try {
   train::TrainerOptions o;
   o.steps = 0;
   auto trainer = train::Trainer::resume(model_path, o, std::move(data));
-  models::Seq2Seq& model = trainer->model();
+  models::TranslationModel& model = trainer->model();
 
   // One example per distinct source, decoded in batches.
   const std::vector<train::ReferenceGroup> groups = train::group_by_source(test);

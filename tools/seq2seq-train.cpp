@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   tools::describe(
       app,
       "Train a recurrent encoder-decoder (rnn, lstm, gru; attention none, dot, scaled-dot, general or additive, "
-      "Luong or Bahdanau style) with teacher forcing or scheduled sampling, optionally dropout; writes a checkpoint "
+      "Luong or Bahdanau style) or a Transformer (--layers encoder and decoder layers, --heads, --d-model, --ff, "
+      "--norm-first) with teacher forcing or scheduled sampling, optionally dropout; writes a checkpoint "
       "(a JSON bundle) and prints a summary. SIGINT / SIGTERM finish the step, save and exit 130 / 143 "
       "(docs/seq2seq-train.md).",
       "  seq2seq-train --task reverse --model lstm --attention dot --steps 200 --save model.json\n"
@@ -46,6 +47,8 @@ int main(int argc, char** argv) {
       "  seq2seq-train --train pairs.tsv --valid valid.tsv --model gru --attention additive --save g.json\n"
       "  seq2seq-train --task dates --model lstm --attention additive --epochs 20 --save-every 200 --save d.json "
       "--metrics d.jsonl --plot d.svg\n"
+      "  seq2seq-train --task copy --model transformer --layers 2 --d-model 64 --heads 4 --ff 128 --schedule noam \\\n"
+      "      --warmup 400 --lr 1 --steps 1000 --save t.json\n"
       "  lstm-run x.json --weights model.json#encoder\n");
   std::string task, train_path, valid_path, model_name, attention = "none", optimizer = "adam",
                                                        schedule = "constant", save_path, resume_path, metrics_path,
@@ -72,7 +75,8 @@ int main(int argc, char** argv) {
   app.add_option("--min-len", min_len, "Task: shortest sequence")->check(tools::positive())->capture_default_str();
   app.add_option("--train-size", train_size, "Task: training examples")->check(tools::positive())->capture_default_str();
   app.add_option("--valid-size", valid_size, "Task: held-out examples")->check(tools::non_negative())->capture_default_str();
-  auto* model_opt = app.add_option("--model", model_name, "Cell of encoder and decoder")->check(CLI::IsMember({"lstm", "gru", "rnn"}));
+  auto* model_opt = app.add_option("--model", model_name, "Cell of encoder and decoder, or transformer")
+                        ->check(CLI::IsMember({"lstm", "gru", "rnn", "transformer"}));
   app.add_option("--attention", attention, "Luong attention's score, or none (the fixed context)")
       ->check(CLI::IsMember({"none", "dot", "scaled-dot", "general", "additive"}))
       ->capture_default_str();
@@ -86,13 +90,20 @@ int main(int argc, char** argv) {
                  "luong: the current decoder state attends; bahdanau: the previous one, context fed into the cell")
       ->check(CLI::IsMember({"luong", "bahdanau"}))
       ->capture_default_str();
-  app.add_option("--dropout", dropout, "Dropout on embeddings, between layers and before the output layer")
-      ->check(CLI::Range(0.0, 0.99))
-      ->capture_default_str();
+  app.add_option("--dropout", dropout,
+                 "Dropout on embeddings, between layers and before the output layer (default 0; transformer: 0.1, "
+                 "nn.Transformer's, on every sublayer)")
+      ->check(CLI::Range(0.0, 0.99));
   app.add_option("--teacher-forcing", teacher_forcing,
                  "Probability of feeding the reference token; below 1 the model's own argmax otherwise")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  int64_t heads = 4, d_model = 128, ff = 512;
+  bool norm_first = false;
+  app.add_option("--heads", heads, "Transformer: attention heads (divide --d-model)")->check(tools::positive())->capture_default_str();
+  app.add_option("--d-model", d_model, "Transformer: model size")->check(tools::positive())->capture_default_str();
+  app.add_option("--ff", ff, "Transformer: feed-forward size")->check(tools::positive())->capture_default_str();
+  app.add_flag("--norm-first", norm_first, "Transformer: pre-LN layers (default post-LN, the paper's)");
   auto* steps_opt = app.add_option("--steps", steps, "Total optimizer steps (with --resume: up to this total)")
                         ->check(tools::non_negative())
                         ->capture_default_str();
@@ -127,7 +138,7 @@ int main(int argc, char** argv) {
   return tools::run(app, argc, argv, [&]() -> int {
     if (task.empty() && train_path.empty()) throw UsageError("give --task NAME or --train FILE");
     if (!valid_path.empty() && train_path.empty()) throw UsageError("--valid goes with --train");
-    if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn");
+    if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn|transformer");
     set_num_threads(threads);
 
     train::DataSpec spec;
@@ -162,7 +173,27 @@ int main(int argc, char** argv) {
       }
 
     train::TrainerOptions o;
-    if (!model_name.empty()) o.model.cell = models::parse_cell_kind(model_name);
+    const bool transformer = model_name == "transformer";
+    if (!model_name.empty() && !transformer) o.model.cell = models::parse_cell_kind(model_name);
+    o.family = transformer ? "transformer" : "recurrent";
+    o.transformer.encoder_layers = o.transformer.decoder_layers = layers;
+    o.transformer.heads = heads;
+    o.transformer.d_model = d_model;
+    o.transformer.ff = ff;
+    o.transformer.norm_first = norm_first;
+    if (transformer && d_model % heads != 0)
+      throw UsageError(fmt::format("--heads {} does not divide --d-model {}", heads, d_model));
+    // An option of the other family would do nothing: refused.
+    auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
+    const std::vector<const char*> recurrent_only = {"--attention", "--attention-style", "--hidden",
+                                                     "--embed",     "--bidirectional",   "--teacher-forcing"};
+    const std::vector<const char*> transformer_only = {"--heads", "--d-model", "--ff", "--norm-first"};
+    if (model_opt->count() > 0)
+      for (const char* name : transformer ? recurrent_only : transformer_only)
+        if (given(name))
+          throw UsageError(fmt::format("{} does nothing with --model {}{}", name, model_name,
+                                       transformer ? " (a recurrent seq2seq option)" : " (a transformer option)"));
+    o.transformer.dropout = given("--dropout") ? static_cast<float>(dropout) : 0.1f;
     o.model.attention = models::parse_attention_kind(attention);
     o.model.style = models::parse_attention_style(attention_style);
     o.model.hidden = hidden;
@@ -170,10 +201,9 @@ int main(int argc, char** argv) {
     o.model.layers = layers;
     o.model.bidirectional = bidirectional;
     // With --resume the checkpoint fixes the model; model options given as well must agree with it.
-    auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
-    o.model_given = {given("--model"), given("--attention"), given("--embed"),
+    o.model_given = {given("--model") && !transformer, given("--attention"), given("--embed"),
                      given("--hidden"), given("--layers"),   given("--bidirectional"),
-                     given("--attention-style")};
+                     given("--attention-style"), given("--model")};
     o.dropout = static_cast<float>(dropout);
     o.teacher_forcing = static_cast<float>(teacher_forcing);
     o.dropout_given = given("--dropout");
@@ -186,7 +216,7 @@ int main(int argc, char** argv) {
     o.schedule.warmup_steps = warmup;
     if (o.schedule.kind == train::ScheduleKind::Cosine) o.schedule.t_max = 0;  // the run's length
     if (o.schedule.kind == train::ScheduleKind::Noam) {
-      o.schedule.d_model = hidden;
+      o.schedule.d_model = transformer ? d_model : hidden;
       if (warmup == 0) throw UsageError("--schedule noam needs --warmup N (N >= 1)");
     }
     o.label_smoothing = static_cast<float>(label_smoothing);

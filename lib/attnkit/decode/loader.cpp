@@ -10,6 +10,7 @@
 #include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/models/seq2seq.hpp"
+#include "attnkit/models/transformer.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
 
@@ -39,8 +40,27 @@ std::unique_ptr<models::TranslationModel> make_recurrent(const io::Value& checkp
   return std::make_unique<models::Seq2Seq>(c, rng);
 }
 
+// models/transformer.hpp's names; the last layer of each stack checked, so that more layers in the config than in
+// the weights is refused before the model is allocated.
+std::unique_ptr<models::TranslationModel> make_transformer(const io::Value& checkpoint, const io::Value& config,
+                                                           std::string_view what) {
+  const models::TransformerConfig c = models::TransformerConfig::from_value(config, what);
+  const int64_t E = c.d_model;
+  const std::string enc = "encoder.layers." + std::to_string(c.encoder_layers - 1) + ".";
+  const std::string dec = "decoder.layers." + std::to_string(c.decoder_layers - 1) + ".";
+  expect_shape(checkpoint, "src_embed.weight", {c.src_vocab, E}, what);
+  if (!c.shared_embeddings) expect_shape(checkpoint, "tgt_embed.weight", {c.tgt_vocab, E}, what);
+  expect_shape(checkpoint, enc + "self_attn.in_proj_weight", {3 * E, E}, what);
+  expect_shape(checkpoint, enc + "linear1.weight", {c.ff, E}, what);
+  expect_shape(checkpoint, dec + "multihead_attn.in_proj_weight", {3 * E, E}, what);
+  expect_shape(checkpoint, dec + "linear1.weight", {c.ff, E}, what);
+  if (!c.tied_output) expect_shape(checkpoint, "output.weight", {c.tgt_vocab, E}, what);
+  Rng rng(1);  // the initial values are replaced by the checkpoint's
+  return std::make_unique<models::Transformer>(c, rng);
+}
+
 std::map<std::string, ModelFactory>& registry() {
-  static std::map<std::string, ModelFactory> r = {{"recurrent", make_recurrent}};
+  static std::map<std::string, ModelFactory> r = {{"recurrent", make_recurrent}, {"transformer", make_transformer}};
   return r;
 }
 std::mutex registry_mutex;

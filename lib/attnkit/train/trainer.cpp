@@ -165,8 +165,11 @@ std::string TrainSummary::to_json() const {
   return j.dump();
 }
 
-Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const models::Seq2SeqConfig& model_config)
+Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const models::Seq2SeqConfig& model_config,
+                 const models::TransformerConfig& transformer_config)
     : options_(options), data_(std::move(data)) {
+  AK_CHECK(options_.family == "recurrent" || options_.family == "transformer",
+           "trainer: model family \"{}\" (expected recurrent or transformer)", options_.family);
   AK_CHECK(options_.steps >= 0, "trainer: steps {} must be >= 0", options_.steps);
   AK_CHECK(options_.batch_size >= 1, "trainer: batch size {} must be >= 1", options_.batch_size);
   AK_CHECK(options_.log_every >= 1, "trainer: log_every {} must be >= 1", options_.log_every);
@@ -174,10 +177,12 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
   AK_CHECK(options_.epochs >= 0 && options_.save_every >= 0, "trainer: epochs {} and save_every {} must be >= 0",
            options_.epochs, options_.save_every);
   options_.model = model_config;
+  options_.transformer = transformer_config;
   train_enc_ = encode(data_.train, data_.src_vocab, data_.tgt_vocab);
   valid_enc_ = encode(data_.valid, data_.src_vocab, data_.tgt_vocab);
   Rng rng(options_.seed);
-  model_ = std::make_unique<models::Seq2Seq>(options_.model, rng);
+  if (options_.family == "transformer") model_ = std::make_unique<models::Transformer>(options_.transformer, rng);
+  else model_ = std::make_unique<models::Seq2Seq>(options_.model, rng);
   optimizer_ = make_optimizer(options_.optimizer, model_->named_parameters(), options_.schedule.lr);
   AK_CHECK(options_.dropout >= 0.0f && options_.dropout < 1.0f, "trainer: dropout {} must be in [0, 1)",
            options_.dropout);
@@ -204,13 +209,18 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData data)
         c.src_vocab = data.src_vocab.size();
         c.tgt_vocab = data.tgt_vocab.size();
         return c;
+      }(), [&] {
+        models::TransformerConfig c = options.transformer;
+        c.src_vocab = data.src_vocab.size();
+        c.tgt_vocab = data.tgt_vocab.size();
+        return c;
       }()) {}
 
 void Trainer::save(const std::string& path) const {
   io::Value v;
   v.set("format", str(kFormat));
   v.set("version", str("1"));
-  v.set("config", options_.model.to_value());
+  v.set("config", model_->config_value());
   io::Value t;
   t.set("optimizer", str(std::string(optimizer_kind_name(options_.optimizer))));
   t.set("lr", num(options_.schedule.lr));
@@ -267,7 +277,17 @@ std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::
            "{}: not an attnkit seq2seq checkpoint (no \"format\": \"{}\")", path, kFormat);
   AK_CHECK(string_of(v, "version", path) == "1", "{}: checkpoint version \"{}\" is not supported", path,
            string_of(v, "version", path));
-  const models::Seq2SeqConfig config = models::Seq2SeqConfig::from_value(member(v, "config", path), path);
+  const io::Value& config_value = member(v, "config", path);
+  const bool transformer = config_value.is_bundle() && config_value.find("family") != nullptr;
+  AK_CHECK(!options.model_given.family || (options.family == "transformer") == transformer,
+           "{}: the checkpoint's model is a {}; it cannot continue as a {}", path,
+           transformer ? "transformer" : "recurrent seq2seq", transformer ? "recurrent seq2seq" : "transformer");
+  models::Seq2SeqConfig config;
+  models::TransformerConfig tconfig;
+  if (transformer) tconfig = models::TransformerConfig::from_value(config_value, path);
+  else config = models::Seq2SeqConfig::from_value(config_value, path);
+  const int64_t config_src = transformer ? tconfig.src_vocab : config.src_vocab;
+  const int64_t config_tgt = transformer ? tconfig.tgt_vocab : config.tgt_vocab;
   const std::string twhat = std::string(path) + ": training";
   const io::Value& t = member(v, "training", path);
   const io::Value& vocab = member(v, "vocab", path);
@@ -275,10 +295,10 @@ std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::
   const Vocab tgt = Vocab::from_value(member(vocab, "target", path), path + ": vocab/target");
   check_same_vocab(src, path, data.src_vocab, data.vocab_name(), path + ": source vocabulary");
   check_same_vocab(tgt, path, data.tgt_vocab, data.vocab_name(), path + ": target vocabulary");
-  AK_CHECK(config.src_vocab == src.size() && config.tgt_vocab == tgt.size(),
+  AK_CHECK(config_src == src.size() && config_tgt == tgt.size(),
            "{}: the config's vocabulary sizes {} and {} disagree with the stored vocabularies ({} and {})", path,
-           config.src_vocab, config.tgt_vocab, src.size(), tgt.size());
-  {
+           config_src, config_tgt, src.size(), tgt.size());
+  if (!transformer) {
     // Before a model is allocated: the file must hold at least the numbers of the model's largest tables
     // (embeddings, one hidden-by-hidden matrix per layer and direction, the output layer), so that a small
     // file whose config claims hidden 65536 and 64 layers is refused instead of allocating terabytes.
@@ -290,7 +310,7 @@ std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::
              "{}: the config describes a model of at least {:.0f} parameters, but the file holds {} numbers "
              "(truncated, or not this model's checkpoint)", path, least, held);
   }
-  {
+  if (!transformer) {
     const auto& g = options.model_given;
     models::Seq2SeqConfig w = config;  // the checkpoint's, with the fields the user gave
     if (g.cell) w.cell = options.model.cell;
@@ -324,7 +344,8 @@ std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::
   if (!o.dropout_given && t.find("dropout") != nullptr) o.dropout = float(double_of(t, "dropout", twhat));
   if (!o.teacher_forcing_given && t.find("teacher_forcing") != nullptr)
     o.teacher_forcing = float(double_of(t, "teacher_forcing", twhat));
-  auto trainer = std::unique_ptr<Trainer>(new Trainer(o, std::move(data), config));
+  o.family = transformer ? "transformer" : "recurrent";
+  auto trainer = std::unique_ptr<Trainer>(new Trainer(o, std::move(data), config, tconfig));
   try {
     trainer->model_->load_parameters(v, path);
     trainer->optimizer_->load_state(member(v, "optimizer", path));
@@ -400,8 +421,10 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
   const std::vector<nn::Parameter*> params = model_->named_parameters();
   models::ForwardOptions lo;
   lo.label_smoothing = options_.label_smoothing;
-  lo.dropout = options_.dropout;
-  lo.teacher_forcing = options_.teacher_forcing;
+  if (options_.family == "recurrent") {  // the Transformer's dropout is its config's
+    lo.dropout = options_.dropout;
+    lo.teacher_forcing = options_.teacher_forcing;
+  }
   lo.rng = &rng_;
   int64_t window_tokens = 0, run_tokens = 0;
   float last_norm = 0;

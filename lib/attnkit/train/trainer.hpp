@@ -4,7 +4,7 @@
 //
 // Checkpoint (one JSON object; every integer a decimal string so that it reads back exactly):
 //   "format": "attnkit-seq2seq", "version": "1"
-//   "config":    the model's config (models::Seq2SeqConfig::to_value)
+//   "config":    the model's config (models::Seq2SeqConfig::to_value, or TransformerConfig's with "family")
 //   "training":  {"optimizer", "lr", "batch", "schedule", "warmup", "label_smoothing", "clip", "seed",
 //                 "steps", "src_tokenizer", "tgt_tokenizer", "dropout", "teacher_forcing"}
 //   "rng":       {"state", "inc"}: the training Rng (dropout masks, scheduled sampling) after "step" steps
@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "attnkit/models/seq2seq.hpp"
+#include "attnkit/models/transformer.hpp"
 #include "attnkit/train/batch.hpp"
 #include "attnkit/train/data.hpp"
 #include "attnkit/train/optimizer.hpp"
@@ -72,11 +73,16 @@ struct Progress {
 
 struct TrainerOptions {
   models::Seq2SeqConfig model;  // src_vocab / tgt_vocab are set from the data's vocabularies
+  // The model family: "recurrent" (`model` above) or "transformer" (`transformer`, vocabularies set likewise).
+  // A checkpoint's family is its config's "family" member ("transformer"), recurrent without one.
+  std::string family = "recurrent";
+  models::TransformerConfig transformer;
   // Resume: the fields of `model` the user gave; a checkpoint whose model differs in one of them is refused
   // (changing the model's shape is not a resume). The others are taken from the checkpoint.
   struct Given {
     bool cell = false, attention = false, embed = false, hidden = false, layers = false, bidirectional = false;
     bool style = false;
+    bool family = false;  // resume: a checkpoint of another family is refused
   } model_given;
   // Training-time randomness (models::ForwardOptions); on resume the checkpoint's unless given.
   float dropout = 0.0f;
@@ -136,19 +142,20 @@ class Trainer {
   TrainSummary run(const std::function<void(const std::string&)>& log = {});
   Evaluation evaluate(const Corpus& corpus);
 
-  models::Seq2Seq& model() { return *model_; }
+  models::TranslationModel& model() { return *model_; }
   int64_t step() const { return step_; }
   int64_t total_steps() const { return options_.steps; }
   // Writes the checkpoint atomically (io::write_file_atomic: temporary, fsync, rename, fsync of the folder).
   void save(const std::string& path) const;
 
  private:
-  Trainer(const TrainerOptions& options, TrainingData&& data, const models::Seq2SeqConfig& model_config);
+  Trainer(const TrainerOptions& options, TrainingData&& data, const models::Seq2SeqConfig& model_config,
+          const models::TransformerConfig& transformer_config);
 
   TrainerOptions options_;
   TrainingData data_;
   EncodedCorpus train_enc_, valid_enc_;
-  std::unique_ptr<models::Seq2Seq> model_;
+  std::unique_ptr<models::TranslationModel> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Batcher> batcher_;
   Rng rng_{1, 55};  // dropout masks and scheduled sampling: seeded from options.seed, saved in the checkpoint

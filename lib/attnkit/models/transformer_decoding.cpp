@@ -1,0 +1,200 @@
+// The Transformer's incremental decoding (models/decoding.hpp).
+// Legend: R rows, S source length, E d_model, NH heads, L decoder layers, t tokens fed so far, T' rows fed this step
+// (1 with the cache, t without).
+//
+//   start:    memory = encode(sources) [R, S, E]; with the cache, per layer l: Kc_l = memory Wk^T + bk,
+//             Vc_l = memory Wv^T + bv [R, S, E] (multihead_attn's key / value projections, once per source)
+//   step:     x = embed_target(tokens, offset) [R, T', E]        (cache: the last token at position t - 1;
+//                                                                none: the whole prefix from position 0)
+//             per layer (post-LN shown; pre-LN normalises each block's input instead, as the layer does):
+//               h = x;  Ks_l |= h Wk^T + bk, Vs_l |= h Wv^T + bv    [R, t, E]   (cache: one row appended;
+//                                                                              none: the prefix's rows)
+//               x = norm1(x + self_attn_projected(h, Ks_l, Vs_l, causal lower-right))
+//               x = norm2(x + multihead_attn_projected(x, Kc_l, Vc_l, source key lengths))   (weights kept)
+//               x = feed_forward(x)                             (norm3(x + ff(x)))
+//             logits = output(decoder.norm(x[:, T'-1])) [R, 1, Vt] -> log_softmax [R, Vt]
+//   select:   every cached tensor gathered along its row dimension (models::gather_rows).
+#include <utility>
+
+#include "attnkit/autograd/functional.hpp"
+#include "attnkit/models/transformer.hpp"
+#include "attnkit/ops/softmax.hpp"
+#include "attnkit/tensor/error.hpp"
+
+namespace attnkit::models {
+
+using autograd::Var;
+
+namespace {
+
+// [R, a, E] and [R, b, E] -> [R, a + b, E]
+Tensor append_rows(const Tensor& cache, const Tensor& more) {
+  if (cache.empty()) return more;
+  const int64_t R = cache.dim(0), a = cache.dim(1), b = more.dim(1), E = cache.dim(2);
+  Tensor out({R, a + b, E});
+  for (int64_t r = 0; r < R; ++r) {
+    std::copy_n(cache.data() + r * a * E, a * E, out.data() + r * (a + b) * E);
+    std::copy_n(more.data() + r * b * E, b * E, out.data() + (r * (a + b) + a) * E);
+  }
+  return out;
+}
+
+}  // namespace
+
+class TransformerDecoderState : public DecoderState {
+ public:
+  TransformerDecoderState(Transformer& model, const train::Batch& sources, bool use_cache)
+      : model_(model), use_cache_(use_cache) {
+    AK_CHECK(sources.N >= 1 && sources.S >= 1 && static_cast<int64_t>(sources.src.size()) == sources.N * sources.S &&
+                 static_cast<int64_t>(sources.src_lengths.size()) == sources.N,
+             "transformer decoding: sources of {} rows and length {} with {} ids and {} lengths", sources.N, sources.S,
+             sources.src.size(), sources.src_lengths.size());
+    autograd::NoGrad no_grad;
+    memory_ = model_.encode(sources).value();  // [R, S, E]
+    src_lengths_ = sources.src_lengths;
+    rows_ = sources.N;
+    const size_t L = model_.decoder_.layers.size();
+    layers_.resize(L);
+    if (use_cache_)
+      for (size_t l = 0; l < L; ++l) project_memory(l);
+    history_.assign(size_t(rows_), {});
+  }
+
+  int64_t rows() const override { return rows_; }
+
+  Tensor step(const std::vector<int64_t>& prev) override {
+    AK_CHECK(rows_ >= 1, "transformer decoding: step with no rows left");
+    AK_CHECK(static_cast<int64_t>(prev.size()) == rows_, "transformer decoding: {} previous tokens for {} rows",
+             prev.size(), rows_);
+    const int64_t V = model_.config_.tgt_vocab;
+    for (int64_t id : prev)
+      AK_CHECK(id >= 0 && id < V, "transformer decoding: token id {} outside the target vocabulary [0, {})", id, V);
+    autograd::NoGrad no_grad;
+    for (int64_t i = 0; i < rows_; ++i) history_[size_t(i)].push_back(prev[size_t(i)]);
+    const int64_t t = static_cast<int64_t>(history_[0].size());
+    Var x;  // [R, T', E]
+    if (use_cache_) {
+      x = model_.embed_target(prev, rows_, 1, t - 1);  // [R, 1, E] at position t - 1
+    } else {
+      std::vector<int64_t> ids;
+      ids.reserve(size_t(rows_ * t));
+      for (const auto& h : history_) ids.insert(ids.end(), h.begin(), h.end());  // [R, t]
+      x = model_.embed_target(ids, rows_, t, 0);                                  // [R, t, E]
+      for (size_t l = 0; l < layers_.size(); ++l) {
+        layers_[l].Ks = layers_[l].Vs = Tensor();  // recomputed from the prefix
+        project_memory(l);                         // and the memory projected again
+      }
+    }
+    const int64_t Tq = x.shape()[1];
+    for (size_t l = 0; l < layers_.size(); ++l) x = run_layer(l, x);  // [R, T', E]
+    Var h = model_.decoder_.norm.forward(autograd::slice(x, 1, Tq - 1, Tq));  // [R, 1, E]
+    const Var logits = model_.project(h);                                     // [R, 1, Vt]
+    return ops::log_softmax_forward(logits.value().reshaped({rows_, V}));     // [R, Vt]
+  }
+
+  void select_rows(const std::vector<int64_t>& rows) override {
+    for (int64_t r : rows)
+      AK_CHECK(r >= 0 && r < rows_, "transformer decoding: select_rows: row {} of {}", r, rows_);
+    auto gather = [&](Tensor& x) {
+      if (!x.empty()) x = gather_rows(x, 0, rows);
+    };
+    gather(memory_);  // [R', S, E]
+    for (Layer& c : layers_) {
+      gather(c.Kc), gather(c.Vc), gather(c.Ks), gather(c.Vs);  // [R', S or t, E]
+      gather(c.weights);                                       // [R', NH, 1, S]
+    }
+    std::vector<int64_t> lengths;
+    std::vector<std::vector<int64_t>> history;
+    for (int64_t r : rows) {
+      lengths.push_back(src_lengths_[size_t(r)]);
+      history.push_back(history_[size_t(r)]);
+    }
+    src_lengths_ = std::move(lengths);
+    history_ = std::move(history);
+    rows_ = static_cast<int64_t>(rows.size());
+  }
+
+  Tensor cross_attention(int layer, int head) const override {
+    const int L = static_cast<int>(layers_.size());
+    const int64_t NH = model_.config_.heads;
+    AK_CHECK(layer >= -1 && layer < L, "transformer decoding: attention layer {}: the decoder has {} layers (0 .. {})",
+             layer, L, L - 1);
+    AK_CHECK(head >= -1 && head < NH, "transformer decoding: attention head {}: the layers have {} heads (0 .. {})", head,
+             NH, NH - 1);
+    const Tensor& w = layers_[size_t(layer < 0 ? L - 1 : layer)].weights;  // [R, NH, 1, S]
+    AK_CHECK(!w.empty() || rows_ == 0, "transformer decoding: cross_attention before the first step");
+    const int64_t S = memory_.dim(1);
+    Tensor out({rows_, S});  // [R, S]
+    for (int64_t r = 0; r < rows_; ++r)
+      for (int64_t h = 0; h < NH; ++h) {
+        if (head >= 0 && h != head) continue;
+        const float scale = head >= 0 ? 1.0f : 1.0f / float(NH);
+        for (int64_t s = 0; s < S; ++s) out[r * S + s] += scale * w[(r * NH + h) * S + s];
+      }
+    return out;
+  }
+
+ private:
+  struct Layer {
+    Tensor Kc, Vc;   // [R, S, E] the memory's keys and values for the cross-attention
+    Tensor Ks, Vs;   // [R, t, E] the self-attention's keys and values so far
+    Tensor weights;  // [R, NH, 1, S] the last step's cross-attention weights (the last query's)
+  };
+
+  void project_memory(size_t l) {
+    const nn::MultiheadAttention& m = model_.decoder_.layers[l]->multihead_attn;
+    layers_[l].Kc = nn::project(m.k_projection(), memory_, "key projection");    // [R, S, E]
+    layers_[l].Vc = nn::project(m.v_projection(), memory_, "value projection");  // [R, S, E]
+  }
+
+  Var attend_self(size_t l, const Var& h) {
+    nn::TransformerDecoderLayer& layer = *model_.decoder_.layers[l];
+    Layer& c = layers_[l];
+    c.Ks = append_rows(c.Ks, nn::project(layer.self_attn.k_projection(), h.value(), "key projection"));    // [R, t, E]
+    c.Vs = append_rows(c.Vs, nn::project(layer.self_attn.v_projection(), h.value(), "value projection"));  // [R, t, E]
+    nn::MhaOptions o;
+    o.mask.causal = ops::CausalKind::LowerRight;  // query i of T' sees keys up to t - T' + i
+    return Var(nn::multihead_attention_forward_projected(layer.self_attn, h.value(), c.Ks, c.Vs, o).output);
+  }
+
+  Var attend_memory(size_t l, const Var& h) {
+    nn::TransformerDecoderLayer& layer = *model_.decoder_.layers[l];
+    Layer& c = layers_[l];
+    nn::MhaOptions o;
+    o.mask.key_lengths = src_lengths_;
+    o.weights = nn::HeadWeights::PerHead;
+    nn::MhaResult r = nn::multihead_attention_forward_projected(layer.multihead_attn, h.value(), c.Kc, c.Vc, o);
+    const int64_t Tq = h.shape()[1], NH = model_.config_.heads, S = c.Kc.dim(1);
+    c.weights = Tensor({rows_, NH, 1, S});  // the last query's weights [R, NH, 1, S]
+    for (int64_t rh = 0; rh < rows_ * NH; ++rh)
+      std::copy_n(r.weights.data() + (rh * Tq + Tq - 1) * S, S, c.weights.data() + rh * S);
+    return Var(std::move(r.output));  // [R, T', E]
+  }
+
+  // One decoder layer on x [R, T', E], as nn::TransformerDecoderLayer::forward (dropout off).
+  Var run_layer(size_t l, const Var& x) {
+    nn::TransformerDecoderLayer& layer = *model_.decoder_.layers[l];
+    if (layer.options.norm_first) {
+      Var y = autograd::add(x, attend_self(l, layer.norm1.forward(x)));  // x + sa(norm1(x))
+      y = autograd::add(y, attend_memory(l, layer.norm2.forward(y)));    // y + mha(norm2(y), memory)
+      return layer.feed_forward(y);                                      // y + ff(norm3(y))
+    }
+    Var y = layer.norm1.forward(autograd::add(x, attend_self(l, x)));    // norm1(x + sa(x))
+    y = layer.norm2.forward(autograd::add(y, attend_memory(l, y)));      // norm2(y + mha(y, memory))
+    return layer.feed_forward(y);                                        // norm3(y + ff(y))
+  }
+
+  Transformer& model_;
+  bool use_cache_;
+  Tensor memory_;                              // [R, S, E]
+  std::vector<Layer> layers_;
+  std::vector<int64_t> src_lengths_;           // [R]
+  std::vector<std::vector<int64_t>> history_;  // the tokens fed so far, per row
+  int64_t rows_ = 0;
+};
+
+std::unique_ptr<DecoderState> Transformer::start_decoding(const train::Batch& sources, bool use_cache) {
+  return std::make_unique<TransformerDecoderState>(*this, sources, use_cache);
+}
+
+}  // namespace attnkit::models

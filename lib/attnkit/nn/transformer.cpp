@@ -1,0 +1,236 @@
+#include "attnkit/nn/transformer.hpp"
+
+#include <cmath>
+
+#include "attnkit/autograd/functional.hpp"
+#include "attnkit/autograd/layers.hpp"
+#include "attnkit/autograd/multihead.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/threads.hpp"
+
+namespace attnkit::nn {
+
+using autograd::Var;
+
+FfnActivation parse_ffn_activation(std::string_view name) {
+  if (name == "relu") return FfnActivation::Relu;
+  if (name == "gelu") return FfnActivation::Gelu;
+  fail("unknown activation \"{}\" (expected relu or gelu)", name);
+}
+
+std::string_view ffn_activation_name(FfnActivation a) { return a == FfnActivation::Gelu ? "gelu" : "relu"; }
+
+void TransformerLayerOptions::validate(std::string_view what) const {
+  AK_CHECK(d_model >= 1 && heads >= 1 && dim_feedforward >= 1, "{}: d_model {}, heads {} and dim_feedforward {} must be >= 1",
+           what, d_model, heads, dim_feedforward);
+  AK_CHECK(d_model % heads == 0, "{}: {} heads do not divide d_model {}", what, heads, d_model);
+  AK_CHECK(dropout >= 0.0f && dropout < 1.0f, "{}: dropout {} is not in [0, 1)", what, dropout);
+  AK_CHECK(layer_norm_eps > 0.0f, "{}: layer norm eps {} must be > 0", what, layer_norm_eps);
+}
+
+namespace {
+
+// xavier_uniform_: U(+-sqrt(6 / (fan_in + fan_out))) for a [out, in] matrix.
+void xavier(Parameter& p, Rng& rng) {
+  const int64_t out = p.value.dim(0), in = p.value.dim(1);
+  const float bound = static_cast<float>(std::sqrt(6.0 / double(in + out)));
+  p.value = rand_uniform(p.value.shape(), rng, -bound, bound);
+  p.touch();
+}
+
+// Inference (nothing recorded): y's own buffer, fresh from the op that made it, is updated in place instead of
+// allocating another [N, T, F] or [N, T, E] (the page faults of a fresh 32 MB buffer cost about what the
+// arithmetic does). Recording: the autograd ops.
+bool in_place() { return !autograd::grad_enabled(); }
+
+Var relu_(const Var& y) {
+  if (!in_place()) return autograd::relu(y);
+  Tensor& v = y.impl()->value;  // y = relu(y)
+  float* p = v.data();
+  const int64_t n = v.numel();
+#pragma omp parallel for num_threads(num_threads()) if (n > (1 << 16)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
+  return y;
+}
+
+// x + y; in place into y (an op's fresh output) under inference.
+Var residual(const Var& x, const Var& y) {
+  if (!in_place() || y.impl()->param != nullptr || x.shape() != y.shape()) return autograd::add(x, y);
+  float* p = y.impl()->value.data();  // y = x + y
+  const float* q = x.value().data();
+  const int64_t n = y.value().numel();
+#pragma omp parallel for num_threads(num_threads()) if (n > (1 << 16)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] = q[i] + p[i];
+  return y;
+}
+
+Var dropout(const Var& x, float p, const DropoutContext& d) {
+  if (!d.active(p)) return x;
+  ops::DropoutOptions o;
+  o.p = p;
+  o.training = true;
+  return autograd::dropout(x, o, *d.rng);
+}
+
+Var activation(const Var& x, FfnActivation a) {
+  return a == FfnActivation::Gelu ? autograd::gelu(x) : relu_(x);
+}
+
+Var attend(MultiheadAttention& m, const Var& q, const Var& kv, const ops::MaskSpec& mask) {
+  nn::MhaOptions o;
+  o.mask = mask;
+  return autograd::multihead_attention(m, q, kv, kv, o);
+}
+
+Var ff_block(Linear& linear1, Linear& linear2, const TransformerLayerOptions& o, const Var& x, const DropoutContext& d) {
+  Var h = activation(linear1.forward(x), o.activation);  // [N, T, F]
+  h = linear2.forward(dropout(h, o.dropout, d));         // [N, T, E]
+  return dropout(h, o.dropout, d);
+}
+
+TransformerLayerOptions checked(const TransformerLayerOptions& o, std::string_view what) {
+  o.validate(what);
+  return o;
+}
+
+void add_all(std::vector<Parameter*>& out, Module& m) {
+  for (Parameter* p : m.named_parameters()) out.push_back(p);
+}
+
+}  // namespace
+
+MultiheadAttention make_attention(int64_t E, int64_t heads, Rng& rng, const std::string& prefix) {
+  MultiheadAttention m;
+  m.num_heads = heads;
+  m.form = MhaWeightForm::InProj;
+  m.in_proj_weight = Parameter(prefix + "in_proj_weight", Tensor({3 * E, E}));  // [3E, E]
+  xavier(m.in_proj_weight, rng);
+  m.in_proj_bias = Parameter(prefix + "in_proj_bias", Tensor({3 * E}));          // [3E] zeros
+  const float bound = 1.0f / std::sqrt(static_cast<float>(E));
+  m.out_proj_weight = Parameter(prefix + "out_proj.weight", rand_uniform({E, E}, rng, -bound, bound));  // [E, E]
+  m.out_proj_bias = Parameter(prefix + "out_proj.bias", Tensor({E}));            // [E] zeros
+  m.check(prefix);
+  return m;
+}
+
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& o, Rng& rng, const std::string& prefix)
+    : options(checked(o, "transformer encoder layer")),
+      self_attn(make_attention(o.d_model, o.heads, rng, prefix + "self_attn.")),
+      linear1(o.d_model, o.dim_feedforward, rng, true, prefix + "linear1"),
+      linear2(o.dim_feedforward, o.d_model, rng, true, prefix + "linear2"),
+      norm1(o.d_model, o.layer_norm_eps, true, prefix + "norm1"),
+      norm2(o.d_model, o.layer_norm_eps, true, prefix + "norm2") {
+  xavier(self_attn.out_proj_weight, rng);
+  xavier(linear1.weight, rng);
+  xavier(linear2.weight, rng);
+}
+
+std::vector<Parameter*> TransformerEncoderLayer::named_parameters() {
+  std::vector<Parameter*> out;
+  for (Module* m : std::initializer_list<Module*>{&self_attn, &linear1, &linear2, &norm1, &norm2}) add_all(out, *m);
+  return out;
+}
+
+Var TransformerEncoderLayer::forward(const Var& x, const ops::MaskSpec& mask, const DropoutContext& d) {
+  AK_CHECK(x.shape().size() == 3 && x.shape()[2] == options.d_model,
+           "transformer encoder layer: input {} must be [N, S, {}]", shape_str(x.shape()), options.d_model);
+  if (options.norm_first) {
+    Var h = norm1.forward(x);
+    Var y = residual(x, dropout(attend(self_attn, h, h, mask), options.dropout, d));  // x + sa(norm1(x))
+    return residual(y, ff_block(linear1, linear2, options, norm2.forward(y), d));      // y + ff(norm2(y))
+  }
+  Var y = norm1.forward(residual(x, dropout(attend(self_attn, x, x, mask), options.dropout, d)));  // norm1(x + sa(x))
+  return norm2.forward(residual(y, ff_block(linear1, linear2, options, y, d)));                    // norm2(y + ff(y))
+}
+
+TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& o, Rng& rng, const std::string& prefix)
+    : options(checked(o, "transformer decoder layer")),
+      self_attn(make_attention(o.d_model, o.heads, rng, prefix + "self_attn.")),
+      multihead_attn(make_attention(o.d_model, o.heads, rng, prefix + "multihead_attn.")),
+      linear1(o.d_model, o.dim_feedforward, rng, true, prefix + "linear1"),
+      linear2(o.dim_feedforward, o.d_model, rng, true, prefix + "linear2"),
+      norm1(o.d_model, o.layer_norm_eps, true, prefix + "norm1"),
+      norm2(o.d_model, o.layer_norm_eps, true, prefix + "norm2"),
+      norm3(o.d_model, o.layer_norm_eps, true, prefix + "norm3") {
+  xavier(self_attn.out_proj_weight, rng);
+  xavier(multihead_attn.out_proj_weight, rng);
+  xavier(linear1.weight, rng);
+  xavier(linear2.weight, rng);
+}
+
+std::vector<Parameter*> TransformerDecoderLayer::named_parameters() {
+  std::vector<Parameter*> out;
+  for (Module* m :
+       std::initializer_list<Module*>{&self_attn, &multihead_attn, &linear1, &linear2, &norm1, &norm2, &norm3})
+    add_all(out, *m);
+  return out;
+}
+
+Var TransformerDecoderLayer::feed_forward(const Var& x, const DropoutContext& d) {
+  if (options.norm_first) return residual(x, ff_block(linear1, linear2, options, norm3.forward(x), d));
+  return norm3.forward(residual(x, ff_block(linear1, linear2, options, x, d)));
+}
+
+Var TransformerDecoderLayer::forward(const Var& x, const Var& memory, const ops::MaskSpec& self_mask,
+                                     const ops::MaskSpec& memory_mask, const DropoutContext& d) {
+  AK_CHECK(x.shape().size() == 3 && x.shape()[2] == options.d_model,
+           "transformer decoder layer: input {} must be [N, T, {}]", shape_str(x.shape()), options.d_model);
+  AK_CHECK(memory.shape().size() == 3 && memory.shape()[2] == options.d_model && memory.shape()[0] == x.shape()[0],
+           "transformer decoder layer: memory {} must be [{}, S, {}]", shape_str(memory.shape()), x.shape()[0],
+           options.d_model);
+  const float p = options.dropout;
+  if (options.norm_first) {
+    Var h = norm1.forward(x);
+    Var y = residual(x, dropout(attend(self_attn, h, h, self_mask), p, d));                        // x + sa(norm1(x))
+    y = residual(y, dropout(attend(multihead_attn, norm2.forward(y), memory, memory_mask), p, d));  // + mha(norm2(y), m)
+    return feed_forward(y, d);                                                                          // + ff(norm3(y))
+  }
+  Var y = norm1.forward(residual(x, dropout(attend(self_attn, x, x, self_mask), p, d)));              // norm1(x + sa(x))
+  y = norm2.forward(residual(y, dropout(attend(multihead_attn, y, memory, memory_mask), p, d)));     // norm2(y + mha(y, m))
+  return feed_forward(y, d);                                                                             // norm3(y + ff(y))
+}
+
+TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& o, int64_t num_layers, Rng& rng,
+                                       const std::string& prefix)
+    : norm(o.d_model, o.layer_norm_eps, true, prefix + "norm") {
+  AK_CHECK(num_layers >= 1, "transformer encoder: {} layers (need >= 1)", num_layers);
+  for (int64_t i = 0; i < num_layers; ++i)
+    layers.push_back(std::make_unique<TransformerEncoderLayer>(o, rng, prefix + "layers." + std::to_string(i) + "."));
+}
+
+std::vector<Parameter*> TransformerEncoder::named_parameters() {
+  std::vector<Parameter*> out;
+  for (auto& l : layers) add_all(out, *l);
+  add_all(out, norm);
+  return out;
+}
+
+Var TransformerEncoder::forward(const Var& x, const ops::MaskSpec& mask, const DropoutContext& d) {
+  Var y = x;
+  for (auto& l : layers) y = l->forward(y, mask, d);  // [N, S, E]
+  return norm.forward(y);
+}
+
+TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& o, int64_t num_layers, Rng& rng,
+                                       const std::string& prefix)
+    : norm(o.d_model, o.layer_norm_eps, true, prefix + "norm") {
+  AK_CHECK(num_layers >= 1, "transformer decoder: {} layers (need >= 1)", num_layers);
+  for (int64_t i = 0; i < num_layers; ++i)
+    layers.push_back(std::make_unique<TransformerDecoderLayer>(o, rng, prefix + "layers." + std::to_string(i) + "."));
+}
+
+std::vector<Parameter*> TransformerDecoder::named_parameters() {
+  std::vector<Parameter*> out;
+  for (auto& l : layers) add_all(out, *l);
+  add_all(out, norm);
+  return out;
+}
+
+Var TransformerDecoder::forward(const Var& x, const Var& memory, const ops::MaskSpec& self_mask,
+                                const ops::MaskSpec& memory_mask, const DropoutContext& d) {
+  Var y = x;
+  for (auto& l : layers) y = l->forward(y, memory, self_mask, memory_mask, d);  // [N, T, E]
+  return norm.forward(y);
+}
+
+}  // namespace attnkit::nn
