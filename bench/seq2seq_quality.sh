@@ -50,7 +50,7 @@ if [[ "$what" == reverse || "$what" == all ]]; then
 fi
 if [[ "$what" == bottleneck || "$what" == all ]]; then
   long=(--task reverse --vocab-size 26 --min-len 30 --max-len 40 --train-size 50000 --valid-size 1000
-        --model lstm --hidden 128 --embed 64 --batch 64 --lr 0.003 --clip 1 --log-every 250 --steps "$(steps 1000)")
+        --model lstm --hidden 128 --embed 64 --batch 64 --lr 0.003 --clip 1 --log-every 250 --steps "$(steps 500)")
   train bottleneck-none "${long[@]}" --attention none
   train bottleneck-additive "${long[@]}" --attention additive
 fi
