@@ -46,7 +46,7 @@ train() {  # NAME ARGS...: one timed run
 reverse_args=(--task reverse --vocab-size 26 --min-len 5 --max-len 20 --train-size 50000 --valid-size 1000
               --model lstm --hidden 128 --embed 64 --batch 64 --lr 0.003 --clip 1 --log-every 250)
 if [[ "$what" == reverse || "$what" == all ]]; then
-  train reverse "${reverse_args[@]}" --attention additive --steps "$(steps 1500)"
+  train reverse "${reverse_args[@]}" --attention additive --schedule cosine --steps "$(steps 1250)"
 fi
 if [[ "$what" == bottleneck || "$what" == all ]]; then
   long=(--task reverse --vocab-size 26 --min-len 30 --max-len 40 --train-size 50000 --valid-size 1000
