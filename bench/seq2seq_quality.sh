@@ -10,7 +10,8 @@
 # Usage: bench/seq2seq_quality.sh [reverse|bottleneck|dates|all] [--threads N] [--steps-scale F]
 # Runs in a scratch folder; prints each run's command, its summary (one JSON line) and its wall time, and
 # keeps the metrics (JSON lines) in $ATTNKIT_BENCH_OUT (default /tmp/seq2seq-quality). The load average
-# before and after is printed too: the machine may be shared, and the figures then say so.
+# before and after and the process' CPU time are printed too: the machine may be shared, and the figures then
+# say so (with N threads on a quiet machine the wall time is about the CPU time / N).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${ATTNKIT_BIN:-$here/../build/bin}"
@@ -37,25 +38,23 @@ train() {  # NAME ARGS...: one timed run
   echo "== $name"
   echo "\$ seq2seq-train $* --threads $threads --save $name.json --metrics $name.jsonl"
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  local t0 t1
-  t0=$(date +%s.%N)
-  "${cmd[@]}"
-  t1=$(date +%s.%N)
-  echo "wall time: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f s", b - a }'); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  # CPU time beside the wall time: on a shared machine the process' CPU time is what a quiet one would take
+  /usr/bin/time -f "wall time %e s, CPU time %U s user + %S s system" "${cmd[@]}"
+  echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
 reverse_args=(--task reverse --vocab-size 26 --min-len 5 --max-len 20 --train-size 50000 --valid-size 1000
-              --model lstm --hidden 128 --embed 64 --batch 64 --lr 0.003 --clip 1 --log-every 500)
+              --model lstm --hidden 128 --embed 64 --batch 64 --lr 0.003 --clip 1 --log-every 250)
 if [[ "$what" == reverse || "$what" == all ]]; then
-  train reverse "${reverse_args[@]}" --attention additive --steps "$(steps 3000)"
+  train reverse "${reverse_args[@]}" --attention additive --schedule cosine --steps "$(steps 1250)"
 fi
 if [[ "$what" == bottleneck || "$what" == all ]]; then
   long=(--task reverse --vocab-size 26 --min-len 30 --max-len 40 --train-size 50000 --valid-size 1000
-        --model lstm --hidden 128 --embed 64 --batch 64 --lr 0.003 --clip 1 --log-every 500 --steps "$(steps 3000)")
+        --model lstm --hidden 128 --embed 64 --batch 64 --lr 0.003 --clip 1 --log-every 250 --steps "$(steps 500)")
   train bottleneck-none "${long[@]}" --attention none
   train bottleneck-additive "${long[@]}" --attention additive
 fi
 if [[ "$what" == dates || "$what" == all ]]; then
   train dates --task dates --train-size 50000 --valid-size 1000 --model lstm --attention additive --hidden 128 \
-    --embed 64 --batch 64 --lr 0.003 --clip 1 --log-every 500 --steps "$(steps 3000)"
+    --embed 64 --batch 64 --lr 0.003 --clip 1 --log-every 250 --steps "$(steps 1500)"
 fi

@@ -2,7 +2,7 @@
 // seq2seq-train's loop runs, in-process. Prints one JSON object; bench/seq2seq_train_vs_torch.py runs it
 // interleaved with the same model in PyTorch.
 //   seq2seq_step_bench --N 64 --S 20 --T 20 --H 256 --E 256 --V 1000 --attention dot --threads 2 --reps 10
-//       [--cell lstm] [--style luong] [--profile 1]
+//       [--cell lstm] [--style luong] [--teacher-forcing 1] [--dropout 0] [--profile 1]
 // Legend: N batch, S source length, T decoder steps (<bos> + T-1 tokens in, T-1 tokens + <eos> out),
 // E embedding size, H hidden size, V vocabulary (source and target).
 // --profile 1 adds the median time of each phase (forward, backward, clip, optimizer).
@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   int threads = 2, reps = 10;
   std::string cell = "lstm", attention = "dot", style = "luong";
   bool profile = false;
+  float teacher_forcing = 1.0f, dropout = 0.0f;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--N") N = std::atoll(v.c_str());
@@ -51,6 +52,8 @@ int main(int argc, char** argv) {
     else if (k == "--attention") attention = v;
     else if (k == "--style") style = v;
     else if (k == "--profile") profile = v == "1";
+    else if (k == "--teacher-forcing") teacher_forcing = std::strtof(v.c_str(), nullptr);
+    else if (k == "--dropout") dropout = std::strtof(v.c_str(), nullptr);
     else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
@@ -81,12 +84,17 @@ int main(int argc, char** argv) {
   train::AdamOptions ao;
   ao.lr = 1e-3;
   train::Adam adam(params, ao);
+  Rng train_rng(1, 55);
+  models::ForwardOptions fo;
+  fo.teacher_forcing = teacher_forcing;
+  fo.dropout = dropout;
+  fo.rng = &train_rng;
   std::vector<double> total, fwd, bwd, clip, opt;
   float loss = 0;
   for (int r = 0; r <= reps; ++r) {  // r = 0: warm-up
     const double t0 = now();
     adam.zero_grad();
-    auto out = model.forward(batch);
+    auto out = model.forward(batch, fo);
     loss = out.loss.value()[0];
     const double t1 = now();
     autograd::backward(out.loss);
