@@ -90,7 +90,7 @@ grep -q "SIGTERM: stopped after step" t_err.txt || fail "SIGTERM message: $(cat 
 #     --save-every 1 the last checkpoint is the last good step's
 expect_error 1 "(the last checkpoint is kept)" seq2seq-train "${model[@]}" --optimizer sgd --lr 1e38 --clip 0 \
   --steps 10 --save-every 1 --save nan.json
-grep -qE "training: (step [0-9]+: the gradient norm is NaN|the loss is NaN at step [0-9]+)" err.txt ||
+grep -qE "training: (step [0-9]+: the gradient norm is (NaN|-?inf)|the loss is (NaN|-?inf) at step [0-9]+)" err.txt ||
   fail "the non-finite message: $(cat err.txt)"
 bad_step="$(grep -oE 'step [0-9]+' err.txt | head -n 1 | cut -d' ' -f2)"
 [[ "$(num nan.json step)" == "$((bad_step - 1))" ]] ||
