@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/train/batch.hpp"
 
 namespace attnkit::models {
 
@@ -23,6 +24,20 @@ Tensor gather_rows(const Tensor& t, int dim, const std::vector<int64_t>& rows) {
     for (int64_t r = 0; r < R; ++r)
       std::copy_n(t.data() + (o * n + rows[size_t(r)]) * inner, inner, out.data() + (o * R + r) * inner);
   return out;
+}
+
+void check_decoding_sources(const train::Batch& sources, std::string_view who) {
+  AK_CHECK(sources.N >= 1 && sources.S >= 1 && static_cast<int64_t>(sources.src.size()) == sources.N * sources.S &&
+               static_cast<int64_t>(sources.src_lengths.size()) == sources.N,
+           "{}: sources of {} rows and length {} with {} ids and {} lengths", who, sources.N, sources.S,
+           sources.src.size(), sources.src_lengths.size());
+}
+
+void check_previous_tokens(const std::vector<int64_t>& prev, int64_t rows, int64_t vocab, std::string_view who) {
+  AK_CHECK(rows >= 1, "{}: step with no rows left", who);
+  AK_CHECK(static_cast<int64_t>(prev.size()) == rows, "{}: {} previous tokens for {} rows", who, prev.size(), rows);
+  for (int64_t id : prev)
+    AK_CHECK(id >= 0 && id < vocab, "{}: token id {} outside the target vocabulary [0, {})", who, id, vocab);
 }
 
 }  // namespace attnkit::models

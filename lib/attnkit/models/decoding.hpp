@@ -19,9 +19,14 @@
 //   - Runs under autograd::NoGrad; nothing is recorded.
 #pragma once
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "attnkit/tensor/tensor.hpp"
+
+namespace attnkit::train {
+struct Batch;
+}
 
 namespace attnkit::models {
 
@@ -40,5 +45,10 @@ class DecoderState {
 // Rows `rows` of `t` along dimension `dim` (the new size of `dim` is rows.size()): the gather every
 // select_rows() implementation needs (an encoder output [R, S, E] along 0, a state [L, R, H] along 1).
 Tensor gather_rows(const Tensor& t, int dim, const std::vector<int64_t>& rows);
+
+// The checks every DecoderState makes (`who`: "seq2seq decoding"): sources with at least one row and one
+// position, ids and lengths for each; one previous token per row, each in [0, vocab).
+void check_decoding_sources(const train::Batch& sources, std::string_view who);
+void check_previous_tokens(const std::vector<int64_t>& prev, int64_t rows, int64_t vocab, std::string_view who);
 
 }  // namespace attnkit::models

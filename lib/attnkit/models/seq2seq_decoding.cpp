@@ -21,10 +21,7 @@ class Seq2SeqDecoderState : public DecoderState {
  public:
   Seq2SeqDecoderState(Seq2Seq& model, const train::Batch& sources, bool use_cache)
       : model_(model), use_cache_(use_cache) {
-    AK_CHECK(sources.N >= 1 && sources.S >= 1 && static_cast<int64_t>(sources.src.size()) == sources.N * sources.S &&
-                 static_cast<int64_t>(sources.src_lengths.size()) == sources.N,
-             "seq2seq decoding: sources of {} rows and length {} with {} ids and {} lengths", sources.N, sources.S,
-             sources.src.size(), sources.src_lengths.size());
+    check_decoding_sources(sources, "seq2seq decoding");
     autograd::NoGrad no_grad;
     enc_ = model_.encode(sources, ForwardOptions{});  // states [R, S, Hd], h0 / c0 [L, R, Hd]
     h_ = enc_.h0;
@@ -37,12 +34,8 @@ class Seq2SeqDecoderState : public DecoderState {
   int64_t rows() const override { return rows_; }
 
   Tensor step(const std::vector<int64_t>& prev) override {
-    AK_CHECK(rows_ >= 1, "seq2seq decoding: step with no rows left");
-    AK_CHECK(static_cast<int64_t>(prev.size()) == rows_, "seq2seq decoding: {} previous tokens for {} rows",
-             prev.size(), rows_);
     const int64_t V = model_.config_.tgt_vocab;
-    for (int64_t id : prev)
-      AK_CHECK(id >= 0 && id < V, "seq2seq decoding: token id {} outside the target vocabulary [0, {})", id, V);
+    check_previous_tokens(prev, rows_, V, "seq2seq decoding");
     autograd::NoGrad no_grad;
     const ForwardOptions eval;  // no dropout, the tokens given
     const bool attention = model_.config_.attention != AttentionKind::None;

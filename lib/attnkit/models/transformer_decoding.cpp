@@ -45,10 +45,7 @@ class TransformerDecoderState : public DecoderState {
  public:
   TransformerDecoderState(Transformer& model, const train::Batch& sources, bool use_cache)
       : model_(model), use_cache_(use_cache) {
-    AK_CHECK(sources.N >= 1 && sources.S >= 1 && static_cast<int64_t>(sources.src.size()) == sources.N * sources.S &&
-                 static_cast<int64_t>(sources.src_lengths.size()) == sources.N,
-             "transformer decoding: sources of {} rows and length {} with {} ids and {} lengths", sources.N, sources.S,
-             sources.src.size(), sources.src_lengths.size());
+    check_decoding_sources(sources, "transformer decoding");
     autograd::NoGrad no_grad;
     memory_ = model_.encode(sources).value();  // [R, S, E]
     src_lengths_ = sources.src_lengths;
@@ -63,12 +60,8 @@ class TransformerDecoderState : public DecoderState {
   int64_t rows() const override { return rows_; }
 
   Tensor step(const std::vector<int64_t>& prev) override {
-    AK_CHECK(rows_ >= 1, "transformer decoding: step with no rows left");
-    AK_CHECK(static_cast<int64_t>(prev.size()) == rows_, "transformer decoding: {} previous tokens for {} rows",
-             prev.size(), rows_);
     const int64_t V = model_.config_.tgt_vocab;
-    for (int64_t id : prev)
-      AK_CHECK(id >= 0 && id < V, "transformer decoding: token id {} outside the target vocabulary [0, {})", id, V);
+    check_previous_tokens(prev, rows_, V, "transformer decoding");
     autograd::NoGrad no_grad;
     for (int64_t i = 0; i < rows_; ++i) history_[size_t(i)].push_back(prev[size_t(i)]);
     const int64_t t = static_cast<int64_t>(history_[0].size());
