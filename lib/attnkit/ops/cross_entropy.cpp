@@ -59,10 +59,13 @@ Tensor cross_entropy_forward(const Tensor& logits, const std::vector<int64_t>& t
     const CArr x(logits.data() + r * C, C);
     const float m = x.maxCoeff();
     // lse = m + log sum_j exp(x_j - m): every exp in (0, 1]
-    const float l = m == kNegInf ? m : m + std::log((x - m).exp().sum());
+    const float* xp = x.data();  // sums in a fixed order (detail::fixed_sum): bits independent of alignment
+    const float l =
+        m == kNegInf ? m : m + std::log(detail::fixed_sum(C, [xp, m](int64_t j) { return std::exp(xp[j] - m); }));
     lse[r] = l;
     float loss = l - x[t];                                              // nll = lse - x_t
-    if (eps > 0.0f) loss = (1.0f - eps) * loss + eps * (l - x.mean());  // + eps * (lse - mean_j x_j)
+    if (eps > 0.0f)  // + eps * (lse - mean_j x_j)
+      loss = (1.0f - eps) * loss + eps * (l - detail::fixed_sum(C, [xp](int64_t j) { return xp[j]; }) / float(C));
     per_row[r] = loss;
   });
   Tensor loss;

@@ -55,9 +55,11 @@ Tensor layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& b
     // mu = mean_e x, corrected once: x - mu0 is (nearly) exact for x near mu0, so the second
     // pass removes the float sum's rounding (x = 100 + 0.01 z: the error of the mean drops from
     // ~2 ulp of 100 to half an ulp, which is what xhat's precision rests on)
-    const float mu0 = xr.sum() * inv_E;
-    const float mu = mu0 + (xr - mu0).sum() * inv_E;
-    const float var = (xr - mu).square().sum() * inv_E;                       // biased variance
+    const float* xp = xr.data();  // sums in a fixed order (detail::fixed_sum): bits independent of alignment
+    const float mu0 = detail::fixed_sum(E, [xp](int64_t i) { return xp[i]; }) * inv_E;
+    const float mu = mu0 + detail::fixed_sum(E, [xp, mu0](int64_t i) { return xp[i] - mu0; }) * inv_E;
+    const float var = detail::fixed_sum(E, [xp, mu](int64_t i) { const float c = xp[i] - mu; return c * c; }) *
+                      inv_E;  // biased variance
     const float rs = 1.0f / std::sqrt(var + eps);                             // rstd
     if (w && b) yr = (xr - mu) * rs * CArr(w, E) + CArr(b, E);                // y = xhat * w + b
     else if (w) yr = (xr - mu) * rs * CArr(w, E);
@@ -109,12 +111,16 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
       // forward: xhat = (x - mu) * rstd, with mu and rstd functions of the whole row:
       //   dx = rstd * (g - mean_e g - xhat * mean_e(g * xhat))
       Arr dxr(dx->data() + r * E, E);
+      const float *xp = xr.data(), *gp = dyr.data();
+      auto xh = [xp, mu, rs](int64_t i) { return (xp[i] - mu) * rs; };
       if (w) {
         const auto g = dyr * CArr(w, E);
-        const float mg = g.sum() * inv_E, mgx = (g * xhat).sum() * inv_E;
+        const float mg = detail::fixed_sum(E, [gp, w](int64_t i) { return gp[i] * w[i]; }) * inv_E;
+        const float mgx = detail::fixed_sum(E, [gp, w, &xh](int64_t i) { return gp[i] * w[i] * xh(i); }) * inv_E;
         dxr += rs * (g - mg - xhat * mgx);
       } else {
-        const float mg = dyr.sum() * inv_E, mgx = (dyr * xhat).sum() * inv_E;
+        const float mg = detail::fixed_sum(E, [gp](int64_t i) { return gp[i]; }) * inv_E;
+        const float mgx = detail::fixed_sum(E, [gp, &xh](int64_t i) { return gp[i] * xh(i); }) * inv_E;
         dxr += rs * (dyr - mg - xhat * mgx);
       }
     }

@@ -31,4 +31,19 @@ void for_rows(int64_t rows, int64_t cols, Body&& body) {
 #endif
 }
 
+// The sum of f(0) .. f(n-1) in an order fixed by n alone, never by where the data lie: 8 interleaved
+// partial sums (vectorised by the compiler), then a fixed tree. Eigen's .sum() on a Map starts its packets
+// at the first aligned address, so its last bits depended on the heap, and a resumed training run drifted
+// from an uninterrupted one (tests/cli/lib/misalign.cpp shows it).
+template <typename F>
+inline float fixed_sum(int64_t n, F&& f) {
+  float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += f(i + k);
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += f(i);
+  return (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) + tail;
+}
+
 }  // namespace attnkit::ops::detail

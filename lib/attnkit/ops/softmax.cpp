@@ -33,7 +33,8 @@ void softmax_rows(float* x, int64_t rows, int64_t cols, float* row_max, float* r
       // vectorised exp, every value in (0, 1]; a masked entry (-inf) gives exactly 0 (Eigen's
       // packet exp(-inf) is 2.9e-39, not 0)
       row = (row == kNegInf).select(0.0f, (row - m).exp());
-      l = row.sum();
+      const float* p = row.data();
+      l = detail::fixed_sum(cols, [p](int64_t i) { return p[i]; });  // fixed order: bits independent of alignment
       row *= 1.0f / l;
     }
     if (row_max) row_max[r] = m;
@@ -72,7 +73,8 @@ void softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
     const Eigen::Map<const Eigen::ArrayXf> yr(y.data() + r * C, C), g(dy.data() + r * C, C);
     // forward: y_j = exp(x_j - m) / sum_k exp(x_k - m)  ->  dx_j += y_j (dy_j - sum_k dy_k y_k)
     // (a fully masked row has y = 0: its gradient is 0)
-    const float s = (g * yr).sum();
+    const float *gp = g.data(), *yp = yr.data();
+    const float s = detail::fixed_sum(C, [gp, yp](int64_t i) { return gp[i] * yp[i]; });
     Eigen::Map<Eigen::ArrayXf>(dx.data() + r * C, C) += yr * (g - s);
   });
 }
@@ -85,7 +87,8 @@ Tensor log_softmax_forward(const Tensor& x) {
     Eigen::Map<Eigen::ArrayXf> row(y.data() + r * cols, cols);
     const float m = row.maxCoeff();
     if (m == kNegInf) continue;  // all -inf stays -inf
-    const float lse = m + std::log((row - m).exp().sum());
+    const float* p = row.data();
+    const float lse = m + std::log(detail::fixed_sum(cols, [p, m](int64_t i) { return std::exp(p[i] - m); }));
     row -= lse;
   }
   return y;
@@ -97,7 +100,8 @@ void log_softmax_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
     const Eigen::Map<const Eigen::ArrayXf> yr(y.data() + r * C, C), g(dy.data() + r * C, C);
     if (yr.maxCoeff() == kNegInf) return;  // a fully masked row: zero gradient, not NaN
     // forward: y_j = x_j - m - log(sum_k exp(x_k - m))  ->  dx_j += dy_j - exp(y_j) sum_k dy_k
-    const float s = g.sum();
+    const float* gp = g.data();
+    const float s = detail::fixed_sum(C, [gp](int64_t i) { return gp[i]; });
     // (a masked entry, y = -inf, has exp(y) = 0 exactly: not Eigen's 2.9e-39)
     Eigen::Map<Eigen::ArrayXf>(dx.data() + r * C, C) += g - (yr == kNegInf).select(0.0f, yr.exp()) * s;
   });
