@@ -12,7 +12,7 @@ source "$here/../lib/common.sh"
 walk() {
   cd "$work"
   for attention in dot none; do
-    run "seq2seq-train --task reverse --vocab-size 8 --min-len 3 --max-len 12 --train-size 4000 --valid-size 200 --model lstm --attention $attention --hidden 48 --embed 16 --batch 32 --lr 0.01 --steps 800 --log-every 200 --threads 1 --save $attention.json --metrics $attention.jsonl > /dev/null"
+    run "seq2seq-train --task reverse --vocab-size 8 --min-len 3 --max-len 12 --train-size 4000 --valid-size 200 --model lstm --attention $attention --hidden 48 --embed 16 --batch 32 --lr 0.01 --schedule cosine --steps 800 --log-every 200 --threads 1 --save $attention.json --metrics $attention.jsonl > /dev/null"
     # the held-out exact match (greedy decoding equals the reversed sequence) as training goes
     run_figures "grep -o '\"exact_match\":[0-9.e-]*\\|\"step\":[0-9]*' $attention.jsonl | paste -d' ' - - | awk '{ split(\$1, a, \":\"); split(\$2, b, \":\"); printf \"step %d: exact match %.1f%%\\n\", b[2], 100 * a[2] }' | tee $attention.txt"
     # the figures' last bits depend on the processor's GEMM kernel; the claim does not
