@@ -42,14 +42,16 @@ int main(int argc, char** argv) {
       "--norm-first) with teacher forcing or scheduled sampling, optionally dropout; writes a checkpoint "
       "(a JSON bundle) and prints a summary. SIGINT / SIGTERM finish the step, save and exit 130 / 143 "
       "(docs/seq2seq-train.md).",
-      "  seq2seq-train --task reverse --model lstm --attention dot --steps 200 --save model.json\n"
-      "  seq2seq-train --task reverse --model lstm --attention dot --steps 400 --resume model.json --save model.json\n"
-      "  seq2seq-train --train pairs.tsv --valid valid.tsv --model gru --attention additive --save g.json\n"
-      "  seq2seq-train --task dates --model lstm --attention additive --epochs 20 --save-every 200 --save d.json "
-      "--metrics d.jsonl --plot d.svg\n"
-      "  seq2seq-train --task copy --model transformer --layers 2 --d-model 64 --heads 4 --ff 128 --schedule noam \\\n"
-      "      --warmup 400 --lr 1 --steps 1000 --save t.json\n"
-      "  lstm-run x.json --weights model.json#encoder\n");
+      "  seq2seq-train --task reverse --model lstm --attention dot --hidden 32 --steps 100 --save model.json\n"
+      "  seq2seq-train --task reverse --model lstm --attention dot --hidden 32 --steps 150 --resume model.json "
+      "--save model.json\n"
+      "  printf 'cat\\tkat\\ndog\\tdog\\n' > pairs.tsv; seq2seq-train --train pairs.tsv --valid pairs.tsv --model gru \\\n"
+      "      --attention additive --hidden 16 --steps 20 --save g.json\n"
+      "  seq2seq-train --task dates --model lstm --attention additive --hidden 32 --train-size 200 --epochs 2 \\\n"
+      "      --save-every 5 --save d.json --metrics d.jsonl --plot d.svg\n"
+      "  seq2seq-train --task copy --model transformer --layers 2 --d-model 32 --heads 4 --ff 64 --schedule noam \\\n"
+      "      --warmup 40 --lr 1 --steps 50 --save t.json\n"
+      "  tensor randn --shape 2x5x32 > x.json; lstm-run x.json --weights model.json#encoder\n");
   std::string task, train_path, valid_path, model_name, attention = "none", optimizer = "adam",
                                                        schedule = "constant", save_path, resume_path, metrics_path,
                                                        tokenizer = "char", target_tokenizer;
