@@ -21,5 +21,7 @@ walk() {
   run "grep -o '\"exact_match\":[0-9.]*' summary.json"
   # the checkpoint decoded by transformer-decode (greedy, KV cache)
   run "transformer-decode copy.json --src '1 2 3 4 5 6 7 8 9 10' | grep -o '\"text\":\"[^\"]*\"'"
+  # beam search (4 beams, GNMT length penalty 0.6): the best of the 2 hypotheses kept is the copy too
+  run "transformer-decode copy.json --src '1 2 3 4 5 6 7 8 9 10' --strategy beam --beam 4 --n-best 2 --length-penalty 0.6 | grep -o '\"text\":\"[^\"]*\"' | head -n 1"
 }
 walk_or_check "$@"
