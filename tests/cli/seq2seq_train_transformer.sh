@@ -62,4 +62,12 @@ expect_error 1 "the checkpoint's model is a transformer; it cannot continue as a
   --steps 310 --resume t.json --save x.json
 expect_error 2 "--heads 3 does not divide --d-model 16" seq2seq-train --task copy --model transformer --d-model 16 \
   --heads 3 --steps 1 --save x.json
+# an option of the other family would do nothing: refused (exit 2), naming it
+expect_error 2 "--hidden does nothing with --model transformer" seq2seq-train --task copy --model transformer \
+  --hidden 8 --steps 1 --save x.json
+expect_error 2 "--teacher-forcing does nothing with --model transformer" seq2seq-train --task copy \
+  --model transformer --teacher-forcing 0.5 --steps 1 --save x.json
+expect_error 2 "--heads does nothing with --model lstm" seq2seq-train --task copy --model lstm --heads 2 --steps 1 \
+  --save x.json
+[[ ! -e x.json ]] || fail "a refused run wrote x.json"
 finish seq2seq_train_transformer
