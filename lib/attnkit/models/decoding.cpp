@@ -40,4 +40,18 @@ void check_previous_tokens(const std::vector<int64_t>& prev, int64_t rows, int64
     AK_CHECK(id >= 0 && id < vocab, "{}: token id {} outside the target vocabulary [0, {})", who, id, vocab);
 }
 
+template <typename T>
+std::vector<T> select_list(const std::vector<T>& list, const std::vector<int64_t>& rows, std::string_view who) {
+  std::vector<T> out;
+  out.reserve(rows.size());
+  for (int64_t r : rows) {
+    AK_CHECK(r >= 0 && r < static_cast<int64_t>(list.size()), "{}: select_rows: row {} of {}", who, r, list.size());
+    out.push_back(list[size_t(r)]);
+  }
+  return out;
+}
+template std::vector<int64_t> select_list(const std::vector<int64_t>&, const std::vector<int64_t>&, std::string_view);
+template std::vector<std::vector<int64_t>> select_list(const std::vector<std::vector<int64_t>>&,
+                                                       const std::vector<int64_t>&, std::string_view);
+
 }  // namespace attnkit::models

@@ -51,4 +51,9 @@ Tensor gather_rows(const Tensor& t, int dim, const std::vector<int64_t>& rows);
 void check_decoding_sources(const train::Batch& sources, std::string_view who);
 void check_previous_tokens(const std::vector<int64_t>& prev, int64_t rows, int64_t vocab, std::string_view who);
 
+// What every select_rows does to the per-row lists it keeps (source lengths, tokens fed so far): checks each
+// row index against `rows` and returns list[rows[0]], list[rows[1]], ...
+template <typename T>
+std::vector<T> select_list(const std::vector<T>& list, const std::vector<int64_t>& rows, std::string_view who);
+
 }  // namespace attnkit::models

@@ -62,8 +62,7 @@ class Seq2SeqDecoderState : public DecoderState {
   }
 
   void select_rows(const std::vector<int64_t>& rows) override {
-    for (int64_t r : rows)
-      AK_CHECK(r >= 0 && r < rows_, "seq2seq decoding: select_rows: row {} of {}", r, rows_);
+    src_lengths_ = select_list(src_lengths_, rows, "seq2seq decoding");  // checks every row first
     auto gather = [&](Var& v, int dim) {
       if (v.defined()) v = Var(gather_rows(v.value(), dim, rows));
     };
@@ -73,14 +72,7 @@ class Seq2SeqDecoderState : public DecoderState {
     gather(h_, 1);
     gather(c_, 1);
     if (!weights_.empty()) weights_ = gather_rows(weights_, 0, rows);  // [R', S]
-    std::vector<int64_t> lengths;
-    std::vector<std::vector<int64_t>> history;
-    for (int64_t r : rows) {
-      lengths.push_back(src_lengths_[size_t(r)]);
-      history.push_back(history_[size_t(r)]);
-    }
-    src_lengths_ = std::move(lengths);
-    history_ = std::move(history);
+    history_ = select_list(history_, rows, "seq2seq decoding");
     rows_ = static_cast<int64_t>(rows.size());
   }
 

@@ -86,8 +86,7 @@ class TransformerDecoderState : public DecoderState {
   }
 
   void select_rows(const std::vector<int64_t>& rows) override {
-    for (int64_t r : rows)
-      AK_CHECK(r >= 0 && r < rows_, "transformer decoding: select_rows: row {} of {}", r, rows_);
+    src_lengths_ = select_list(src_lengths_, rows, "transformer decoding");  // checks every row first
     auto gather = [&](Tensor& x) {
       if (!x.empty()) x = gather_rows(x, 0, rows);
     };
@@ -96,14 +95,7 @@ class TransformerDecoderState : public DecoderState {
       gather(c.Kc), gather(c.Vc), gather(c.Ks), gather(c.Vs);  // [R', S or t, E]
       gather(c.weights);                                       // [R', NH, 1, S]
     }
-    std::vector<int64_t> lengths;
-    std::vector<std::vector<int64_t>> history;
-    for (int64_t r : rows) {
-      lengths.push_back(src_lengths_[size_t(r)]);
-      history.push_back(history_[size_t(r)]);
-    }
-    src_lengths_ = std::move(lengths);
-    history_ = std::move(history);
+    history_ = select_list(history_, rows, "transformer decoding");
     rows_ = static_cast<int64_t>(rows.size());
   }
 
