@@ -3,7 +3,7 @@
 // produce exactly T tokens (min_len = max_len = T), so tokens/s counts the same work in every run.
 //   decode_bench --model MODEL.json [--weights STATE_DICT.json] [--src-len 32] [--tokens 64] [--batch 64]
 //                [--beam 5] [--reps 3] [--threads 2] [--no-cache]
-// Prints one JSON line: {"greedy_b1_tokens_per_s", "greedy_bB_tokens_per_s", "beam_peak_mb", ...}.
+// Prints one JSON line: {"greedy_b1_tokens_per_s", "greedy_bB_tokens_per_s" (B > 1), "beam_peak_mb", ...}.
 // (bench/decode_vs_torch.py runs it beside PyTorch's nn.Transformer loop.)
 #include <chrono>
 #include <cstdio>
@@ -109,12 +109,13 @@ int main(int argc, char** argv) {
     const double beam_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double peak = status_mb("VmHWM:");
     const double b1 = tokens_per_s(one, o);
-    const double bB = tokens_per_s(sources(B), o);
+    const double bB = B == 1 ? b1 : tokens_per_s(sources(B), o);
+    const std::string batched = B == 1 ? "" : fmt::format("\"greedy_b{}_tokens_per_s\":{:.1f},", B, bB);
     std::cout << fmt::format(
         "{{\"family\":\"{}\",\"src_len\":{},\"tokens\":{},\"threads\":{},\"cache\":{},\"greedy_b1_tokens_per_s\":{:.1f},"
-        "\"greedy_b{}_tokens_per_s\":{:.1f},\"beam\":{},\"beam_tokens_per_s\":{:.1f},\"model_mb\":{:.1f},"
+        "{}\"beam\":{},\"beam_tokens_per_s\":{:.1f},\"model_mb\":{:.1f},"
         "\"beam_peak_mb\":{:.1f},\"beam_peak_over_model_mb\":{:.1f}}}\n",
-        m.family, S, T, threads, !no_cache, b1, B, bB, beam, double(T) / beam_s, rss_loaded - rss_before_load, peak,
+        m.family, S, T, threads, !no_cache, b1, batched, beam, double(T) / beam_s, rss_loaded - rss_before_load, peak,
         peak - rss_loaded);
   } catch (const std::exception& e) {
     std::cerr << "decode_bench: " << e.what() << "\n";

@@ -214,9 +214,14 @@ int64_t TiledWorker::tasks(const SdpaProblem& p) {
 }
 void TiledWorker::run(int64_t task, float* row_lse) { impl_->run(task, row_lse); }
 
+// Multiply-adds of the two products (Q K^T, P V), times 2: what decides whether a team pays.
+namespace {
+double sdpa_flops(const SdpaProblem& p) { return 2.0 * p.N * p.NH * p.T * p.S * (p.Dk + p.Dv); }
+}  // namespace
+
 void sdpa_tiled(const SdpaProblem& p, float* row_lse) {
   const int64_t tasks = TiledWorker::tasks(p);
-  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), tasks)));
+  const int team = team_for(tasks, sdpa_flops(p));
   std::vector<TiledWorker> workers;  // allocated before the team starts: nothing throws inside it
   for (int i = 0; i < team; ++i) workers.emplace_back(p);
   std::atomic<int64_t> next{0};
@@ -233,7 +238,7 @@ void sdpa_full(const SdpaProblem& p, float* scores, float* weights, float* row_l
   const int64_t Br = std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1));
   const int64_t tiles_per_head = (p.T + Br - 1) / Br;
   const int64_t tasks = p.N * p.NH * tiles_per_head;
-  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), tasks)));
+  const int team = team_for(tasks, sdpa_flops(p));
   // Allocated before the team: each thread's row max and sum [Br].
   std::vector<float> stats(static_cast<size_t>(team) * 2 * Br);
   ParallelErrors errors;  // Eigen's product may allocate: an exception is rethrown after the team
@@ -330,7 +335,7 @@ void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn d
   const int64_t ldt = Bc + kTilePad;  // the tiles' row stride
   const int64_t key_tiles = (p.S + Bc - 1) / Bc;
   const int64_t tasks = p.N * p.NH * key_tiles, rows = p.N * p.NH * p.T;
-  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), tasks)));
+  const int team = team_for(tasks, 2.5 * sdpa_flops(p));  // five products
   const bool masked = p.mask && p.mask->any();
   const bool want_dq = grads.dq.data != nullptr;
   // Allocated before the team: nothing inside it allocates.
@@ -585,7 +590,7 @@ AttentionResult additive_forward(const Tensor& q, const Tensor& k, const Tensor&
   const bool keep = o.keep == KeepWeights::Yes;
   if (keep) r.scores = Tensor({d.N, d.T, d.S}), r.weights = Tensor({d.N, d.T, d.S});
   SdpaProblem p = make_problem(d, q.data(), d.Dq, k.data(), v.data(), r.context.data(), o.mask, 1.0f);
-  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), d.N * d.T)));
+  const int team = team_for(d.N * d.T, 4.0 * d.N * d.T * d.S * (A + d.Dv));  // tanh(Qp + Kp) . v, P V
   // Allocated before the team: each thread's M [S, A] and e [S].
   std::vector<MatrixRM> Ms(static_cast<size_t>(team), MatrixRM(d.S, A));
   std::vector<Eigen::VectorXf> es(static_cast<size_t>(team), Eigen::VectorXf(d.S));

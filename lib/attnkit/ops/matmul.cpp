@@ -147,8 +147,12 @@ void gemm_with(GemmKernel kernel, Trans ta, Trans tb, int64_t M, int64_t N, int6
            gemm_kernel_name(kernel));
   if (kernel == GemmKernel::Auto) kernel = gemm_kernel_auto();
   if (M == 0 || N == 0) return;
+  // Forking costs more than it saves below ~2 M multiply-adds, except for a few rows times a large B:
+  // that product streams B from memory once (a decoder's per-token projections, 1 x 2048 x 512), so it
+  // is bound by bandwidth, which two cores' streams add up, not by arithmetic.
+  const bool streams_b = M <= 4 && N * K >= (int64_t(1) << 18);
   const bool serial = threads == GemmThreads::This || omp_in_parallel() || num_threads() <= 1 ||
-                      M * N * K < (int64_t(1) << 21);  // forking costs more than it saves below ~2 MFLOP
+                      (M * N * K < (int64_t(1) << 21) && !streams_b);
   if (K == 0 || alpha == 0.0f || kernel == GemmKernel::Eigen) {
     Map c(C, M, N, Stride(ldc));
     if (beta == 0.0f) c.setZero();

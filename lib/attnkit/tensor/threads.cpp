@@ -2,6 +2,7 @@
 
 #include <Eigen/Core>
 #include <omp.h>
+#include <algorithm>
 #include <thread>
 
 namespace attnkit {
@@ -13,5 +14,10 @@ void set_num_threads(int n) {
 }
 
 int num_threads() { return Eigen::nbThreads(); }
+
+int team_for(int64_t tasks, double flops) {
+  if (tasks < 2 || flops < double(kMinParallelFlops) || omp_in_parallel()) return 1;
+  return static_cast<int>(std::min<int64_t>(num_threads(), tasks));
+}
 
 }  // namespace attnkit

@@ -1,10 +1,21 @@
 // Thread count for Eigen's GEMMs and attnkit's OpenMP loops.
 #pragma once
+#include <cstdint>
 
 namespace attnkit {
 
 // n >= 1 threads; 0 means one per core.
 void set_num_threads(int n);
 int num_threads();
+
+// Below this many floating-point operations a team costs more than it saves: starting and joining one
+// takes microseconds on a quiet machine, and on a loaded one the second thread may wait a scheduler
+// quantum (milliseconds) to run. (Decoding one token of a 6+6-layer d 512 Transformer forked 12 tiny
+// attention teams and ran at 4-5 tokens/s with 2 threads against 27-72 with 1.)
+constexpr int64_t kMinParallelFlops = int64_t{1} << 21;
+
+// The team for `tasks` independent tasks of `flops` operations in all: min(num_threads(), tasks), or 1
+// below kMinParallelFlops and inside a parallel region (OpenMP would not nest it anyway).
+int team_for(int64_t tasks, double flops);
 
 }  // namespace attnkit
