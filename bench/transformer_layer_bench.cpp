@@ -2,6 +2,9 @@
 // autograd::NoGrad: inference) on random data, and the library's sgemm at the layer's FFN shape (the ceiling).
 // Driven by bench/transformer_layer_vs_torch.py, which interleaves it with PyTorch; usable alone:
 //   build/bench/transformer_layer_bench --batch 16 --len 256 --d 512 --ff 2048 --heads 8 --threads 2 --reps 5
+// With --weights STATE_DICT.json (nn.TransformerEncoderLayer's names: self_attn.in_proj_weight, linear1.weight,
+// norm1.weight ...) --input X.json --output Y.json it loads those weights, runs X [N, T, E] once and writes Y:
+// bench/vs_onnxruntime/run.py checks that output against PyTorch's and ONNX Runtime's.
 // Prints one JSON line: {"best_s":.., "gflop":.. (the layer's multiply-adds x 2), "gflops":..,
 //   "sgemm_gflops":.. ([N*T, E] x [E, F], best of reps), "checksum":..}
 #include <algorithm>
@@ -11,6 +14,9 @@
 #include <string>
 
 #include "attnkit/autograd/var.hpp"
+#include "attnkit/io/json_reader.hpp"
+#include "attnkit/io/tensor_file.hpp"
+#include "attnkit/nn/state_dict.hpp"
 #include "attnkit/nn/transformer.hpp"
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/tensor/random.hpp"
@@ -21,8 +27,13 @@ using namespace attnkit;
 int main(int argc, char** argv) {
   int64_t N = 16, T = 256, E = 512, F = 2048, NH = 8, threads = 2, reps = 5;
   bool norm_first = false;
+  std::string weights, input, output;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if ((a == "--weights" || a == "--input" || a == "--output") && i + 1 < argc) {
+      (a == "--weights" ? weights : a == "--input" ? input : output) = argv[++i];
+      continue;
+    }
     auto next = [&] { return i + 1 < argc ? std::atoll(argv[++i]) : 0LL; };
     if (a == "--batch") N = next();
     else if (a == "--len") T = next();
@@ -34,7 +45,7 @@ int main(int argc, char** argv) {
     else if (a == "--norm-first") norm_first = true;
     else {
       std::fprintf(stderr, "usage: transformer_layer_bench [--batch 16] [--len 256] [--d 512] [--ff 2048] [--heads 8] "
-                           "[--threads 2] [--reps 5] [--norm-first]\n");
+                           "[--threads 2] [--reps 5] [--norm-first] [--weights W.json --input X.json --output Y.json]\n");
       return 2;
     }
   }
@@ -47,6 +58,18 @@ int main(int argc, char** argv) {
   o.dropout = 0.0f;
   o.norm_first = norm_first;
   nn::TransformerEncoderLayer layer(o, rng);
+  if (!weights.empty()) {  // one forward on given weights and input, for the agreement check
+    try {
+      nn::load_parameters(layer, io::parse_json(io::read_text(weights), weights), "encoder layer");
+      const io::Value x = io::parse_json(io::read_text(input), input);
+      autograd::NoGrad no_grad;
+      io::write_value_file(output, io::Value(layer.forward(autograd::Var(x.tensor()), {}).value()));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "transformer_layer_bench: %s\n", e.what());
+      return 1;
+    }
+    return 0;
+  }
   const autograd::Var x(rand_normal({N, T, E}, rng));
   autograd::NoGrad no_grad;
   double best = 1e30, checksum = 0;

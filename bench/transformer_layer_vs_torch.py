@@ -61,11 +61,14 @@ def main():
             p = best_time(torch_once, a.reps)
             theirs.append(p)
             ratios.append(r["best_s"] / p)
+        print(f"round {len(mine)}: attnkit {r['best_s'] * 1e3:.1f} ms ({r['gflops']:.0f} GFLOP/s, sgemm "
+              f"{r['sgemm_gflops']:.0f})" + (f"  torch {theirs[-1] * 1e3:.1f} ms  ratio {ratios[-1]:.2f}" if ratios else ""))
     line = (f"encoder layer [{a.batch}, {a.len}, {a.d}] ff {a.ff} heads {a.heads}{' pre-LN' if a.norm_first else ''}: "
             f"attnkit {statistics.median(mine) * 1e3:.1f} ms ({statistics.median(gf):.0f} GFLOP/s, "
             f"{100 * statistics.median(gf) / statistics.median(peak):.0f}% of sgemm {statistics.median(peak):.0f} GFLOP/s)")
     if ratios:
-        line += f"  torch {statistics.median(theirs) * 1e3:.1f} ms  ratio {statistics.median(ratios):.2f}"
+        line += (f"  torch {statistics.median(theirs) * 1e3:.1f} ms  ratio {statistics.median(ratios):.2f} "
+                 f"(range {min(ratios):.2f} .. {max(ratios):.2f})")
     print(line)
 
 

@@ -3,10 +3,10 @@
 
   cd bench/vs_onnxruntime && npm install --ignore-scripts onnxruntime-node && cd ../..   # once
   /usr/bin/python3 bench/vs_onnxruntime/run.py [--build build] [--rounds 5] [--reps 5] [--threads 2]
-                                               [--only lstm64,lstm1,gru64,attn1024,attn4096]
+                                               [--only lstm64,lstm1,gru64,attn1024,attn4096,encoder]
 
 Needs Debian's python3-torch (run with /usr/bin/python3), node, and attnkit built (build/bench/lstm_bench,
-build/bench/attention_bench, build/bin/lstm-run, build/bin/attn-score). Benchmark only: no test needs it.
+build/bench/attention_bench, build/bench/transformer_layer_bench, build/bin/lstm-run, build/bin/attn-score). Benchmark only: no test needs it.
 
 For each workload the PyTorch module (seeded) is exported with torch.onnx.export (opset 14, dynamic batch
 and length) into BUILD/vs_onnxruntime/, with its state_dict as JSON and one input x.
@@ -35,10 +35,13 @@ WORKLOADS = {
     "gru64": ("gru", dict(N=64, T=100, D=512, H=512)),
     "attn1024": ("attn", dict(T=1024, E=512, heads=8)),
     "attn4096": ("attn", dict(T=4096, E=512, heads=8)),
+    "encoder": ("encoder", dict(N=16, T=256, E=512, ff=2048, heads=8)),
 }
 
 
 def describe(kind, s):
+    if kind == "encoder":
+        return f"Transformer encoder layer N={s['N']} T={s['T']} d={s['E']} ff={s['ff']} {s['heads']} heads"
     if kind == "attn":
         return f"self-attention E={s['E']} {s['heads']} heads T={s['T']}"
     return f"{kind.upper()} N={s['N']} T={s['T']} D={s['D']} H={s['H']}"
@@ -82,6 +85,11 @@ def export(torch, kind, s, work, name):
         module, state = SelfAttention(mha).eval(), mha.state_dict()
         x = torch.randn(1, s["T"], s["E"])
         names, axes = ["output"], {"x": {1: "T"}}
+    elif kind == "encoder":  # post-LN, ReLU, no dropout: the paper's layer
+        module = torch.nn.TransformerEncoderLayer(s["E"], s["heads"], s["ff"], dropout=0.0, batch_first=True).eval()
+        state = module.state_dict()
+        x = torch.randn(s["N"], s["T"], s["E"])
+        names, axes = ["output"], {"x": {0: "N", 1: "T"}}
     else:
         cls = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
         module = cls(s["D"], s["H"], batch_first=True).eval()
@@ -108,6 +116,12 @@ def export(torch, kind, s, work, name):
 def attnkit_output(build, kind, s, work, name, threads):
     """The attnkit tool's output [.., ..] on the exported weights and x, as a flat list of floats."""
     w, x = os.path.join(work, name + ".weights.json"), os.path.join(work, name + ".x.json")
+    if kind == "encoder":  # no tool runs one layer: the bench binary loads the state_dict and writes the output
+        y = os.path.join(work, name + ".attnkit.json")
+        subprocess.run(bench_args(build, kind, s, threads, 1) + ["--weights", w, "--input", x, "--output", y], check=True)
+        with open(y) as f:
+            import numpy as np
+            return np.asarray(json.load(f), dtype=np.float32).reshape(-1)
     if kind == "attn":
         args = [os.path.join(build, "bin", "attn-score"), "--self", x, "--heads", str(s["heads"]), "--weights", w]
     else:
@@ -118,6 +132,10 @@ def attnkit_output(build, kind, s, work, name, threads):
 
 
 def bench_args(build, kind, s, threads, reps):
+    if kind == "encoder":
+        return [os.path.join(build, "bench", "transformer_layer_bench"), "--batch", str(s["N"]), "--len", str(s["T"]),
+                "--d", str(s["E"]), "--ff", str(s["ff"]), "--heads", str(s["heads"]), "--threads", str(threads),
+                "--reps", str(reps)]
     if kind == "attn":
         return [os.path.join(build, "bench", "attention_bench"), "--T", str(s["T"]), "--E", str(s["E"]), "--heads",
                 str(s["heads"]), "--threads", str(threads), "--reps", str(reps)]
@@ -135,7 +153,8 @@ def main():
     ap.add_argument("--only", default=",".join(WORKLOADS))
     a = ap.parse_args()
     build = os.path.abspath(a.build)
-    for tool in ("bench/lstm_bench", "bench/attention_bench", "bin/lstm-run", "bin/attn-score"):
+    for tool in ("bench/lstm_bench", "bench/attention_bench", "bench/transformer_layer_bench", "bin/lstm-run",
+                 "bin/attn-score"):
         if not os.path.exists(os.path.join(build, tool)):
             sys.exit(f"{os.path.join(build, tool)} not found: build first (scripts/build.sh)")
     try:
@@ -159,7 +178,7 @@ def main():
         import numpy as np
         theirs = np.fromfile(os.path.join(work, name + ".ort.output.f32"), dtype=np.float32)
         r = ref.numpy().reshape(-1)
-        if kind != "attn" and list(dims) != list(ref.shape):  # ONNX LSTM/GRU output: [T, dirs, N, H] -> [N, T, H]
+        if kind in ("lstm", "gru") and list(dims) != list(ref.shape):  # ONNX LSTM/GRU output: [T, dirs, N, H] -> [N, T, H]
             theirs = theirs.reshape(dims).transpose(2, 0, 1, 3).reshape(-1)
         mine = np.asarray(attnkit_output(build, kind, s, work, name, a.threads), dtype=np.float32)
         scale = float(np.abs(r).max())
