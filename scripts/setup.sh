@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what attnkit needs to build and test, from Debian's packages, if it is missing
-# (festlex-cmu: the CMU Pronouncing Dictionary of examples/05-g2p-data).
+# (festlex-cmu: the CMU Pronouncing Dictionary of examples/06-g2p-data).
 # As root it runs apt-get; otherwise it prints the apt-get line to run.
 # Usage: scripts/setup.sh [--fuzz]   (--fuzz adds clang and its sanitizer runtime for the fuzzers)
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shows: the LSTM step gate by gate: a = x Wx + h Wh + b split into i, f, o, g; c and h (checked against numpy)
 # The documents' LSTM step, gate by gate: a = Wx·x + Wh·h + b split into i, f, o, g;
 # c = f ⊙ c_prev + i ⊙ g; h = o ⊙ tanh(c). The numbers are CS231n assignment 3's
 # (N=3 sequences, D=4 inputs, H=5 hidden units, everything from linspace), in the documents'

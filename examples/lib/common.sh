@@ -1,6 +1,7 @@
 # Sourced by examples/*/run.sh after setting `here` (the example's folder):
 # a scratch folder $work (removed on exit), `run` (echo a command line, then run it), and
-# `walk_or_check "$@"` (runs the example's `walk`; with --check, diffs its output against expected.txt).
+# `walk_or_check "$@"` (runs the example's `walk`; with --check, diffs its output against expected.txt),
+# and `keep FILE...` (pictures: the walkthrough sets ATTNKIT_PICTURES, a folder they are copied to).
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 run() {
   echo "\$ $*"
@@ -20,4 +21,10 @@ walk_or_check() {
   else
     walk
   fi
+}
+# keep FILE...: copies pictures the example made into $ATTNKIT_PICTURES (when set, and not with --check),
+# where the walkthrough lists them; prints nothing, so the checked output is the same either way.
+keep() {
+  [[ -z "$checking" && -n "${ATTNKIT_PICTURES:-}" ]] || return 0
+  mkdir -p "$ATTNKIT_PICTURES" && cp "$@" "$ATTNKIT_PICTURES/"
 }
