@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # docs/examples.md has a row for every examples/NN-name folder, in the folders' order, and every example has a
 # "# shows:" line (the walkthrough prints it); the relative links of README.md and docs/*.md lead to files
-# that exist.
+# that exist, and every examples/NN-name mentioned in the sources, docs and scripts exists.
 set -uo pipefail
 src="${ATTNKIT_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}"
 source "$(dirname "$0")/lib/common.sh"
@@ -25,4 +25,14 @@ for doc in "$src/README.md" "$src"/docs/*.md; do
   done < <(grep -o '\](\([^)]*\))' "$doc" | sed 's/^](\(.*\))$/\1/')
 done
 (( links > 20 )) || fail "only $links relative links found"
-finish "docs_examples ($(wc -w <<< "$folders") examples, $links links)"
+# every mention of an example folder (examples/NN-name) in the sources, docs and scripts names one that exists
+# (the examples were renumbered once; a merge can bring back an old name)
+mentions=0
+while IFS=: read -r file name; do
+  mentions=$((mentions + 1))
+  [[ -d "$src/$name" ]] || fail "${file#"$src"/} mentions $name, which does not exist"
+done < <(grep -rHoE 'examples/[0-9][0-9]-[a-z0-9-]+' "$src/README.md" "$src/docs" "$src/bench" "$src/scripts" \
+           "$src/tests" "$src/tools" "$src/lib" "$src/examples" --exclude-dir=fixtures 2> /dev/null; \
+         grep -rHoE 'examples/[0-9][0-9]-[a-z0-9-]+' "$src/tests/fixtures" --include='*.py' --include='*.md' --include='*.LICENSE' 2> /dev/null)
+(( mentions > 10 )) || fail "only $mentions mentions of examples/NN-name found"
+finish "docs_examples ($(wc -w <<< "$folders") examples, $links links, $mentions mentions of examples)"
