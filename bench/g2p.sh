@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Grapheme-to-phoneme on the CMU Pronouncing Dictionary (Debian's festlex-cmu), issue 10's real-data example:
-# examples/05-g2p-data/prepare.sh writes train/valid/test TSV (split by word), seq2seq-train trains an LSTM
+# examples/06-g2p-data/prepare.sh writes train/valid/test TSV (split by word), seq2seq-train trains an LSTM
 # encoder-decoder with attention (spelling by characters -> phonemes by spaces), and build/bench/seq2seq_eval
 # scores the held-out test words by greedy decoding: PER (edit distance to the closest pronunciation /
 # its length) and WER (words whose prediction equals none of their pronunciations).
@@ -32,7 +32,7 @@ while [[ $# -gt 0 ]]; do
 done
 mkdir -p "$out"
 if [[ ! -s "$out/data/train.tsv" ]]; then
-  "$here/../examples/05-g2p-data/prepare.sh" "$out/data"
+  "$here/../examples/06-g2p-data/prepare.sh" "$out/data"
 fi
 awk 'NR % 5 == 0' "$out/data/valid.tsv" > "$out/data/valid-curve.tsv"
 args=(--train "$out/data/train.tsv" --valid "$out/data/valid-curve.tsv" --tokenizer char --target-tokenizer space

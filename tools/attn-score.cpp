@@ -242,6 +242,10 @@ int main(int argc, char** argv) {
         }
         result.set("output", drop_t(std::move(r.output)));
         shown_weights = drop_t(r.weights);
+        // per head, unbatched: [NH, T, S] is drawn as [1, NH, T, S], so that its panels are titled by head
+        // ("n = 0, head 1"), not as a batch
+        if (per_head && !per_element && shown_weights.rank() == 3)
+          shown_weights = shown_weights.reshaped({1, shown_weights.dim(0), shown_weights.dim(1), shown_weights.dim(2)});
         if (need_weights || per_head) result.set("weights", drop_t(std::move(r.weights)));
         if (backward) result.set("grad", std::move(grad));
       } else {

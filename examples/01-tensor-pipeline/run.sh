@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shows: tensors on the wire: make, show, reshape, pack a bundle, pick a member, compare
 # Tensors on the wire: make a tensor, look at it, reshape it, pack a bundle, pick a member, compare.
 # With --check, compares what it prints against expected.txt (a ctest case).
 set -euo pipefail

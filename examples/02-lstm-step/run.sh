@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shows: the LSTM step gate by gate: a = x Wx + h Wh + b split into i, f, o, g; c and h (checked against numpy)
 # The documents' LSTM step, gate by gate: a = Wx·x + Wh·h + b split into i, f, o, g;
 # c = f ⊙ c_prev + i ⊙ g; h = o ⊙ tanh(c). The numbers are CS231n assignment 3's
 # (N=3 sequences, D=4 inputs, H=5 hidden units, everything from linspace), in the documents'
@@ -29,33 +30,6 @@ walk() {
   run "tensor reshape step.json#h_n --shape 3,5 | tensor diff - numpy_step.json#next_h --rtol 1e-5 --atol 1e-6 --quiet && echo 'next_h matches numpy'"
   run "tensor reshape step.json#c_n --shape 3,5 | tensor diff - numpy_step.json#next_c --rtol 1e-5 --atol 1e-6 --quiet && echo 'next_c matches numpy'"
 }
-# The same text with every number within 1e-5 (relative) of expected.txt: the last printed digits
-# of float32 results move with the summation order of the GEMM kernel (AVX2 vs AVX-512, threads).
-numbers_match() {
-  awk -v tol=1e-5 '
-    function num(s) { return s ~ /^[-+]?[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?\.?$/ }
-    NR == FNR { want[FNR] = $0; n = FNR; next }
-    { got[FNR] = $0; m = FNR }
-    END {
-      if (n != m) { print "expected " n " lines, got " m; exit 1 }
-      bad = 0
-      for (i = 1; i <= n; i++) {
-        if (want[i] == got[i]) continue
-        na = split(want[i], a, /[][ ,()=]+/); nb = split(got[i], b, /[][ ,()=]+/)
-        ok = na == nb
-        for (j = 1; ok && j <= na; j++)
-          if (a[j] != b[j]) {
-            if (!num(a[j]) || !num(b[j])) ok = 0
-            else { d = a[j] - b[j]; if (d < 0) d = -d; s = a[j] < 0 ? -a[j] : a[j]; if (d > tol * (1 + s)) ok = 0 }
-          }
-        if (!ok) { print "line " i ":\n- " want[i] "\n+ " got[i]; bad = 1 }
-      }
-      exit bad
-    }' "$1" "$2"
-}
-if [[ "${1:-}" == "--check" ]]; then
-  walk > "$work/actual.txt" 2>&1 || true
-  cmp -s "$here/expected.txt" "$work/actual.txt" || numbers_match "$here/expected.txt" "$work/actual.txt"
-else
-  walk
-fi
+# With --check, the numbers within 1e-5 (relative) of expected.txt: the last printed digits of float32
+# results move with the summation order of the GEMM kernel (AVX2 vs AVX-512, threads).
+walk_or_check "$@"

@@ -454,7 +454,7 @@ TEST_CASE("data: vocabularies from a corpus, encoding, grouping by source") {
   CHECK(g[1].first_example == 1);
 }
 
-TEST_CASE("data: the CMU dictionary excerpt as prepared by examples/05-g2p-data/prepare.sh") {
+TEST_CASE("data: the CMU dictionary excerpt as prepared by examples/06-g2p-data/prepare.sh") {
   DataOptions o = options(Tokenizer::Char);
   o.target_tokenizer = Tokenizer::Space;
   Corpus train = read_corpus(fixture_path("cmudict-excerpt/train.tsv"), o);

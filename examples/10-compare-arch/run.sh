@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shows: CNN vs RNN vs self-attention: the analytic table, the gradient against distance, a long-range recall task
 # The documents' closing comparison, CNN vs RNN vs self-attention, as numbers (docs/compare-arch.md):
 # the analytic table of "Attention Is All You Need" for n = d = 512; the gradient of the last output
 # against distance at initialisation (the plain RNN's vanishes, attention's does not); and a tiny
@@ -15,7 +16,7 @@ walk() {
   run "compare-arch --n 512 --d 512 --k 3 --r 64 --format table | sed 1,2d"
   echo
   echo "# ||d y_63 / d x_s|| against the distance 63 - s, at initialisation, through autograd (n = 64, d = 16)"
-  run "compare-arch --gradient-path --n 64 --path-d 16 --threads 1 --seed 1 > grad.json"
+  run "compare-arch --gradient-path --n 64 --path-d 16 --threads 1 --seed 1 --plot grad.svg > grad.json"
   python3 - <<'PY'
 import json
 g = json.load(open("grad.json"))["gradient_path"]
@@ -38,5 +39,6 @@ for r in l["runs"]:
     print(f"{r['layer']:16s} n={r['n']:<3d} {word}, {r['steps']} steps")
 print(f"chance is 1/{l['keys']}")
 PY
+  keep grad.svg
 }
 walk_or_check "$@"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shows: real data for a seq2seq model: the CMU dictionary as train/valid/test TSV (needs festlex-cmu)
 # Grapheme-to-phoneme data from the CMU Pronouncing Dictionary (Debian's festlex-cmu): prepare.sh turns
 # Festival's lexicon into train/valid/test TSV (spelling TAB phonemes), split by word. Read the files with
 # the char tokenizer for the spelling and the space tokenizer for the phonemes (train/data.hpp).
@@ -7,7 +8,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 if ! dpkg -L festlex-cmu 2>/dev/null | grep -q '/cmudict-0\.4\.out$'; then
-  echo "05-g2p-data: skipped: festlex-cmu is not installed (apt-get install festlex-cmu; scripts/setup.sh installs it)" >&2
+  echo "06-g2p-data: skipped: festlex-cmu is not installed (apt-get install festlex-cmu; scripts/setup.sh installs it)" >&2
   exit 77
 fi
 source "$here/../lib/common.sh"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shows: the bottleneck on long sequences (30-40 tokens): attention none against additive (a recorded run)
 # The documents' bottleneck claim, measured: reversing sequences of 30 to 40 tokens (26 symbols), the same
 # LSTM encoder-decoder (hidden 128) trained the same 500 steps, once with attention none (the decoder sees the
 # source only through the encoder's last state: one fixed-size vector for 30-40 tokens) and once with additive
@@ -12,7 +13,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 if [[ "${ATTNKIT_LONG_EXAMPLES:-}" != 1 ]]; then
   if [[ "${1:-}" == "--check" ]]; then
-    echo "07-attention-bottleneck: skipped: a long example (set ATTNKIT_LONG_EXAMPLES=1 to run it)" >&2
+    echo "08-attention-bottleneck: skipped: a long example (set ATTNKIT_LONG_EXAMPLES=1 to run it)" >&2
     exit 77
   fi
   echo "(a recorded run; ATTNKIT_LONG_EXAMPLES=1 runs it, about 3 minutes of CPU)"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shows: the copy-task Transformer trained in seconds, decoded greedily and with beam search
 # The Annotated Transformer's copy task: a 2-layer Transformer (post-LN, d_model 32, 4 heads, ff 64, dropout 0.1)
 # learns to copy sequences of 10 tokens drawn from 1..10, with Adam under the Noam schedule (warmup 400), and
 # greedy decoding of "1 2 3 4 5 6 7 8 9 10" returns it (the validation file holds that one line: exact_match 1).
@@ -20,8 +21,9 @@ walk() {
   run_figures "grep -o '\"exact_match\":[0-9.]*,\"grad_norm\"' copy.jsonl | cut -d, -f1 | tail -n 3"
   run "grep -o '\"exact_match\":[0-9.]*' summary.json"
   # the checkpoint decoded by transformer-decode (greedy, KV cache)
-  run "transformer-decode copy.json --src '1 2 3 4 5 6 7 8 9 10' | grep -o '\"text\":\"[^\"]*\"'"
+  run "transformer-decode copy.json --src '1 2 3 4 5 6 7 8 9 10' --attention --heatmap copy.svg | grep -o '\"text\":\"[^\"]*\"'"
   # beam search (4 beams, GNMT length penalty 0.6): the best of the 2 hypotheses kept is the copy too
   run "transformer-decode copy.json --src '1 2 3 4 5 6 7 8 9 10' --strategy beam --beam 4 --n-best 2 --length-penalty 0.6 | grep -o '\"text\":\"[^\"]*\"' | head -n 1"
+  keep copy.svg
 }
 walk_or_check "$@"

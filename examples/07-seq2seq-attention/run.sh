@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shows: a recurrent seq2seq trained to reverse sequences, with attention and without (the fixed context)
 # The documents' encoder-decoder, trained from scratch in seconds: seq2seq-train learns to reverse sequences
 # of 3 to 12 tokens, once with attention (LSTM encoder and decoder, dot score, Luong style) and once without
 # (attention none: the encoder's last state is all the decoder gets, the documents' fixed context). Greedy
@@ -21,5 +22,15 @@ walk() {
   # the checkpoint (one JSON bundle) holds the config, the vocabulary, the weights and the optimizer's state;
   # `lstm-run x.json --weights dot.json#encoder` runs its trained encoder
   run "grep -o '\"config\":{[^}]*}' dot.json"
+  # the attention model decodes a sequence and draws where each output step looked (its cross-attention)
+  run "transformer-decode dot.json --src '3 1 4 1 5 2 6 7' --attention --heatmap align.svg > align.json && grep -o '\"text\":\"[^\"]*\"' align.json"
+  python3 - <<'PY'
+import json
+a = json.load(open("align.json"))["attention"]  # [output steps + <eos>, S]
+S = len(a[0])
+hits = sum(1 for t in range(S) if max(range(S), key=lambda s: a[t][s]) == S - 1 - t)
+print(f"output step t looks hardest at source position {S + 1} - t (the anti-diagonal of align.svg): {hits} of {S} steps")
+PY
+  keep align.svg
 }
 walk_or_check "$@"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shows: the first document's attention: s0 against h1..h4 (scores, softmax, context c1), then with a real LSTM encoder
 # The first document's attention example: the decoder state s0 is scored against the encoder's
 # hidden states h1..h4 (e11..e14), the scores go through a softmax (a11..a14), and the context is
 # the weighted sum c1 = a11 h1 + a12 h2 + a13 h3 + a14 h4. The document's figures were lost, so the
@@ -63,5 +64,6 @@ walk() {
     awk '{ for (i = 1; i <= 4; i++) c[i] += $5 * $i } END { printf "%.4f %.4f %.4f %.4f\n", c[1], c[2], c[3], c[4] }' > c_awk.txt
   numbers step3.json#context | round4 > c_ours.txt
   if diff -q c_awk.txt c_ours.txt > /dev/null; then echo "c1 = sum_j a1j hj: agrees with awk"; else echo "c1: MISMATCH"; fi
+  keep s0.svg
 }
 walk_or_check "$@"

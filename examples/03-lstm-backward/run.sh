@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shows: the same step's backward pass: gradients of the input, h0, c0 and every weight (checked by central differences)
 # The documents' LSTM step (example 02: CS231n assignment 3's numbers, cs231n layout Wx [D, 4H],
 # Wh [H, 4H], b [4H], gates i, f, o, g), then its backward pass: given upstream gradients of the
 # step's outputs (dnext_h for h_n, dnext_c for c_n), lstm-run --grad-output gives the gradients
