@@ -11,7 +11,10 @@
 # The curve's validation set is every 5th line of valid.tsv (about 1000 pronunciations, spread over the alphabet),
 # to keep the periodic greedy decoding cheap; the final figures are on all of test.tsv.
 #
-# Usage: bench/g2p.sh [--steps N] [--threads N] [--log-every N] [-- extra seq2seq-train options]
+# --transformer trains a Transformer instead (3 + 3 layers, d 128, 4 heads, ff 512, label smoothing 0.1, lr 0.0015,
+# 500 warmup steps), for issue 12's comparison at the same training time (docs/transformer.md); give --steps to fit it.
+#
+# Usage: bench/g2p.sh [--transformer] [--steps N] [--threads N] [--log-every N] [-- extra seq2seq-train options]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${ATTNKIT_BIN:-$here/../build/bin}"
@@ -19,6 +22,7 @@ bench_bin="${ATTNKIT_BENCH_BIN:-$here/../build/bench}"
 out="${ATTNKIT_BENCH_OUT:-/tmp/seq2seq-g2p}"
 steps=12000
 threads=2
+model=lstm
 log_every=1000
 extra=()
 while [[ $# -gt 0 ]]; do
@@ -26,6 +30,7 @@ while [[ $# -gt 0 ]]; do
     --steps) steps="$2"; shift 2 ;;
     --threads) threads="$2"; shift 2 ;;
     --log-every) log_every="$2"; shift 2 ;;
+    --transformer) model=transformer; shift ;;
     --) shift; extra=("$@"); break ;;
     *) echo "g2p.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -35,16 +40,25 @@ if [[ ! -s "$out/data/train.tsv" ]]; then
   "$here/../examples/06-g2p-data/prepare.sh" "$out/data"
 fi
 awk 'NR % 5 == 0' "$out/data/valid.tsv" > "$out/data/valid-curve.tsv"
+if [[ $model == lstm ]]; then
+  model_args=(--model lstm --attention additive --bidirectional --hidden 128 --embed 64 --dropout 0.1 --lr 0.003
+              --warmup 200)
+else
+  model_args=(--model transformer --layers 3 --heads 4 --d-model 128 --ff 512 --dropout 0.1 --label-smoothing 0.1
+              --lr 0.0015 --warmup 500)
+fi
+name=g2p
+[[ $model == lstm ]] || name=g2p-transformer
 args=(--train "$out/data/train.tsv" --valid "$out/data/valid-curve.tsv" --tokenizer char --target-tokenizer space
-      --model lstm --attention additive --bidirectional --hidden 128 --embed 64 --dropout 0.1
-      --batch 64 --lr 0.003 --schedule cosine --warmup 200 --clip 1 --steps "$steps" --log-every "$log_every" --threads "$threads" "${extra[@]}")
-echo "\$ seq2seq-train ${args[*]} --save g2p.json --metrics g2p.jsonl"
+      "${model_args[@]}" --batch 64 --schedule cosine --clip 1 --steps "$steps" --log-every "$log_every"
+      --threads "$threads" "${extra[@]}")
+echo "\$ seq2seq-train ${args[*]} --save $name.json --metrics $name.jsonl"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-rm -f "$out/g2p.jsonl"
+rm -f "$out/$name.jsonl"
 t0=$(date +%s.%N)
-"$bin/seq2seq-train" "${args[@]}" --save "$out/g2p.json" --metrics "$out/g2p.jsonl"
+"$bin/seq2seq-train" "${args[@]}" --save "$out/$name.json" --metrics "$out/$name.jsonl"
 t1=$(date +%s.%N)
 echo "training wall time: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f s", b - a }'); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "\$ seq2seq_eval --model g2p.json --train train.tsv --test test.tsv --tokenizer char --target-tokenizer space"
-"$bench_bin/seq2seq_eval" --model "$out/g2p.json" --train "$out/data/train.tsv" --test "$out/data/test.tsv" \
+echo "\$ seq2seq_eval --model $name.json --train train.tsv --test test.tsv --tokenizer char --target-tokenizer space"
+"$bench_bin/seq2seq_eval" --model "$out/$name.json" --train "$out/data/train.tsv" --test "$out/data/test.tsv" \
   --tokenizer char --target-tokenizer space --threads "$threads" --show 5
