@@ -7,13 +7,14 @@
 //   step:     x = embed_target(tokens, offset) [R, T', E]        (cache: the last token at position t - 1;
 //                                                                none: the whole prefix from position 0)
 //             per layer (post-LN shown; pre-LN normalises each block's input instead, as the layer does):
-//               h = x;  Ks_l |= h Wk^T + bk, Vs_l |= h Wv^T + bv    [R, t, E]   (cache: one row appended;
-//                                                                              none: the prefix's rows)
+//               h = x;  Ks_l |= h Wk^T + bk, Vs_l |= h Wv^T + bv    [R, t, E]   (cache: one row appended
+//                                                into spare capacity; none: the prefix's rows)
 //               x = norm1(x + self_attn_projected(h, Ks_l, Vs_l, causal lower-right))
 //               x = norm2(x + multihead_attn_projected(x, Kc_l, Vc_l, source key lengths))   (weights kept)
 //               x = feed_forward(x)                             (norm3(x + ff(x)))
 //             logits = output(decoder.norm(x[:, T'-1])) [R, 1, Vt] -> log_softmax [R, Vt]
 //   select:   every cached tensor gathered along its row dimension (models::gather_rows).
+#include <algorithm>
 #include <utility>
 
 #include "attnkit/autograd/functional.hpp"
@@ -27,16 +28,21 @@ using autograd::Var;
 
 namespace {
 
-// [R, a, E] and [R, b, E] -> [R, a + b, E]
-Tensor append_rows(const Tensor& cache, const Tensor& more) {
-  if (cache.empty()) return more;
-  const int64_t R = cache.dim(0), a = cache.dim(1), b = more.dim(1), E = cache.dim(2);
-  Tensor out({R, a + b, E});
-  for (int64_t r = 0; r < R; ++r) {
-    std::copy_n(cache.data() + r * a * E, a * E, out.data() + r * (a + b) * E);
-    std::copy_n(more.data() + r * b * E, b * E, out.data() + (r * (a + b) + a) * E);
+// Appends more [R, b, E] after the first `rows` rows of each batch element of cache [R, cap, E]; a full
+// cache doubles its capacity (copying the history once per doubling, not once per step).
+void append_rows(Tensor& cache, int64_t& rows, const Tensor& more) {
+  const int64_t R = more.dim(0), b = more.dim(1), E = more.dim(2);
+  const int64_t cap = cache.empty() ? 0 : cache.dim(1);
+  if (rows + b > cap) {
+    const int64_t grown = std::max<int64_t>(rows + b, std::max<int64_t>(16, 2 * cap));
+    Tensor bigger({R, grown, E});  // [R, grown, E]
+    for (int64_t r = 0; r < R && rows > 0; ++r)
+      std::copy_n(cache.data() + r * cap * E, rows * E, bigger.data() + r * grown * E);
+    cache = std::move(bigger);
   }
-  return out;
+  const int64_t c = cache.dim(1);
+  for (int64_t r = 0; r < R; ++r) std::copy_n(more.data() + r * b * E, b * E, cache.data() + (r * c + rows) * E);
+  rows += b;
 }
 
 }  // namespace
@@ -75,6 +81,7 @@ class TransformerDecoderState : public DecoderState {
       x = model_.embed_target(ids, rows_, t, 0);                                  // [R, t, E]
       for (size_t l = 0; l < layers_.size(); ++l) {
         layers_[l].Ks = layers_[l].Vs = Tensor();  // recomputed from the prefix
+        layers_[l].rows = 0;
         project_memory(l);                         // and the memory projected again
       }
     }
@@ -122,7 +129,8 @@ class TransformerDecoderState : public DecoderState {
  private:
   struct Layer {
     Tensor Kc, Vc;   // [R, S, E] the memory's keys and values for the cross-attention
-    Tensor Ks, Vs;   // [R, t, E] the self-attention's keys and values so far
+    Tensor Ks, Vs;   // [R, cap, E] the self-attention's keys and values so far: the first `rows` rows
+    int64_t rows = 0;  // t
     Tensor weights;  // [R, NH, 1, S] the last step's cross-attention weights (the last query's)
   };
 
@@ -135,11 +143,12 @@ class TransformerDecoderState : public DecoderState {
   Var attend_self(size_t l, const Var& h) {
     nn::TransformerDecoderLayer& layer = *model_.decoder_.layers[l];
     Layer& c = layers_[l];
-    c.Ks = append_rows(c.Ks, nn::project(layer.self_attn.k_projection(), h.value(), "key projection"));    // [R, t, E]
-    c.Vs = append_rows(c.Vs, nn::project(layer.self_attn.v_projection(), h.value(), "value projection"));  // [R, t, E]
+    int64_t v_rows = c.rows;
+    append_rows(c.Ks, c.rows, nn::project(layer.self_attn.k_projection(), h.value(), "key projection"));  // [R, t, E]
+    append_rows(c.Vs, v_rows, nn::project(layer.self_attn.v_projection(), h.value(), "value projection"));
     nn::MhaOptions o;
     o.mask.causal = ops::CausalKind::LowerRight;  // query i of T' sees keys up to t - T' + i
-    return Var(nn::multihead_attention_forward_projected(layer.self_attn, h.value(), c.Ks, c.Vs, o).output);
+    return Var(nn::multihead_attention_forward_projected(layer.self_attn, h.value(), c.Ks, c.Vs, o, c.rows).output);
   }
 
   Var attend_memory(size_t l, const Var& h) {

@@ -160,14 +160,17 @@ void run_stages(const std::vector<Stage>& stages, int team) {
 
 // The attention problem over NH heads read in place from [N*T, ld] buffers, writing the
 // concatenated contexts into ctx [N*T, NH*HSv] (row stride NH*HSv).
+// Keys and values of batch element n start kv_stride rows apart (d.S unless a cache keeps spare rows).
 ops::SdpaProblem heads_problem(const float* Q, int64_t ldq, const float* K, int64_t ldk, const float* V, int64_t ldv,
-                               const Dims& d, int64_t NH, int64_t HSk, int64_t HSv, const MhaOptions& o, float* ctx) {
+                               const Dims& d, int64_t NH, int64_t HSk, int64_t HSv, const MhaOptions& o, float* ctx,
+                               int64_t kv_stride = -1) {
+  if (kv_stride < 0) kv_stride = d.S;
   ops::SdpaProblem p;
   p.N = d.N, p.NH = NH, p.T = d.T, p.S = d.S, p.Dk = HSk, p.Dv = HSv;
   p.scale = 1.0f / std::sqrt(static_cast<float>(HSk));
   p.q = {Q, d.T * ldq, HSk, ldq};
-  p.k = {K, d.S * ldk, HSk, ldk};
-  p.v = {V, d.S * ldv, HSv, ldv};
+  p.k = {K, kv_stride * ldk, HSk, ldk};
+  p.v = {V, kv_stride * ldv, HSv, ldv};
   p.out = {ctx, d.T * NH * HSv, HSv, NH * HSv};
   p.mask = &o.mask;
   return p;
@@ -501,8 +504,13 @@ Tensor project(const Projection& p, const Tensor& x, std::string_view what) {
 }
 
 MhaResult heads_attention_forward(const Tensor& Q, const Tensor& K, const Tensor& V, int64_t num_heads,
-                                  const MhaOptions& o, Tensor* row_lse, std::string_view op) {
-  const Dims d = check_inputs(Q, K, V, op);
+                                  const MhaOptions& o, Tensor* row_lse, std::string_view op, int64_t kv_rows) {
+  Dims d = check_inputs(Q, K, V, op);
+  const int64_t kv_stride = d.S;  // rows per batch element in K and V
+  if (kv_rows >= 0) {
+    AK_CHECK(kv_rows <= d.S, "{}: {} key rows asked of keys {}", op, kv_rows, K.shape_str());
+    d.S = kv_rows;
+  }
   const int64_t E = Q.dim(-1), Ev = V.dim(-1), NH = num_heads;
   AK_CHECK(NH >= 1, "{}: the number of heads must be at least 1, not {}", op, NH);
   AK_CHECK(K.dim(-1) == E, "{}: key {} and query {} disagree on the feature size", op, K.shape_str(), Q.shape_str());
@@ -512,7 +520,8 @@ MhaResult heads_attention_forward(const Tensor& Q, const Tensor& K, const Tensor
            V.shape_str());
   ops::check_mask(o.mask, d.N, NH, d.T, d.S, op);
   MhaResult r = make_output(d, Ev);  // the heads' contexts, concatenated [.., T, Ev]
-  const ops::SdpaProblem p = heads_problem(Q.data(), E, K.data(), E, V.data(), Ev, d, NH, E / NH, Ev / NH, o, r.output.data());
+  const ops::SdpaProblem p =
+      heads_problem(Q.data(), E, K.data(), E, V.data(), Ev, d, NH, E / NH, Ev / NH, o, r.output.data(), kv_stride);
   if (row_lse) *row_lse = Tensor({d.N, NH, d.T});
   float* lse = row_lse ? row_lse->data() : nullptr;
   if (o.weights == HeadWeights::None) ops::sdpa_tiled(p, lse);
@@ -535,7 +544,7 @@ MhaResult multihead_attention_forward_ops(const MultiheadAttention& m, const Ten
 }
 
 MhaResult multihead_attention_forward_projected(const MultiheadAttention& m, const Tensor& query, const Tensor& K,
-                                                const Tensor& V, const MhaOptions& options) {
+                                                const Tensor& V, const MhaOptions& options, int64_t kv_rows) {
   constexpr std::string_view op = "multi-head attention";
   m.check(op);
   check_feature(query, "query", m.q_projection(), "query projection", op);
@@ -544,7 +553,7 @@ MhaResult multihead_attention_forward_projected(const MultiheadAttention& m, con
   AK_CHECK(V.rank() >= 1 && V.dim(-1) == m.value_dim(),
            "{}: projected values have shape {}, expected [.., S, Ev] with Ev = {}", op, V.shape_str(), m.value_dim());
   const Tensor Q = project(m.q_projection(), query, "query projection");  // [.., T, E]
-  MhaResult r = heads_attention_forward(Q, K, V, m.num_heads, options, nullptr, op);  // [.., T, Ev]
+  MhaResult r = heads_attention_forward(Q, K, V, m.num_heads, options, nullptr, op, kv_rows);  // [.., T, Ev]
   if (!m.out_projection().empty()) r.output = project(m.out_projection(), r.output, "output projection");  // [.., T, Eo]
   return r;
 }

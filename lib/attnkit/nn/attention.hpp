@@ -119,9 +119,11 @@ MhaResult multihead_attention_forward_ops(const MultiheadAttention& m, const Ten
 MhaResult multihead_attention_forward_naive(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
                                             const Tensor& value, const MhaOptions& options);
 // Cross-attention over keys and values already projected (a decoder's cache): K [.., S, E],
-// V [.., S, Ev] as the key/value projections made them; the query is projected here.
+// V [.., S, Ev] as the key/value projections made them; the query is projected here. With
+// kv_rows >= 0 only the first kv_rows of the S rows of each batch element are keys (a growing cache
+// kept in a buffer with spare rows, so appending a step does not copy the history).
 MhaResult multihead_attention_forward_projected(const MultiheadAttention& m, const Tensor& query, const Tensor& K,
-                                                const Tensor& V, const MhaOptions& options);
+                                                const Tensor& V, const MhaOptions& options, int64_t kv_rows = -1);
 
 // ---- the pieces ----
 // y [.., out] = x [.., in] W^T + b (or x W), through ops::gemm. `what` names the projection in messages.
@@ -130,7 +132,8 @@ Tensor project(const Projection& p, const Tensor& x, std::string_view what);
 // V [.., S, Ev] (head h = columns h*HS ..): output = the heads' contexts concatenated [.., T, Ev].
 // row_lse (may be null) receives the [N, NH, T] log-sum-exp a backward pass needs.
 MhaResult heads_attention_forward(const Tensor& Q, const Tensor& K, const Tensor& V, int64_t num_heads,
-                                  const MhaOptions& options, Tensor* row_lse = nullptr, std::string_view op = "attention heads");
+                                  const MhaOptions& options, Tensor* row_lse = nullptr, std::string_view op = "attention heads",
+                                  int64_t kv_rows = -1);
 
 // No projections: heads are NH equal column blocks of query/key/value (scale 1/sqrt(Dk / NH)).
 // With `cache`, keeps the output (as context) and row_lse for split_heads_attention_backward.
