@@ -9,6 +9,7 @@
 
 #include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/io/json_reader.hpp"
+#include "attnkit/io/tensor_file.hpp"
 #include "attnkit/models/seq2seq.hpp"
 #include "attnkit/models/transformer.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -163,8 +164,8 @@ LoadedModel load_exported(const std::string& config_path, const std::string& wei
     if (std::string_view(e.what()).rfind(config_path, 0) == 0) throw;
     fail("{}: {}", config_path, e.what());
   }
-  const io::Value weights = io::parse_json(io::read_text(weights_path), weights_path);
-  AK_CHECK(weights.is_bundle(), "{}: a state_dict must be a JSON object of named tensors", weights_path);
+  const io::Value weights = io::read_value_file(weights_path);  // JSON, .safetensors, .npz by extension
+  AK_CHECK(weights.is_bundle(), "{}: a state_dict must be a bundle of named tensors", weights_path);
   m.model = factory(weights, config, config_path);
   load_weights(m, weights, weights_path);
   check_vocab_sizes(m, config_path);
@@ -180,7 +181,7 @@ LoadedModel load_exported(const std::string& config_path, const std::string& wei
 }
 
 LoadedModel load_checkpoint(const std::string& path) {
-  const io::Value v = io::parse_json(io::read_text(path), path);
+  const io::Value v = io::read_value_file(path);  // JSON, .safetensors, .npz by extension
   AK_CHECK(v.is_bundle() && v.find("format") && string_of(v, "format", path) == "attnkit-seq2seq",
            "{}: not an attnkit seq2seq checkpoint (no \"format\": \"attnkit-seq2seq\")", path);
   AK_CHECK(string_of(v, "version", path) == "1", "{}: checkpoint version \"{}\" is not supported", path,

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnkit/io/json_reader.hpp"
+#include "attnkit/io/tensor_file.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::train {
@@ -273,7 +274,10 @@ VocabPair parse_vocab_pair(std::string_view text, std::string_view name) {
     Vocab v = parse_vocab(text, name);
     return {v, v};
   }
-  const io::Value doc = io::parse_json(text, name);
+  return vocab_pair_of(io::parse_json(text, name), name);
+}
+
+VocabPair vocab_pair_of(const io::Value& doc, std::string_view name) {
   AK_CHECK(doc.is_bundle(), "{}: a vocabulary file must be an object or one token per line", name);
   const io::Value* vocab = doc.find("vocab");
   const io::Value& v = vocab ? *vocab : doc;
@@ -290,6 +294,7 @@ VocabPair parse_vocab_pair(std::string_view text, std::string_view name) {
 }
 
 VocabPair read_vocab_pair(const std::string& path) {
+  if (io::is_binary_format(path)) return vocab_pair_of(io::read_value_file(path), path);  // a checkpoint
   return parse_vocab_pair(io::read_text(path), path == "-" ? "<stdin>" : path);
 }
 

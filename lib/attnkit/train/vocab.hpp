@@ -106,13 +106,15 @@ Vocab parse_vocab(std::string_view text, std::string_view name);
 // The vocabularies of both sides of a translation model from one file (seq2seq-train --vocab):
 //   text, one token per line, or {"tokens": [...]}      the same vocabulary for source and target
 //   {"source": {"tokens": [...]}, "target": {"tokens": [...]}}   each side its own (a checkpoint's "vocab")
-//   a checkpoint (an object with a "vocab" member)      its two vocabularies
+//   a checkpoint (an object with a "vocab" member)      its two vocabularies (a .safetensors / .npz one too)
 // Errors name the file.
 struct VocabPair {
   Vocab source, target;
 };
 VocabPair read_vocab_pair(const std::string& path);
 VocabPair parse_vocab_pair(std::string_view text, std::string_view name);
+// The vocabularies of a document already read (a checkpoint, or {"source": ..., "target": ...}).
+VocabPair vocab_pair_of(const io::Value& doc, std::string_view name);
 
 // "" when the two are equal, else the first difference, for a resume's message:
 //   "42 tokens in model.json, 43 in train.tsv; token 17 is \"ax\" in model.json, \"ay\" in train.tsv"
