@@ -55,6 +55,37 @@ expect_error 1 "cut.npy: truncated" tensor get cut.npy
 head -c 60 b.safetensors > cut.safetensors
 expect_error 1 "cut.safetensors: truncated: its header says" lstm-run x.npy --weights cut.safetensors
 expect_error 1 "x.npy: is a tensor of shape [2, 5, 3], not a bundle" tensor get x.npy#a
+# a PyTorch-exported Transformer (tests/fixtures/gen_transformer_exported.py): its state_dict as .safetensors and
+# .npz beside a config whose vocabulary puts the special tokens at other ids (found by their texts' positions,
+# or given as pad_id/bos_id/eos_id/unk_id with other texts); greedy decoding gives PyTorch's own greedy tokens
+pt="$src/tests/fixtures/pytorch"
+python3 -c 'import json, sys
+for l in open(sys.argv[1]): print(json.loads(l)["src"])' "$pt/transformer_expected.jsonl" > tsrc.txt
+python3 -c 'import json, sys
+for l in open(sys.argv[1]): print(json.loads(l)["text"])' "$pt/transformer_expected.jsonl" > texpected.txt
+for w in transformer.safetensors transformer.npz; do
+  for c in transformer_config.json transformer_config_ids.json; do
+    transformer-decode "$pt/$c" --weights "$pt/$w" --max-len 8 < tsrc.txt > tout.jsonl || fail "decoding $c + $w exited $?"
+    python3 -c 'import json, sys
+print("\n".join(json.loads(l)["text"] for l in open(sys.argv[1])))' tout.jsonl > ttext.txt
+    cmp -s ttext.txt texpected.txt || fail "$c + $w: not PyTorch's greedy tokens: $(diff ttext.txt texpected.txt)"
+  done
+done
+# the ids must be distinct, inside the vocabulary, and each special found
+python3 - "$pt/transformer_config_ids.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+json.dump(dict(c, eos_id=c["bos_id"]), open("same_ids.json", "w"))
+json.dump(dict(c, unk_id=10), open("out_of_range.json", "w"))
+json.dump({k: v for k, v in c.items() if k != "unk_id"}, open("no_unk.json", "w"))
+PY
+expect_error 1 "same_ids.json: vocab/source: <bos> and <eos> are both id 4 (the special tokens must differ)" \
+  transformer-decode same_ids.json --weights "$pt/transformer.safetensors" --src 'a b'
+expect_error 1 "out_of_range.json: vocab/source: unk_id 10 is outside the 10 tokens" \
+  transformer-decode out_of_range.json --weights "$pt/transformer.safetensors" --src 'a b'
+expect_error 1 "no_unk.json: vocab/source: no <unk> token in \"tokens\" and no \"unk_id\" in the config" \
+  transformer-decode no_unk.json --weights "$pt/transformer.npz" --src 'a b'
+
 # standard input: a binary file is told by its first bytes (\x93NUMPY, PK\x03\x04, safetensors' size then '{');
 # NDJSON streams stay streams
 tensor get - -o piped.json < r.npy || fail "cat r.npy | tensor get - exited $?"
