@@ -135,9 +135,7 @@ int main(int argc, char** argv) {
     // (the loaders' messages name the files)
     const decode::LoadedModel model =
         weights_path.empty() ? decode::load_checkpoint(model_path) : decode::load_exported(model_path, weights_path);
-    o.bos = model.tgt_vocab.bos_id();  // an exported model's specials may sit anywhere in its vocabularies
-    o.eos = model.tgt_vocab.eos_id();
-    o.pad = model.src_vocab.pad_id();
+    decode::use_special_ids(model, o);  // an exported model's specials may sit anywhere in its vocabularies
     decode::OutputFields fields;
     fields.normalized = o.length_penalty != 0;
     fields.attention = attention;

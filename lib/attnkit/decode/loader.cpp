@@ -235,6 +235,12 @@ LoadedModel load_checkpoint(const std::string& path) {
   return m;
 }
 
+void use_special_ids(const LoadedModel& m, SearchOptions& options) {
+  options.bos = m.tgt_vocab.bos_id();
+  options.eos = m.tgt_vocab.eos_id();
+  options.pad = m.src_vocab.pad_id();
+}
+
 std::vector<int64_t> encode_source(const LoadedModel& m, std::string_view text, int64_t* unknown) {
   std::vector<std::string> tokens;
   const std::string why = train::tokenize(text, m.src_tokenizer, tokens);
