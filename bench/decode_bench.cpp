@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
       return out;
     };
     decode::SearchOptions o;
+    decode::use_special_ids(m, o);
     o.max_len = T;
     o.min_len = T;
     o.use_cache = !no_cache;

@@ -120,8 +120,8 @@ int main(int argc, char** argv) {
   app.add_option("--clip", clip, "Max gradient norm (0: no clipping)")->check(tools::non_negative())->capture_default_str();
   app.add_option("--seed", seed, "Seed of the task, the initialisation and the data order")->capture_default_str();
   tools::add_threads_option(app, threads);
-  auto* save_opt = app.add_option("--save", save_path, "Checkpoint to write (atomically)")->type_name("MODEL.json");
-  app.add_option("--resume", resume_path, "Continue this checkpoint up to --steps")->type_name("MODEL.json");
+  auto* save_opt = app.add_option("--save", save_path, "Checkpoint to write (atomically): JSON, or .safetensors / .npz by extension")->type_name("MODEL.json");
+  app.add_option("--resume", resume_path, "Continue this checkpoint (.json, .safetensors, .npz) up to --steps")->type_name("MODEL.json");
   app.add_option("--metrics", metrics_path, "Append one JSON line per logged step")->type_name("FILE.jsonl");
   app.add_option("--log-every", log_every, "Steps between metrics lines (and validations)")->check(tools::positive())->capture_default_str();
   // operations: epochs, periodic checkpoints, a plot, a given vocabulary

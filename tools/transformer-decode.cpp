@@ -34,10 +34,10 @@ int main(int argc, char** argv) {
   bool no_cache = false, attention = false;
   int attention_layer = -1, attention_head = -1, threads = 0;
   std::string weights_path;
-  app.add_option("model", model_path, "Checkpoint written by seq2seq-train, or with --weights a model config")
+  app.add_option("model", model_path, "Checkpoint written by seq2seq-train (.json, .safetensors, .npz), or with --weights a model config")
       ->required()
       ->type_name("MODEL.json");
-  app.add_option("--weights", weights_path, "A state_dict (e.g. exported from PyTorch); MODEL.json is then its config "
+  app.add_option("--weights", weights_path, "A state_dict (e.g. exported from PyTorch; JSON, .safetensors or .npz by extension); MODEL.json is then its config "
                                             "(family, sizes, vocab, tokenizers: docs/transformer-decode.md)")
       ->type_name("STATE_DICT.json");
   auto* src_opt = app.add_option("--src", src, "One source text (instead of standard input)");
@@ -135,6 +135,7 @@ int main(int argc, char** argv) {
     // (the loaders' messages name the files)
     const decode::LoadedModel model =
         weights_path.empty() ? decode::load_checkpoint(model_path) : decode::load_exported(model_path, weights_path);
+    decode::use_special_ids(model, o);  // an exported model's specials may sit anywhere in its vocabularies
     decode::OutputFields fields;
     fields.normalized = o.length_penalty != 0;
     fields.attention = attention;

@@ -2,7 +2,8 @@
 # .npy / .npz / .safetensors through the tools (io/tensor_file.hpp): chosen by extension for every
 # tensor, reference and weights argument and for -o; `tensor get X.npy -o X.json` converts; float32
 # round trips are exact; float64 input gives a note on stderr; a stream or text is not written to a
-# binary file; a damaged file is refused like damaged JSON (exit 1, nothing on stdout).
+# binary file; a damaged file is refused like damaged JSON (exit 1, nothing on stdout); standard input is
+# sniffed (a binary file piped in is one document, NDJSON stays a stream; hostile binaries refused).
 set -uo pipefail
 src="${ATTNKIT_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}"
 source "$src/tests/cli/lib/common.sh"
@@ -54,4 +55,53 @@ expect_error 1 "cut.npy: truncated" tensor get cut.npy
 head -c 60 b.safetensors > cut.safetensors
 expect_error 1 "cut.safetensors: truncated: its header says" lstm-run x.npy --weights cut.safetensors
 expect_error 1 "x.npy: is a tensor of shape [2, 5, 3], not a bundle" tensor get x.npy#a
+# a PyTorch-exported Transformer (tests/fixtures/gen_transformer_exported.py): its state_dict as .safetensors and
+# .npz beside a config whose vocabulary puts the special tokens at other ids (found by their texts' positions,
+# or given as pad_id/bos_id/eos_id/unk_id with other texts); greedy decoding gives PyTorch's own greedy tokens
+pt="$src/tests/fixtures/pytorch"
+python3 -c 'import json, sys
+for l in open(sys.argv[1]): print(json.loads(l)["src"])' "$pt/transformer_expected.jsonl" > tsrc.txt
+python3 -c 'import json, sys
+for l in open(sys.argv[1]): print(json.loads(l)["text"])' "$pt/transformer_expected.jsonl" > texpected.txt
+for w in transformer.safetensors transformer.npz; do
+  for c in transformer_config.json transformer_config_ids.json; do
+    transformer-decode "$pt/$c" --weights "$pt/$w" --max-len 8 < tsrc.txt > tout.jsonl || fail "decoding $c + $w exited $?"
+    python3 -c 'import json, sys
+print("\n".join(json.loads(l)["text"] for l in open(sys.argv[1])))' tout.jsonl > ttext.txt
+    cmp -s ttext.txt texpected.txt || fail "$c + $w: not PyTorch's greedy tokens: $(diff ttext.txt texpected.txt)"
+  done
+done
+# the ids must be distinct, inside the vocabulary, and each special found
+python3 - "$pt/transformer_config_ids.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+json.dump(dict(c, eos_id=c["bos_id"]), open("same_ids.json", "w"))
+json.dump(dict(c, unk_id=10), open("out_of_range.json", "w"))
+json.dump({k: v for k, v in c.items() if k != "unk_id"}, open("no_unk.json", "w"))
+PY
+expect_error 1 "same_ids.json: vocab/source: <bos> and <eos> are both id 4 (the special tokens must differ)" \
+  transformer-decode same_ids.json --weights "$pt/transformer.safetensors" --src 'a b'
+expect_error 1 "out_of_range.json: vocab/source: unk_id 10 is outside the 10 tokens" \
+  transformer-decode out_of_range.json --weights "$pt/transformer.safetensors" --src 'a b'
+expect_error 1 "no_unk.json: vocab/source: no <unk> token in \"tokens\" and no \"unk_id\" in the config" \
+  transformer-decode no_unk.json --weights "$pt/transformer.npz" --src 'a b'
+
+# standard input: a binary file is told by its first bytes (\x93NUMPY, PK\x03\x04, safetensors' size then '{');
+# NDJSON streams stay streams
+tensor get - -o piped.json < r.npy || fail "cat r.npy | tensor get - exited $?"
+cmp -s piped.json r.json || fail "a .npy on standard input read differently"
+[[ "$(tensor get '-#enc.b' < b.npz)" == "$(cat r.json)" ]] || fail "a .npz on standard input, member enc.b"
+[[ "$(tensor get '-#enc.b' < b.safetensors)" == "$(cat r.json)" ]] || fail "a .safetensors on standard input, member enc.b"
+lstm-run - --weights w.safetensors < x.npy > piped_out.json || fail "lstm-run with a .npy on standard input"
+tensor diff piped_out.json ref.json --rtol 0 --atol 0 -q || fail "lstm-run's result from standard input differs"
+printf '[1]\n[2]\n' | tensor get - > stream.json || fail "NDJSON on standard input"
+[[ "$(cat stream.json)" == $'[1]\n[2]' ]] || fail "NDJSON on standard input: $(cat stream.json)"
+printf '1\n' | tensor get - > short.json && [[ "$(cat short.json)" == 1 ]] || fail "a document shorter than the sniff"
+# hostile binaries on standard input: exit 1, the problem named, nothing on stdout
+expect_error 1 "<stdin>: truncated" tensor get - < cut.npy
+python3 -c 'import struct, sys; h = b"{\"a\":{\"dtype\":\"F32\",\"shape\":[99999],\"data_offsets\":[0,4]}}"
+sys.stdout.buffer.write(struct.pack("<Q", len(h)) + h + bytes(4))' > lie.bin
+expect_error 1 "<stdin>#a: data_offsets [0, 4] hold 4 bytes; shape [99999] of float32 needs 399996" tensor get - < lie.bin
+expect_error 1 "<stdin>: not a .npz file" tensor get - < <(printf 'PK\x03\x04not a zip at all, just bytes')
+expect_error 1 "<stdin>: .npy format version 9.0 is not supported" tensor get - < <(printf '\x93NUMPY\x09\x00\x00\x00')
 finish interop

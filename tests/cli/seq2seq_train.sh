@@ -50,6 +50,30 @@ u = json.load(open("u.json")); f = json.load(open("full.json"))
 for k in ("data_order", "step", "config", "vocab", "optimizer", "encoder", "decoder", "attention", "output"):
     assert u[k] == f[k], k
 PY
+# --- the same resume through binary checkpoints, chosen by extension: the first half saved as .safetensors,
+#     resumed into .npz, is the JSON run bit for bit (tensor get converts the .npz back to the same JSON bytes)
+seq2seq-train "${rcommon[@]}" --steps 25 --save half.safetensors > /dev/null || fail "first half (.safetensors) exited $?"
+seq2seq-train "${rcommon[@]}" --steps 60 --resume half.safetensors --save full.npz > /dev/null ||
+  fail "resume from .safetensors exited $?"
+tensor get full.npz -o full_npz.json || fail "tensor get full.npz exited $?"
+cmp -s full.json full_npz.json || fail "a run resumed from .safetensors differs from the JSON one"
+python3 - <<'PY' || fail "half.safetensors is not a safetensors checkpoint"
+import json, struct
+b = open("half.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+assert h["encoder.weight_ih_l0"]["dtype"] == "F32" and h["encoder.weight_ih_l0"]["shape"] == [57, 9], h["encoder.weight_ih_l0"]
+assert "optimizer.encoder.weight_ih_l0.exp_avg" in h, sorted(h)[:5]
+meta = json.loads(h["__metadata__"]["attnkit_meta"])
+assert meta["step"] == "25" and meta["encoder"]["weight_ih_l0"] is None and meta["format"] == "attnkit-seq2seq", meta["step"]
+PY
+# transformer-decode reads it as it reads the JSON form
+transformer-decode half.safetensors --src "3 1 4" > dec_st.json || fail "decode .safetensors exited $?"
+transformer-decode half.json --src "3 1 4" > dec_json.json || fail "decode .json exited $?"
+cmp -s dec_st.json dec_json.json || fail "decoding the .safetensors checkpoint differs: $(cat dec_st.json dec_json.json)"
+expect_error 1 "a checkpoint is a bundle, and .npy holds one tensor" seq2seq-train "${rcommon[@]}" --steps 5 --save x.npy
+[[ ! -e x.npy ]] || fail "a refused --save x.npy left a file"
+
 # the same bits wherever the heap puts the buffers (an LD_PRELOAD malloc that misaligns on purpose)
 if [[ -n "${ATTNKIT_MISALIGN:-}" ]]; then
   [[ -f "$ATTNKIT_MISALIGN" ]] || fail "ATTNKIT_MISALIGN=$ATTNKIT_MISALIGN: no such library"

@@ -1,6 +1,7 @@
 // libFuzzer target: the seq2seq checkpoint reader (train::Trainer::resume_text, what `seq2seq-train --resume`
 // reads) against a fixed tiny data set (the task reverse over 3 tokens; the seeds in corpus/checkpoint are
-// checkpoints of it, written by seq2seq-train).
+// checkpoints of it, written by seq2seq-train, as JSON and as .safetensors / .npz: resume_text tells them
+// apart by their first bytes).
 // Properties: any input is refused with attnkit::Error (never anything else, never a crash, never an
 // allocation far beyond the input's own numbers); one that loads evaluates (run() with no step left) to
 // finite figures, at the checkpoint's step.

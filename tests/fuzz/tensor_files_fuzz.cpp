@@ -1,7 +1,8 @@
 // libFuzzer target: the .npy, .npz and .safetensors readers (io/tensor_file.hpp), every input
 // through all three (each refuses the others' files at once).
 // Properties: only attnkit::Error is thrown; what a reader accepts, written back in its format,
-// reads back the same (names, shapes, bits).
+// reads back the same (names, shapes, bits), documents too (tensors beside other values, placed by the
+// JSON text in attnkit_meta: corpus/document.*).
 #include "attnkit/io/tensor_file.hpp"
 #include "fuzz_common.hpp"
 
@@ -34,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       again = f.write(v, f.name);
     } catch (const Error&) {
-      fuzz::broken("what a reader accepted cannot be written back");  // flat bundles of tensors only
+      fuzz::broken("what a reader accepted cannot be written back");  // bundles of tensors, or documents
     }
     io::Value back;
     try {

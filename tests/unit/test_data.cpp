@@ -206,6 +206,46 @@ TEST_CASE("vocab: from_value refuses what is not a vocabulary") {
         "m.json: vocab: tokens entry 4 is \"<pad>\", a special token's text (the specials are ids 0-3)");
 }
 
+TEST_CASE("vocab: an exported vocabulary keeps every token at its id, the specials anywhere") {
+  auto exported = [](const std::string& json, Vocab::SpecialIds ids = {}) {
+    return Vocab::from_exported(io::parse_json(json, "c.json"), ids, "c.json: vocab/target");
+  };
+  // by their texts' positions
+  const Vocab v = exported(R"({"tokens": ["a", "<eos>", "b", "<pad>", "<unk>", "<bos>"]})");
+  CHECK(v.pad_id() == 3);
+  CHECK(v.bos_id() == 5);
+  CHECK(v.eos_id() == 1);
+  CHECK(v.unk_id() == 4);
+  CHECK(v.id("b") == 2);
+  CHECK(v.id("zz") == 4);
+  int64_t unknown = 0;
+  CHECK(v.encode({"a", "zz", "b"}, &unknown) == Ids{0, 4, 2});
+  CHECK(unknown == 1);
+  CHECK(v.decode({5, 0, 3, 2, 1, 0}) == Tokens{"a", "b"});
+  CHECK(v != Vocab());
+  // given ids, any texts
+  Vocab::SpecialIds ids;
+  ids.pad = 2, ids.bos = 0, ids.eos = 3, ids.unk = 1;
+  const Vocab w = exported(R"({"tokens": ["<s>", "[UNK]", "[PAD]", "</s>", "x"]})", ids);
+  CHECK(w.bos_id() == 0);
+  CHECK(w.eos_id() == 3);
+  CHECK(w.id("y") == 1);
+  // refused
+  auto refused = [&](const std::string& json, Vocab::SpecialIds given = {}) {
+    return error_of([&] { exported(json, given); });
+  };
+  CHECK(refused(R"({"tokens": ["a", "<eos>", "<pad>", "<unk>"]})") ==
+        "c.json: vocab/target: no <bos> token in \"tokens\" and no \"bos_id\" in the config");
+  ids.eos = 0;
+  CHECK(refused(R"({"tokens": ["<s>", "[UNK]", "[PAD]", "</s>"]})", ids) ==
+        "c.json: vocab/target: <bos> and <eos> are both id 0 (the special tokens must differ)");
+  ids.eos = 4;
+  CHECK(refused(R"({"tokens": ["<s>", "[UNK]", "[PAD]", "</s>"]})", ids) ==
+        "c.json: vocab/target: eos_id 4 is outside the 4 tokens");
+  CHECK(refused(R"({"tokens": ["a", "a"]})") == "c.json: vocab/target: tokens[1] is \"a\" again (id 0)");
+  CHECK(refused(R"({"tokens": ["a", ""]})") == "c.json: vocab/target: tokens[1] is empty");
+}
+
 TEST_CASE("vocab: given in a file, as JSON or one token per line") {
   const Tokens abc = {"<pad>", "<bos>", "<eos>", "<unk>", "a", "b", "c"};
   CHECK(parse_vocab("a\nb\nc\n", "v.txt").tokens() == abc);

@@ -65,6 +65,16 @@ std::string safetensors(const std::string& header, size_t data) {
   return s + header + std::string(data, '\0');
 }
 
+// `s` as a JSON string (quotes and backslashes escaped; the tests' texts have no control characters).
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 TEST_CASE("tensor files: numpy and PyTorch files read bit for bit, with a note where float32 rounds") {
@@ -110,10 +120,9 @@ TEST_CASE("tensor files: float32 round trips are exact in every format, and the 
   CHECK(error_of([&] { npy_bytes(bundle, "b.npy"); }) ==
         "b.npy: .npy holds one tensor, and this is a bundle (has: enc, s, e); write .npz or .safetensors, or pick one with #NAME");
   CHECK(error_of([&] { npz_bytes(Value(t), "t.npz"); }).find("t.npz: .npz holds a bundle of named tensors, and this is one tensor of shape [2, 3]") == 0);
-  Value meta = Value::bundle();
-  meta.set("cell", Value::other("a string", "\"lstm\""));
-  CHECK(error_of([&] { safetensors_bytes(meta, "m.safetensors"); }) ==
-        "m.safetensors: member \"cell\" is not a tensor (a string); .safetensors holds tensors only (write JSON to keep it)");
+  // a bundle of tensors only is stored without attnkit_meta (what PyTorch users exchange)
+  CHECK(safetensors_bytes(bundle, "b.safetensors").find(kMetaName) == std::string::npos);
+  CHECK(npz_bytes(bundle, "b.npz").find(kMetaName) == std::string::npos);
   CHECK(file_format("A.SafeTensors") == FileFormat::Safetensors);
   CHECK(file_format("x.json") == FileFormat::Json);
   CHECK(file_format(".npy") == FileFormat::Json);
@@ -206,4 +215,70 @@ TEST_CASE("tensor files: hostile .safetensors headers are refused") {
   put64(huge, 0, 1000);
   CHECK(refused(huge) == "w.safetensors: truncated: its header says 1000 bytes, the file has 2 after the size");
   CHECK(refused("abc") == "w.safetensors: not a .safetensors file (shorter than its 8-byte header size)");
+}
+
+TEST_CASE("tensor files: documents (tensors beside other values) round trip through .safetensors and .npz") {
+  Tensor w({2, 3}, {1, -2, 3.5f, 0, -0.0f, 1e-30f});
+  Value doc = Value::bundle();
+  doc.set("format", Value::other("a string", "\"attnkit-seq2seq\""));
+  doc.set("encoder", Value::bundle().set("weight_ih_l0", w).set("cell", Value::other("a string", "\"lstm\"")));
+  doc.set("optimizer", Value::bundle().set("encoder.weight_ih_l0", Value::bundle().set("exp_avg", w)));
+  doc.set("vocab", Value::bundle().set("tokens", Value::other("a list", "[\"<pad>\",\"a\"]")));
+  doc.set("empty", Value::bundle());
+  doc.set("s", Tensor::scalar(2.5f));
+  for (const char* name : {"d.safetensors", "d.npz"}) {
+    CAPTURE(name);
+    const bool st = file_format(name) == FileFormat::Safetensors;
+    const std::string bytes = st ? safetensors_bytes(doc, name) : npz_bytes(doc, name);
+    const Value back = st ? read_safetensors(bytes, name) : read_npz(bytes, name);
+    CHECK(to_json(back) == to_json(doc));  // names, nesting, order, other values
+    CHECK(difference(*back.find("encoder")->find("weight_ih_l0"), Value(w)) == "");
+    CHECK(sniff_format(bytes) == file_format(name));
+    CHECK(to_json(read_document(bytes, sniff_format(bytes), name)) == to_json(doc));
+  }
+  // the tensors are stored under their joined names, the rest as JSON text with null in their place
+  const std::string st = safetensors_bytes(doc, "d.safetensors");
+  CHECK(st.find("\"optimizer.encoder.weight_ih_l0.exp_avg\":{\"dtype\":\"F32\"") != std::string::npos);
+  CHECK(st.find("\"__metadata__\":{\"attnkit_meta\":\"{\\\"format\\\":\\\"attnkit-seq2seq\\\"") != std::string::npos);
+  // names that collide with the stored metadata
+  Value clash = doc;
+  clash.set("attnkit_meta", w);
+  CHECK(error_of([&] { npz_bytes(clash, "c.npz"); }) ==
+        "c.npz: a tensor named \"attnkit_meta\" would collide with the member that holds the document's other values");
+  Value clash2 = Value::bundle();
+  clash2.set("__metadata__", w);
+  CHECK(error_of([&] { safetensors_bytes(clash2, "c.safetensors"); }) ==
+        "c.safetensors: a tensor cannot be named \"__metadata__\" in .safetensors");
+  Value twice = doc;
+  twice.set("encoder.weight_ih_l0", w);
+  CHECK(error_of([&] { safetensors_bytes(twice, "t.safetensors"); }) ==
+        "t.safetensors: two tensors are named \"encoder.weight_ih_l0\" once nested names are joined with '.'");
+  // a document that disagrees with the file's tensors
+  auto with_meta = [](const std::string& meta) {
+    std::string h = R"({"__metadata__":{"attnkit_meta":)" + json_quote(meta) + R"(},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+    return safetensors(h, 4);
+  };
+  CHECK(error_of([&] { read_safetensors(with_meta(R"({"a":null,"b":{"c":"x"}})"), "m.safetensors"); }) == "");
+  CHECK(error_of([&] { read_safetensors(with_meta(R"({"a":null,"b":null})"), "m.safetensors"); }) ==
+        "m.safetensors: attnkit_meta places a tensor \"b\" that the file does not hold");
+  CHECK(error_of([&] { read_safetensors(with_meta(R"({"a":null,"x":{"y":1}})"), "m.safetensors"); }) == "");
+  CHECK(error_of([&] { read_safetensors(with_meta(R"({"x":"y"})"), "m.safetensors"); }) ==
+        "m.safetensors#a: a tensor that the document in attnkit_meta does not place");
+  CHECK(error_of([&] { read_safetensors(with_meta(R"({"a":null,"a":null})"), "m.safetensors"); }) ==
+        "m.safetensors#attnkit_meta: the document is not a JSON object (an object with the key \"a\" twice (line 1, column 11))");
+  CHECK(error_of([&] { read_safetensors(with_meta("[1]"), "m.safetensors"); }) ==
+        "m.safetensors#attnkit_meta: the document is not a JSON object");
+  CHECK(error_of([&] { read_safetensors(with_meta("{"), "m.safetensors"); }).find("m.safetensors#attnkit_meta:1:") == 0);
+}
+
+TEST_CASE("tensor files: standard input's format told by its first bytes") {
+  CHECK(sniff_format(npy_bytes(Value(Tensor({2})), "x.npy")) == FileFormat::Npy);
+  CHECK(sniff_format(std::string("PK\x05\x06", 4)) == FileFormat::Npz);
+  CHECK(sniff_format(safetensors("{}", 0)) == FileFormat::Safetensors);
+  for (const char* json : {"[1, 2]", "{\"a\": 1}", "  \n[1]", "\"NaN\"", "12345678{", "", "P"}) {
+    CAPTURE(json);
+    CHECK(sniff_format(json) == FileFormat::Json);
+  }
+  std::string hostile("\xff\xff\xff\xff\xff\xff\xff\x7f{", 9);  // a header size past 100 MB: not safetensors
+  CHECK(sniff_format(hostile) == FileFormat::Json);
 }

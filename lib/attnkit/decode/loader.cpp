@@ -9,6 +9,7 @@
 
 #include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/io/json_reader.hpp"
+#include "attnkit/io/tensor_file.hpp"
 #include "attnkit/models/seq2seq.hpp"
 #include "attnkit/models/transformer.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -152,8 +153,36 @@ LoadedModel load_exported(const std::string& config_path, const std::string& wei
   m.family = config.find("family") ? string_of(config, "family", config_path) : "recurrent";
   const ModelFactory factory = factory_for(m.family, config_path);
   const io::Value& vocab = member(config, "vocab", config_path);
-  m.src_vocab = train::Vocab::from_value(member(vocab, "source", config_path + ": vocab"), config_path + ": vocab/source");
-  m.tgt_vocab = train::Vocab::from_value(member(vocab, "target", config_path + ": vocab"), config_path + ": vocab/target");
+  // The special tokens: the ids the config gives ("pad_id", "bos_id", "eos_id", "unk_id"), else their texts'
+  // positions in each vocabulary (an exporter's vocabulary may put them anywhere).
+  train::Vocab::SpecialIds ids;
+  auto id_of = [&](const char* name) -> int64_t {
+    const io::Value* x = config.find(name);
+    if (x == nullptr) return -1;
+    int64_t n = -1;
+    if (x->is_tensor() && x->tensor().numel() == 1 && x->tensor().shape().empty()) {
+      const float f = x->tensor()[0];
+      AK_CHECK(f >= 0 && f < float(int64_t{1} << 24) && f == float(int64_t(f)), "{}: \"{}\" is {}, not a token id",
+               config_path, name, f);
+      n = int64_t(f);
+    } else {
+      const std::string t = string_of(config, name, config_path);
+      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), n);
+      AK_CHECK(ec == std::errc() && end == t.data() + t.size() && n >= 0, "{}: \"{}\" is \"{}\", not a token id",
+               config_path, name, t);
+    }
+    return n;
+  };
+  ids.pad = id_of("pad_id"), ids.bos = id_of("bos_id"), ids.eos = id_of("eos_id"), ids.unk = id_of("unk_id");
+  m.src_vocab = train::Vocab::from_exported(member(vocab, "source", config_path + ": vocab"), ids, config_path + ": vocab/source");
+  m.tgt_vocab = train::Vocab::from_exported(member(vocab, "target", config_path + ": vocab"), ids, config_path + ": vocab/target");
+  io::Value model_config = config;  // the transformer keeps the target side's ids in its config
+  if (m.family == "transformer") {
+    auto text = [](int64_t id) { return io::Value::other("a string", "\"" + std::to_string(id) + "\""); };
+    model_config.set("pad_id", text(m.tgt_vocab.pad_id()));
+    model_config.set("bos_id", text(m.tgt_vocab.bos_id()));
+    model_config.set("eos_id", text(m.tgt_vocab.eos_id()));
+  }
   try {
     m.src_tokenizer = train::tokenizer_from_name(
         config.find("src_tokenizer") ? string_of(config, "src_tokenizer", config_path) : "space");
@@ -163,9 +192,9 @@ LoadedModel load_exported(const std::string& config_path, const std::string& wei
     if (std::string_view(e.what()).rfind(config_path, 0) == 0) throw;
     fail("{}: {}", config_path, e.what());
   }
-  const io::Value weights = io::parse_json(io::read_text(weights_path), weights_path);
-  AK_CHECK(weights.is_bundle(), "{}: a state_dict must be a JSON object of named tensors", weights_path);
-  m.model = factory(weights, config, config_path);
+  const io::Value weights = io::read_value_file(weights_path);  // JSON, .safetensors, .npz by extension
+  AK_CHECK(weights.is_bundle(), "{}: a state_dict must be a bundle of named tensors", weights_path);
+  m.model = factory(weights, model_config, config_path);
   load_weights(m, weights, weights_path);
   check_vocab_sizes(m, config_path);
   std::vector<std::string> stored;
@@ -180,7 +209,7 @@ LoadedModel load_exported(const std::string& config_path, const std::string& wei
 }
 
 LoadedModel load_checkpoint(const std::string& path) {
-  const io::Value v = io::parse_json(io::read_text(path), path);
+  const io::Value v = io::read_value_file(path);  // JSON, .safetensors, .npz by extension
   AK_CHECK(v.is_bundle() && v.find("format") && string_of(v, "format", path) == "attnkit-seq2seq",
            "{}: not an attnkit seq2seq checkpoint (no \"format\": \"attnkit-seq2seq\")", path);
   AK_CHECK(string_of(v, "version", path) == "1", "{}: checkpoint version \"{}\" is not supported", path,
@@ -204,6 +233,12 @@ LoadedModel load_checkpoint(const std::string& path) {
   load_weights(m, v, path);
   check_vocab_sizes(m, path);
   return m;
+}
+
+void use_special_ids(const LoadedModel& m, SearchOptions& options) {
+  options.bos = m.tgt_vocab.bos_id();
+  options.eos = m.tgt_vocab.eos_id();
+  options.pad = m.src_vocab.pad_id();
 }
 
 std::vector<int64_t> encode_source(const LoadedModel& m, std::string_view text, int64_t* unknown) {

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attnkit/decode/search.hpp"
 #include "attnkit/io/value.hpp"
 #include "attnkit/models/model.hpp"
 #include "attnkit/train/vocab.hpp"
@@ -46,6 +47,10 @@ LoadedModel load_checkpoint(const std::string& path);
 // nested objects). Refuses a missing or misshapen weight, and a weight the model does not have (a config
 // with fewer layers than the weights), naming the file and the tensor.
 LoadedModel load_exported(const std::string& config_path, const std::string& weights_path);
+
+// Sets the search's special ids to the model's: its target vocabulary's <bos> and <eos>, its source
+// vocabulary's <pad> (an exported model's may sit anywhere; a checkpoint's are 0-2).
+void use_special_ids(const LoadedModel& m, SearchOptions& options);
 
 // A source text -> ids: tokenized with the model's source tokenizer, unknown tokens -> <unk> (counted into
 // *unknown). Refuses an empty source and text the tokenizer cannot split (attnkit::Error with the reason).

@@ -33,6 +33,8 @@ void SearchOptions::validate() const {
   AK_CHECK(length_penalty >= 0 && std::isfinite(length_penalty), "search: length penalty {} (expected >= 0)",
            length_penalty);
   AK_CHECK(n_best >= 1, "search: n_best {} (expected >= 1)", n_best);
+  AK_CHECK(bos >= 0 && eos >= 0 && pad >= 0 && bos != eos, "search: special ids <bos> {}, <eos> {}, <pad> {} (expected "
+           ">= 0, <bos> and <eos> apart)", bos, eos, pad);
   AK_CHECK(strategy != Strategy::Greedy || n_best == 1, "search: greedy search gives one hypothesis, not {}", n_best);
   AK_CHECK(strategy != Strategy::Beam || n_best <= beam, "search: n_best {} is more than the beam size {}", n_best,
            beam);
@@ -43,7 +45,7 @@ void SearchOptions::validate() const {
   AK_CHECK(top_p > 0 && top_p <= 1, "search: top_p {} (expected in (0, 1])", top_p);
 }
 
-train::Batch sources_batch(const std::vector<std::vector<int64_t>>& sources) {
+train::Batch sources_batch(const std::vector<std::vector<int64_t>>& sources, int64_t pad) {
   AK_CHECK(!sources.empty(), "decode: no sources");
   train::Batch b;
   b.N = static_cast<int64_t>(sources.size());
@@ -51,7 +53,7 @@ train::Batch sources_batch(const std::vector<std::vector<int64_t>>& sources) {
     AK_CHECK(!s.empty(), "decode: source {} is empty", &s - sources.data());
     b.S = std::max<int64_t>(b.S, static_cast<int64_t>(s.size()));
   }
-  b.src.assign(size_t(b.N * b.S), train::Vocab::kPad);  // [N, S]
+  b.src.assign(size_t(b.N * b.S), pad);  // [N, S]
   for (int64_t n = 0; n < b.N; ++n) {
     std::copy(sources[size_t(n)].begin(), sources[size_t(n)].end(), b.src.begin() + n * b.S);
     b.src_lengths.push_back(static_cast<int64_t>(sources[size_t(n)].size()));
@@ -134,10 +136,10 @@ std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
                                             const SearchOptions& o, int64_t first_index) {
   o.validate();
   autograd::NoGrad no_grad;
-  const train::Batch batch = sources_batch(sources);
+  const train::Batch batch = sources_batch(sources, o.pad);
   const int64_t N = batch.N, S = batch.S;
   const int64_t K = o.strategy == Strategy::Beam ? o.beam : o.strategy == Strategy::Sample ? o.n_best : 1;
-  const int64_t eos = train::Vocab::kEos;
+  const int64_t eos = o.eos;
 
   std::unique_ptr<models::DecoderState> state = model.start_decoding(batch, o.use_cache);
   std::vector<Row> rows;
@@ -160,12 +162,13 @@ std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
   std::vector<Node> nodes;
   std::vector<float> att;  // [nodes, S] when o.attention
   std::vector<std::vector<Ended>> ended(static_cast<size_t>(N));
-  std::vector<int64_t> prev(rows.size(), train::Vocab::kBos);
+  std::vector<int64_t> prev(rows.size(), o.bos);
 
   for (int64_t t = 0; !rows.empty(); ++t) {
     const int64_t R = static_cast<int64_t>(rows.size());
     Tensor lp = state->step(prev);  // [R, Vt]
     const int64_t V = lp.dim(1);
+    AK_CHECK(eos < V && o.bos < V, "search: <bos> {} or <eos> {} is outside the model's {} target tokens", o.bos, eos, V);
     Tensor a;
     if (o.attention) a = state->cross_attention(o.attention_layer, o.attention_head);  // [R, S]
     if (t < o.min_len)

@@ -726,6 +726,7 @@ RecordReader::RecordReader(const std::string& path, const ReadOptions& options)
     : source_(path == "-" ? "<stdin>" : path), options_(options) {
   fd_ = path == "-" ? 0 : open_input(path);
   binary_ = path != "-" && file_format(path) != FileFormat::Json;
+  format_ = static_cast<int>(file_format(path));
 }
 
 RecordReader::~RecordReader() {
@@ -756,13 +757,29 @@ bool RecordReader::fill() {
 }
 
 bool RecordReader::next(Value& out) {
+  if (fd_ == 0 && records_ == 0 && !binary_ && !sniffed_) {
+    // Standard input: a binary file (io/tensor_file.hpp's sniff_format) is one document; anything else NDJSON.
+    // Read until its first bytes decide: sniff_needs() of them, or sooner when a byte at 4..8 is not NUL and
+    // the first is not a binary magic's (a safetensors header size below 100 MB has NUL bytes there, JSON none).
+    auto decided = [&] {
+      if (used_ >= sniff_needs()) return true;
+      const unsigned char first = used_ ? static_cast<unsigned char>(buf_[0]) : 0;
+      if (used_ == 0 || first == 0x93 || first == 'P') return false;
+      for (size_t i = 4; i < used_; ++i)
+        if (buf_[i] != '\0') return true;
+      return false;
+    };
+    while (!decided() && fill()) {
+    }
+    sniffed_ = true;
+    const FileFormat f = sniff_format(std::string_view(buf_.data(), used_));
+    if (f != FileFormat::Json) binary_ = true, format_ = static_cast<int>(f);
+  }
   if (binary_) {  // .npy, .npz, .safetensors (io/tensor_file.hpp): one document, the whole file
     if (records_ > 0) return false;
     while (fill()) {
     }
-    out = file_format(source_) == FileFormat::Npy ? read_npy(std::string_view(buf_.data(), used_), source_, options_)
-          : file_format(source_) == FileFormat::Npz ? read_npz(std::string_view(buf_.data(), used_), source_, options_)
-                                                    : read_safetensors(std::string_view(buf_.data(), used_), source_, options_);
+    out = read_document(std::string_view(buf_.data(), used_), static_cast<FileFormat>(format_), source_, options_);
     std::string().swap(buf_);
     ++records_;
     return true;

@@ -39,7 +39,8 @@ std::string read_text(const std::string& path);
 // (NDJSON, as parse_json_stream: a document may span lines and must end its line). Memory holds
 // the record being read and a read buffer, never the whole stream; messages give the line in the
 // whole input ("<stdin>:20001:5: ..."). An input without any document is refused ("empty input").
-// A file named *.npy, *.npz or *.safetensors is read whole as the one document (io/tensor_file.hpp).
+// A file named *.npy, *.npz or *.safetensors is read whole as the one document (io/tensor_file.hpp), and so
+// is standard input when its first bytes are such a file's (io::sniff_format).
 class RecordReader {
  public:
   RecordReader(const std::string& path, const ReadOptions& options = {});
@@ -67,6 +68,8 @@ class RecordReader {
   int64_t depth_ = 0, newlines_ = 0;
   bool in_string_ = false, started_ = false;
   bool binary_ = false;  // a .npy, .npz or .safetensors file: one document (io/tensor_file.hpp)
+  int format_ = 0;       // then its io::FileFormat: by extension, or sniffed on standard input
+  bool sniffed_ = false; // standard input's first bytes looked at
 };
 
 }  // namespace attnkit::io

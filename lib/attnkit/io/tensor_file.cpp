@@ -10,7 +10,9 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
+#include <unordered_map>
 
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/tensor/creation.hpp"
@@ -206,6 +208,102 @@ std::vector<std::pair<std::string, const Tensor*>> flat_members(const Value& val
   return out;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Documents: bundles that hold more than tensors (io/tensor_file.hpp, "Documents")
+
+bool holds_other(const Value& v) {
+  for (const auto& [name, m] : v.members())
+    if (m.is_bundle() ? holds_other(m) : !m.is_tensor()) return true;
+  return false;
+}
+
+// `v` with each tensor replaced by null; the tensors into `out` under their names joined by '.'.
+Value skeleton_of(const Value& v, const std::string& prefix, std::vector<std::pair<std::string, const Tensor*>>& out) {
+  Value s = Value::bundle();
+  for (const auto& [name, m] : v.members()) {
+    const std::string full = prefix.empty() ? name : prefix + "." + name;
+    if (m.is_tensor()) {
+      out.emplace_back(full, &m.tensor());
+      s.append(name, Value::other("a tensor", "null"));
+    } else if (m.is_bundle()) {
+      s.append(name, skeleton_of(m, full, out));
+    } else {
+      s.append(name, m);
+    }
+  }
+  return s;
+}
+
+// What a binary bundle file holds: the tensors by joined name and, for a document with other values, its
+// JSON text with the tensors replaced by null ("" for a bundle of tensors only: nothing is stored beside them).
+struct FlatFile {
+  std::vector<std::pair<std::string, const Tensor*>> tensors;
+  std::string meta;
+};
+
+FlatFile flat_file(const Value& value, std::string_view target, std::string_view format) {
+  FlatFile f;
+  if (!value.is_bundle() || !holds_other(value)) {
+    f.tensors = flat_members(value, target, format);
+  } else {
+    f.meta = to_json(skeleton_of(value, "", f.tensors));
+    std::set<std::string> seen;
+    for (const auto& [name, t] : f.tensors)
+      AK_CHECK(seen.insert(name).second, "{}: two tensors are named \"{}\" once nested names are joined with '.'", target,
+               name);
+    AK_CHECK(format != ".npz" || seen.count(kMetaName) == 0,
+             "{}: a tensor named \"{}\" would collide with the member that holds the document's other values", target,
+             kMetaName);
+  }
+  for (const auto& [name, t] : f.tensors)
+    AK_CHECK(format != ".safetensors" || name != "__metadata__", "{}: a tensor cannot be named \"__metadata__\" in {}",
+             target, format);
+  return f;
+}
+
+// Puts the tensors `items` where the skeleton `s` has null (by joined name), marking them used.
+Value place_tensors(const Value& s, const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& items,
+                    const std::unordered_map<std::string, size_t>& index, std::vector<bool>& used,
+                    const std::string& what) {
+  Value out = Value::bundle();
+  for (const auto& [name, m] : s.members()) {
+    const std::string full = prefix.empty() ? name : prefix + "." + name;
+    if (m.is_bundle()) {
+      out.append(name, place_tensors(m, full, items, index, used, what));
+    } else if (m.kind() == Value::Kind::Other && m.json() == "null") {
+      const auto it = index.find(full);
+      AK_CHECK(it != index.end(), "{}: {} places a tensor \"{}\" that the file does not hold", what, kMetaName, full);
+      AK_CHECK(!used[it->second], "{}: {} places the tensor \"{}\" twice", what, kMetaName, full);
+      used[it->second] = true;
+      out.append(name, Value(std::move(items[it->second].second)));
+    } else {
+      out.append(name, m);
+    }
+  }
+  return out;
+}
+
+// The bundle a binary file reads as: its tensors in file order, or with `meta` the document it describes.
+Value assemble(std::vector<std::pair<std::string, Tensor>> items, const std::optional<std::string>& meta,
+               const std::string& what, const ReadOptions& options) {
+  Value out = Value::bundle();
+  if (!meta) {
+    for (auto& [name, t] : items) out.append(std::move(name), Value(std::move(t)));
+    return out;
+  }
+  const std::string where = what + "#" + kMetaName;
+  const Value skeleton = parse_json(*meta, where, options);
+  AK_CHECK(skeleton.is_bundle(), "{}: the document is not a JSON object{}", where,
+           skeleton.kind() == Value::Kind::Other ? " (" + skeleton.why() + ")" : std::string());
+  std::unordered_map<std::string, size_t> index;
+  for (size_t i = 0; i < items.size(); ++i) index.emplace(items[i].first, i);
+  std::vector<bool> used(items.size());
+  out = place_tensors(skeleton, "", items, index, used, what);
+  for (size_t i = 0; i < items.size(); ++i)
+    AK_CHECK(used[i], "{}#{}: a tensor that the document in {} does not place", what, items[i].first, kMetaName);
+  return out;
+}
+
 void append_le32(std::string& s, uint32_t v) {
   for (int i = 0; i < 4; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
 }
@@ -364,12 +462,12 @@ Tensor parse_npy(std::string_view bytes, const std::string& what, const ReadOpti
   return transpose(make_tensor(u + data_at, dt, swap, reversed, n, what, options));
 }
 
-std::string npy_of(const Tensor& t) {
+std::string npy_header(const Shape& dims, const char* descr) {
   std::string shape = "(";
-  for (size_t i = 0; i < t.shape().size(); ++i) shape += fmt::format("{}{}", i ? ", " : "", t.shape()[i]);
-  if (t.shape().size() == 1) shape += ",";
+  for (size_t i = 0; i < dims.size(); ++i) shape += fmt::format("{}{}", i ? ", " : "", dims[i]);
+  if (dims.size() == 1) shape += ",";
   shape += ")";
-  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': {}, }}", shape);
+  std::string header = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", descr, shape);
   // numpy pads the header with spaces to a multiple of 64 bytes (with the 10-byte preamble), '\n' last
   const size_t total = (10 + header.size() + 1 + 63) / 64 * 64;
   header.append(total - 10 - header.size() - 1, ' ');
@@ -377,7 +475,32 @@ std::string npy_of(const Tensor& t) {
   std::string out("\x93NUMPY\x01\x00", 8);
   append_le16(out, static_cast<uint16_t>(header.size()));
   out += header;
+  return out;
+}
+
+std::string npy_of(const Tensor& t) {
+  std::string out = npy_header(t.shape(), "<f4");
   append_floats(out, t);
+  return out;
+}
+
+// A document's JSON text as a 1-D uint8 array (np.load(f)["attnkit_meta"].tobytes().decode()).
+std::string npy_of_text(std::string_view text) {
+  std::string out = npy_header({static_cast<int64_t>(text.size())}, "|u1");
+  out += text;
+  return out;
+}
+
+// The text back from the array the reader made of it (each element a byte, exactly, as uint8 converts).
+std::string text_of_npy(const Tensor& t, const std::string& what) {
+  AK_CHECK(t.shape().size() == 1, "{}: expected a 1-D array of bytes (the document's JSON text), got shape {}", what,
+           t.shape_str());
+  std::string out(static_cast<size_t>(t.numel()), '\0');
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float x = t.data()[i];
+    AK_CHECK(x >= 0.0f && x <= 255.0f && x == std::floor(x), "{}: element {} is {}, not a byte", what, i, x);
+    out[static_cast<size_t>(i)] = static_cast<char>(static_cast<unsigned char>(x));
+  }
   return out;
 }
 
@@ -475,7 +598,9 @@ Value parse_npz(std::string_view bytes, const std::string& what, const ReadOptio
   for (size_t i = 1; i < spans.size(); ++i)
     AK_CHECK(spans[i].first >= spans[i - 1].second, "{}: zip members overlap at bytes {} to {}", what, spans[i].first,
              spans[i - 1].second);
-  Value bundle = Value::bundle();
+  std::vector<std::pair<std::string, Tensor>> items;
+  std::set<std::string> names;
+  std::optional<std::string> meta;
   for (size_t e = 0; e < entries.size(); ++e) {
     const ZipEntry& z = entries[e];
     const std::string at = what + "#" + z.name;
@@ -483,7 +608,7 @@ Value parse_npz(std::string_view bytes, const std::string& what, const ReadOptio
     AK_CHECK(z.method == 0 || z.method == 8, "{}: zip compression method {} is not supported (stored and deflated are)", at, z.method);
     AK_CHECK(z.name.size() > 4 && z.name.compare(z.name.size() - 4, 4, ".npy") == 0, "{}: not a .npy member (a .npz holds NAME.npy arrays)", at);
     const std::string name = z.name.substr(0, z.name.size() - 4);
-    AK_CHECK(bundle.find(name) == nullptr, "{}: member \"{}\" is given twice", what, name);
+    AK_CHECK(names.insert(name).second, "{}: member \"{}\" is given twice", what, name);
     // the largest .npy the limit allows: 8-byte elements and a header (64 KiB for version 1)
     const uint64_t largest = static_cast<uint64_t>(options.max_elements) * 8 + (uint64_t{1} << 17);
     AK_CHECK(z.size <= largest, "{}: {} bytes uncompressed, more than a tensor of --max-elements {} can take", at, z.size, options.max_elements);
@@ -496,17 +621,22 @@ Value parse_npz(std::string_view bytes, const std::string& what, const ReadOptio
     }
     const uint32_t crc = static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(data.data()), data.size()));
     AK_CHECK(crc == z.crc, "{}: CRC-32 {:08x} of the data is not the zip's {:08x} (damaged file)", at, crc, z.crc);
-    bundle.append(name, parse_npy(data, at, options));
+    if (name == kMetaName) meta = text_of_npy(parse_npy(data, at, options), at);
+    else items.emplace_back(name, parse_npy(data, at, options));
   }
-  return bundle;
+  return assemble(std::move(items), meta, what, options);
 }
 
-std::string npz_of(const std::vector<std::pair<std::string, const Tensor*>>& members, std::string_view target) {
+std::string npz_of(const FlatFile& flat, std::string_view target) {
   std::string out, central;
-  for (const auto& [name, t] : members) {
+  const auto& members = flat.tensors;
+  const size_t count = members.size() + (flat.meta.empty() ? 0 : 1);
+  for (size_t m = 0; m < count; ++m) {
+    const bool meta = m == members.size();  // the document's other values, last
+    const std::string& name = meta ? std::string(kMetaName) : members[m].first;
     const std::string file = name + ".npy";
     AK_CHECK(file.size() < 0xffff, "{}: member name \"{}\" is too long for a zip", target, name);
-    const std::string data = npy_of(*t);
+    const std::string data = meta ? npy_of_text(flat.meta) : npy_of(*members[m].second);
     AK_CHECK(out.size() + data.size() + 30 + file.size() < 0xffffffffu, "{}: more than 4 GiB: write .safetensors instead", target);
     const uint32_t crc = static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(data.data()), data.size()));
     const uint32_t offset = static_cast<uint32_t>(out.size());
@@ -525,12 +655,12 @@ std::string npz_of(const std::vector<std::pair<std::string, const Tensor*>>& mem
     append_le16(central, 0), append_le16(central, 0), append_le32(central, 0x01800000u /* -rw------- */), append_le32(central, offset);
     central += file;
   }
-  AK_CHECK(members.size() < 0xffff && out.size() + central.size() < 0xffffffffu, "{}: too large for a zip: write .safetensors instead", target);
+  AK_CHECK(count < 0xffff && out.size() + central.size() < 0xffffffffu, "{}: too large for a zip: write .safetensors instead", target);
   const uint32_t cd_at = static_cast<uint32_t>(out.size());
   out += central;
   append_le32(out, kEndSig);
   append_le16(out, 0), append_le16(out, 0);
-  append_le16(out, static_cast<uint16_t>(members.size())), append_le16(out, static_cast<uint16_t>(members.size()));
+  append_le16(out, static_cast<uint16_t>(count)), append_le16(out, static_cast<uint16_t>(count));
   append_le32(out, static_cast<uint32_t>(central.size())), append_le32(out, cd_at), append_le16(out, 0);
   return out;
 }
@@ -585,6 +715,12 @@ Value parse_safetensors(std::string_view bytes, const std::string& what, const R
     fail("{}: the header is not valid JSON ({})", what, e.what());
   }
   AK_CHECK(j.is_object(), "{}: the header is not a JSON object", what);
+  std::optional<std::string> meta;  // "__metadata__": {"attnkit_meta": the document's other values}
+  if (j.contains("__metadata__") && j["__metadata__"].is_object() && j["__metadata__"].contains(kMetaName)) {
+    const auto& m = j["__metadata__"][kMetaName];
+    AK_CHECK(m.is_string(), "{}: __metadata__'s \"{}\" is not a string", what, kMetaName);
+    meta = m.get<std::string>();
+  }
   const std::string_view data = bytes.substr(8 + header_len);
   struct Item {
     uint64_t begin, end;
@@ -632,15 +768,18 @@ Value parse_safetensors(std::string_view bytes, const std::string& what, const R
     covered = it.end;
   }
   AK_CHECK(covered == data.size(), "{}: {} bytes after the last tensor's data", what, data.size() - covered);
-  Value bundle = Value::bundle();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  tensors.reserve(items.size());
   for (const auto& it : items)
-    bundle.append(it.name, make_tensor(reinterpret_cast<const unsigned char*>(data.data()) + it.begin, it.dt, false, it.shape,
-                                       it.n, what + "#" + it.name, options));
-  return bundle;
+    tensors.emplace_back(it.name, make_tensor(reinterpret_cast<const unsigned char*>(data.data()) + it.begin, it.dt, false,
+                                              it.shape, it.n, what + "#" + it.name, options));
+  return assemble(std::move(tensors), meta, what, options);
 }
 
-std::string safetensors_of(const std::vector<std::pair<std::string, const Tensor*>>& members) {
+std::string safetensors_of(const FlatFile& flat) {
+  const auto& members = flat.tensors;
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!flat.meta.empty()) header["__metadata__"] = {{kMetaName, flat.meta}};
   uint64_t at = 0;
   for (const auto& [name, t] : members) {
     const uint64_t size = static_cast<uint64_t>(t->numel()) * 4;
@@ -658,7 +797,7 @@ std::string safetensors_of(const std::vector<std::pair<std::string, const Tensor
 }
 
 std::string read_file_bytes(const std::string& path) {
-  AK_CHECK(path != "-", "standard input is read as JSON; give the binary file by its name");
+  AK_CHECK(path != "-", "standard input has no extension to name its format; read it with read_value_file");
   return read_text(path);
 }
 
@@ -686,6 +825,32 @@ Value read_binary_file(const std::string& path, const ReadOptions& options) {
   }
 }
 
+FileFormat sniff_format(std::string_view b) {
+  if (b.size() >= 6 && b.substr(0, 6) == std::string_view("\x93NUMPY", 6)) return FileFormat::Npy;
+  if (b.size() >= 4 && (b.substr(0, 4) == std::string_view("PK\x03\x04", 4) || b.substr(0, 4) == std::string_view("PK\x05\x06", 4)))
+    return FileFormat::Npz;
+  if (b.size() >= 9 && b[8] == '{') {
+    const uint64_t header = load64(reinterpret_cast<const unsigned char*>(b.data()), false);
+    if (header <= kMaxSafetensorsHeader && header >= 2) return FileFormat::Safetensors;
+  }
+  return FileFormat::Json;
+}
+
+Value read_document(std::string_view bytes, FileFormat format, std::string_view source, const ReadOptions& options) {
+  switch (format) {
+    case FileFormat::Npy: return read_npy(bytes, source, options);
+    case FileFormat::Npz: return read_npz(bytes, source, options);
+    case FileFormat::Safetensors: return read_safetensors(bytes, source, options);
+    default: return parse_json(bytes, source, options);
+  }
+}
+
+Value read_value_file(const std::string& path, const ReadOptions& options) {
+  const std::string bytes = read_text(path);
+  if (path == "-") return read_document(bytes, sniff_format(bytes), "<stdin>", options);
+  return read_document(bytes, file_format(path), path, options);
+}
+
 std::string npy_bytes(const Value& value, std::string_view target) {
   if (!value.is_tensor()) {
     if (value.is_bundle()) {
@@ -699,11 +864,11 @@ std::string npy_bytes(const Value& value, std::string_view target) {
 }
 
 std::string npz_bytes(const Value& value, std::string_view target) {
-  return npz_of(flat_members(value, target, ".npz"), target);
+  return npz_of(flat_file(value, target, ".npz"), target);
 }
 
 std::string safetensors_bytes(const Value& value, std::string_view target) {
-  return safetensors_of(flat_members(value, target, ".safetensors"));
+  return safetensors_of(flat_file(value, target, ".safetensors"));
 }
 
 void write_value_file(const std::string& path, const Value& value, const WriteOptions& json) {

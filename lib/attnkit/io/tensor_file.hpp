@@ -5,10 +5,20 @@
 //                 (np.savez_compressed, inflated with zlib); written stored, as np.savez writes
 //   .safetensors  a bundle: 8-byte little-endian header size, a JSON header
 //                 {NAME: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__"?}, the raw data
-//   anything else JSON (json_reader.hpp); standard input and output ("-") are always JSON.
+//   anything else JSON (json_reader.hpp). Standard output ("-") is JSON; standard input is sniffed when read
+//   whole (sniff_format: NumPy's "\x93NUMPY", a zip's "PK\x03\x04", safetensors' header size then '{'), and
+//   an NDJSON stream stays JSON.
 // Bundles in these files are flat: a nested bundle is written with its names joined by '.'
 // ({"enc": {"W": ..}} -> "enc.W", PyTorch's state_dict keys), and read back flat (reference the
 // members as FILE#enc.W, or FILE#enc. for the bundle of enc.*).
+// Documents: a bundle that holds more than tensors (a seq2seq-train checkpoint: config, vocabularies, counters
+// beside its parameters and optimizer state) is written to .safetensors and .npz as its tensors, under their
+// names joined by '.', plus the JSON text of the document with each tensor replaced by null, stored
+//   .safetensors  in "__metadata__" under "attnkit_meta" (a str -> str map, as the format asks)
+//   .npz          as the 1-D uint8 member attnkit_meta.npy (np.load(f)["attnkit_meta"].tobytes().decode())
+// and read back as that document (the same names, nesting, order and bits as its JSON form). A file without
+// attnkit_meta (a PyTorch state_dict) reads as its flat bundle. A document that places a tensor the file lacks,
+// places one twice, or leaves a tensor of the file unplaced is refused.
 // Written as little-endian float32 and read back bit for bit (NaN payloads and signed zeros too).
 // Read and converted to float32: float16, bfloat16, (u)int8, (u)int16 and bool exactly; float64 and
 // (u)int32/64 rounded to the nearest float32. When rounding changed a value
@@ -33,6 +43,14 @@ enum class FileFormat { Json, Npy, Npz, Safetensors };
 
 // By extension (case-insensitive): .npy, .npz, .safetensors; everything else (and "-") is Json.
 FileFormat file_format(std::string_view path);
+// By the first bytes (standard input, which has no name): "\x93NUMPY" Npy, "PK\x03\x04" or an empty zip's
+// "PK\x05\x06" Npz, an 8-byte little-endian header size (2 to 100 MB) followed by '{' Safetensors, else
+// Json (JSON text never starts with those bytes: it holds no NUL and never starts with 0x93 or 'P').
+// `prefix` may be the first bytes only: sniff_needs() says how many decide.
+FileFormat sniff_format(std::string_view prefix);
+constexpr size_t sniff_needs() { return 9; }
+// The member of a document file that holds its other values (see Documents above).
+inline constexpr const char* kMetaName = "attnkit_meta";
 std::string_view format_name(FileFormat format);  // "JSON", ".npy", ".npz", ".safetensors"
 inline bool is_binary_format(std::string_view path) { return file_format(path) != FileFormat::Json; }
 
@@ -42,6 +60,10 @@ Value read_npz(std::string_view bytes, std::string_view source, const ReadOption
 Value read_safetensors(std::string_view bytes, std::string_view source, const ReadOptions& options = {});
 // By file_format(path) (Npy, Npz or Safetensors); the file read whole.
 Value read_binary_file(const std::string& path, const ReadOptions& options = {});
+// `bytes` in `format` (Json: one document, parse_json); `source` names them in messages.
+Value read_document(std::string_view bytes, FileFormat format, std::string_view source, const ReadOptions& options = {});
+// A whole file as one document in the format its extension names; "-" reads standard input and sniffs it.
+Value read_value_file(const std::string& path, const ReadOptions& options = {});
 
 // The bytes of a file; `target` names it in messages. npy: a tensor; npz and safetensors: a bundle
 // of tensors (nested bundles flattened, see above). Anything else is refused with what to do instead.

@@ -12,6 +12,7 @@
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/io/json_writer.hpp"
+#include "attnkit/io/tensor_file.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/train/clip.hpp"
 #include "attnkit/train/metrics.hpp"
@@ -176,6 +177,9 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
   AK_CHECK(options_.clip >= 0 && std::isfinite(options_.clip), "trainer: clip {} must be >= 0", options_.clip);
   AK_CHECK(options_.epochs >= 0 && options_.save_every >= 0, "trainer: epochs {} and save_every {} must be >= 0",
            options_.epochs, options_.save_every);
+  AK_CHECK(io::file_format(options_.save_path) != io::FileFormat::Npy,
+           "{}: a checkpoint is a bundle, and .npy holds one tensor: save it as .json, .safetensors or .npz",
+           options_.save_path);
   options_.model = model_config;
   options_.transformer = transformer_config;
   train_enc_ = encode(data_.train, data_.src_vocab, data_.tgt_vocab);
@@ -253,7 +257,7 @@ void Trainer::save(const std::string& path) const {
   v.set("window", std::move(window));
   const io::Value params = model_->parameters_value();  // named: a temporary's members() would dangle
   for (const auto& [name, sub] : params.members()) v.set(name, sub);
-  io::write_file_atomic(path, io::to_json(v) + "\n");
+  io::write_value_file(path, v);  // JSON, or by extension .safetensors / .npz (io/tensor_file.hpp, Documents)
 }
 
 void Trainer::save_checked(const std::string& path, const std::string& when) const {
@@ -267,12 +271,16 @@ void Trainer::save_checked(const std::string& path, const std::string& when) con
 }
 
 std::unique_ptr<Trainer> Trainer::resume(const std::string& path, const TrainerOptions& options, TrainingData data) {
-  return resume_text(io::read_text(path), path, options, std::move(data));
+  return resume_value(io::read_value_file(path), path, options, std::move(data));
 }
 
 std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::string& path,
                                               const TrainerOptions& options, TrainingData data) {
-  const io::Value v = io::parse_json(text, path);
+  return resume_value(io::read_document(text, io::sniff_format(text), path), path, options, std::move(data));
+}
+
+std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::string& path,
+                                               const TrainerOptions& options, TrainingData data) {
   AK_CHECK(v.is_bundle() && v.find("format") && string_of(v, "format", path) == kFormat,
            "{}: not an attnkit seq2seq checkpoint (no \"format\": \"{}\")", path, kFormat);
   AK_CHECK(string_of(v, "version", path) == "1", "{}: checkpoint version \"{}\" is not supported", path,

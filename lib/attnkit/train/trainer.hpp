@@ -2,7 +2,10 @@
 // an optimizer step under a learning-rate schedule; validation (loss, token accuracy, exact match by greedy
 // decoding); metrics as JSON lines; checkpoints as one JSON bundle written atomically; exact resume.
 //
-// Checkpoint (one JSON object; every integer a decimal string so that it reads back exactly):
+// Checkpoint (one JSON object; every integer a decimal string so that it reads back exactly; saved as
+// .safetensors or .npz when the path says so: the tensors under their names joined by '.', e.g.
+// "encoder.weight_ih_l0", "optimizer.encoder.weight_ih_l0.exp_avg", and the rest as the JSON text of the
+// document, io/tensor_file.hpp's Documents; read back to the same document, so resuming is the same run):
 //   "format": "attnkit-seq2seq", "version": "1"
 //   "config":    the model's config (models::Seq2SeqConfig::to_value, or TransformerConfig's with "family")
 //   "training":  {"optimizer", "lr", "batch", "schedule", "warmup", "label_smoothing", "clip", "seed",
@@ -132,9 +135,13 @@ class Trainer {
   // `options` gives steps, lr and schedule, clip, log_every, save and metrics paths. Refuses (naming the
   // file) a checkpoint that is not one, is corrupt, or whose vocabularies differ from `data`'s.
   static std::unique_ptr<Trainer> resume(const std::string& path, const TrainerOptions& options, TrainingData data);
-  // The same from a checkpoint's text; `name` stands for the file in messages (the fuzz target's entry).
+  // The same from a checkpoint's bytes (JSON, or a .safetensors / .npz file's, told by their first bytes);
+  // `name` stands for the file in messages (the fuzz target's entry).
   static std::unique_ptr<Trainer> resume_text(std::string_view text, const std::string& name,
                                               const TrainerOptions& options, TrainingData data);
+  // The same from the checkpoint document read.
+  static std::unique_ptr<Trainer> resume_value(const io::Value& checkpoint, const std::string& name,
+                                               const TrainerOptions& options, TrainingData data);
 
   // Runs up to options.steps, saves the checkpoint, evaluates; `log` (if given) receives each metrics line.
   // A non-finite loss, gradient norm or parameter stops the run with an error naming the step, before any

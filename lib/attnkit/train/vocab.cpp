@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnkit/io/json_reader.hpp"
+#include "attnkit/io/tensor_file.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::train {
@@ -176,7 +177,7 @@ const std::string& Vocab::token(int64_t id) const {
 
 int64_t Vocab::id(std::string_view token) const {
   auto it = ids_.find(std::string(token));
-  return it == ids_.end() ? kUnk : it->second;
+  return it == ids_.end() ? unk_ : it->second;
 }
 
 bool Vocab::contains(std::string_view token) const { return ids_.count(std::string(token)) > 0; }
@@ -187,7 +188,7 @@ std::vector<int64_t> Vocab::encode(const std::vector<std::string>& tokens, int64
   for (const auto& t : tokens) {
     auto it = ids_.find(t);
     if (it == ids_.end()) {
-      ids.push_back(kUnk);
+      ids.push_back(unk_);
       if (unknown) ++*unknown;
     } else {
       ids.push_back(it->second);
@@ -199,11 +200,54 @@ std::vector<int64_t> Vocab::encode(const std::vector<std::string>& tokens, int64
 std::vector<std::string> Vocab::decode(const std::vector<int64_t>& ids) const {
   std::vector<std::string> out;
   for (int64_t id : ids) {
-    if (id == kEos) break;
-    if (id == kPad || id == kBos) continue;
+    if (id == eos_) break;
+    if (id == pad_ || id == bos_) continue;
     out.push_back(token(id));
   }
   return out;
+}
+
+Vocab Vocab::from_exported(const io::Value& value, const SpecialIds& given, std::string_view what) {
+  AK_CHECK(value.is_bundle(), "{}: a vocabulary must be an object {{\"tokens\": [...]}}", what);
+  const io::Value* tokens = value.find("tokens");
+  AK_CHECK(tokens != nullptr, "{}: the vocabulary has no \"tokens\" list", what);
+  AK_CHECK(tokens->kind() == io::Value::Kind::Other && !tokens->json().empty(),
+           "{}: \"tokens\" must be a list of strings", what);
+  nlohmann::json list = nlohmann::json::parse(tokens->json(), nullptr, false);
+  AK_CHECK(list.is_array(), "{}: \"tokens\" must be a list of strings", what);
+  Vocab vocab;
+  vocab.tokens_.clear();
+  vocab.ids_.clear();
+  for (size_t i = 0; i < list.size(); ++i) {
+    AK_CHECK(list[i].is_string(), "{}: tokens[{}] is not a string", what, i);
+    std::string t = list[i].get<std::string>();
+    AK_CHECK(!t.empty(), "{}: tokens[{}] is empty", what, i);
+    const std::string bad = check_utf8(t);
+    AK_CHECK(bad.empty(), "{}: tokens[{}] is not valid text: {}", what, i, bad);
+    auto [it, added] = vocab.ids_.emplace(t, static_cast<int64_t>(i));
+    AK_CHECK(added, "{}: tokens[{}] is {} again (id {})", what, i, show(t), it->second);
+    vocab.tokens_.push_back(std::move(t));
+  }
+  const int64_t V = vocab.size();
+  const int64_t wanted[4] = {given.pad, given.bos, given.eos, given.unk};
+  const char* names[4] = {"pad_id", "bos_id", "eos_id", "unk_id"};
+  int64_t ids[4];
+  for (int k = 0; k < 4; ++k) {
+    if (wanted[k] >= 0) {
+      AK_CHECK(wanted[k] < V, "{}: {} {} is outside the {} tokens", what, names[k], wanted[k], V);
+      ids[k] = wanted[k];
+    } else {
+      auto it = vocab.ids_.find(specials()[size_t(k)]);
+      AK_CHECK(it != vocab.ids_.end(), "{}: no {} token in \"tokens\" and no \"{}\" in the config", what,
+               specials()[size_t(k)], names[k]);
+      ids[k] = it->second;
+    }
+    for (int j = 0; j < k; ++j)
+      AK_CHECK(ids[j] != ids[k], "{}: {} and {} are both id {} (the special tokens must differ)", what,
+               specials()[size_t(j)], specials()[size_t(k)], ids[k]);
+  }
+  vocab.pad_ = ids[0], vocab.bos_ = ids[1], vocab.eos_ = ids[2], vocab.unk_ = ids[3];
+  return vocab;
 }
 
 io::Value Vocab::to_value() const {
@@ -273,7 +317,10 @@ VocabPair parse_vocab_pair(std::string_view text, std::string_view name) {
     Vocab v = parse_vocab(text, name);
     return {v, v};
   }
-  const io::Value doc = io::parse_json(text, name);
+  return vocab_pair_of(io::parse_json(text, name), name);
+}
+
+VocabPair vocab_pair_of(const io::Value& doc, std::string_view name) {
   AK_CHECK(doc.is_bundle(), "{}: a vocabulary file must be an object or one token per line", name);
   const io::Value* vocab = doc.find("vocab");
   const io::Value& v = vocab ? *vocab : doc;
@@ -290,6 +337,7 @@ VocabPair parse_vocab_pair(std::string_view text, std::string_view name) {
 }
 
 VocabPair read_vocab_pair(const std::string& path) {
+  if (io::is_binary_format(path)) return vocab_pair_of(io::read_value_file(path), path);  // a checkpoint
   return parse_vocab_pair(io::read_text(path), path == "-" ? "<stdin>" : path);
 }
 

@@ -68,11 +68,11 @@ class Vocab {
   // Every token including the specials, by id.
   const std::vector<std::string>& tokens() const { return tokens_; }
   const std::string& token(int64_t id) const;  // throws for an id outside [0, size())
-  // The id of `token`, or kUnk when it is not in the vocabulary.
+  // The id of `token`, or unk_id() when it is not in the vocabulary.
   int64_t id(std::string_view token) const;
   bool contains(std::string_view token) const;
 
-  // Tokens -> ids (unknown tokens -> kUnk; no <bos> or <eos> added). `unknown`, when given, counts the kUnk.
+  // Tokens -> ids (unknown tokens -> unk_id(); no <bos> or <eos> added). `unknown`, when given, counts them.
   std::vector<int64_t> encode(const std::vector<std::string>& tokens, int64_t* unknown = nullptr) const;
   // Ids -> tokens: stops at the first <eos>, skips <pad> and <bos>, keeps <unk> as "<unk>".
   // An id outside [0, size()) is refused.
@@ -84,7 +84,27 @@ class Vocab {
   // non-list "tokens", a non-string entry, specials not first in their order, an empty or duplicate token.
   static Vocab from_value(const io::Value& value, std::string_view what);
 
-  bool operator==(const Vocab& other) const { return tokens_ == other.tokens_; }
+  // The special tokens' ids. A vocabulary built here or read from a checkpoint has them at 0-3 (kPad ...);
+  // one exported from elsewhere (from_exported) may have them anywhere.
+  int64_t pad_id() const { return pad_; }
+  int64_t bos_id() const { return bos_; }
+  int64_t eos_id() const { return eos_; }
+  int64_t unk_id() const { return unk_; }
+  // Special ids given by a model's config; -1: not given.
+  struct SpecialIds {
+    int64_t pad = -1, bos = -1, eos = -1, unk = -1;
+  };
+  // A vocabulary exported with a model (transformer-decode --weights): {"tokens": [...]} in the exporter's
+  // order, every entry kept at its position. Each special's id is the one `given`, else the position of its
+  // text (<pad> <bos> <eos> <unk>) in the list; the four must be distinct ids inside the list. Refuses a
+  // special neither given nor listed, an id outside the list, two specials on one id, an empty or duplicate
+  // token (naming `what`).
+  static Vocab from_exported(const io::Value& value, const SpecialIds& given, std::string_view what);
+
+  bool operator==(const Vocab& other) const {
+    return tokens_ == other.tokens_ && pad_ == other.pad_ && bos_ == other.bos_ && eos_ == other.eos_ &&
+           unk_ == other.unk_;
+  }
   bool operator!=(const Vocab& other) const { return !(*this == other); }
 
  private:
@@ -94,6 +114,7 @@ class Vocab {
 
   std::vector<std::string> tokens_;
   std::unordered_map<std::string, int64_t> ids_;
+  int64_t pad_ = kPad, bos_ = kBos, eos_ = kEos, unk_ = kUnk;
 };
 
 // A vocabulary given in a file ("-" is standard input): either the JSON form {"tokens": [...]} (what to_value
@@ -106,13 +127,15 @@ Vocab parse_vocab(std::string_view text, std::string_view name);
 // The vocabularies of both sides of a translation model from one file (seq2seq-train --vocab):
 //   text, one token per line, or {"tokens": [...]}      the same vocabulary for source and target
 //   {"source": {"tokens": [...]}, "target": {"tokens": [...]}}   each side its own (a checkpoint's "vocab")
-//   a checkpoint (an object with a "vocab" member)      its two vocabularies
+//   a checkpoint (an object with a "vocab" member)      its two vocabularies (a .safetensors / .npz one too)
 // Errors name the file.
 struct VocabPair {
   Vocab source, target;
 };
 VocabPair read_vocab_pair(const std::string& path);
 VocabPair parse_vocab_pair(std::string_view text, std::string_view name);
+// The vocabularies of a document already read (a checkpoint, or {"source": ..., "target": ...}).
+VocabPair vocab_pair_of(const io::Value& doc, std::string_view name);
 
 // "" when the two are equal, else the first difference, for a resume's message:
 //   "42 tokens in model.json, 43 in train.tsv; token 17 is \"ax\" in model.json, \"ay\" in train.tsv"
