@@ -3,6 +3,7 @@
 // interleaved with the same model in PyTorch.
 //   seq2seq_step_bench --N 64 --S 20 --T 20 --H 256 --E 256 --V 1000 --attention dot --threads 2 --reps 10
 //       [--cell lstm] [--style luong] [--teacher-forcing 1] [--dropout 0] [--profile 1]
+//       [--bidirectional 1] [--Vs N --Vt N (source and target vocabularies, default both --V)]
 // Legend: N batch, S source length, T decoder steps (<bos> + T-1 tokens in, T-1 tokens + <eos> out),
 // E embedding size, H hidden size, V vocabulary (source and target).
 // --profile 1 adds the median time of each phase (forward, backward, clip, optimizer).
@@ -43,7 +44,8 @@ static double median(std::vector<double> v) {
 }
 
 int main(int argc, char** argv) {
-  int64_t N = 64, S = 20, T = 20, H = 256, E = 256, V = 1000;
+  int64_t N = 64, S = 20, T = 20, H = 256, E = 256, V = 1000, Vs = 0, Vt = 0;
+  bool bidirectional = false;
   int threads = 2, reps = 10;
   std::string cell = "lstm", attention = "dot", style = "luong";
   bool profile = false;
@@ -56,6 +58,9 @@ int main(int argc, char** argv) {
     else if (k == "--H") H = std::atoll(v.c_str());
     else if (k == "--E") E = std::atoll(v.c_str());
     else if (k == "--V") V = std::atoll(v.c_str());
+    else if (k == "--Vs") Vs = std::atoll(v.c_str());
+    else if (k == "--Vt") Vt = std::atoll(v.c_str());
+    else if (k == "--bidirectional") bidirectional = v == "1";
     else if (k == "--threads") threads = std::atoi(v.c_str());
     else if (k == "--reps") reps = std::atoi(v.c_str());
     else if (k == "--cell") cell = v;
@@ -75,7 +80,11 @@ int main(int argc, char** argv) {
   c.cell = models::parse_cell_kind(cell);
   c.attention = models::parse_attention_kind(attention);
   c.style = models::parse_attention_style(style);
-  c.src_vocab = c.tgt_vocab = V;
+  if (Vs <= 0) Vs = V;
+  if (Vt <= 0) Vt = V;
+  c.src_vocab = Vs;
+  c.tgt_vocab = Vt;
+  c.bidirectional = bidirectional;
   c.embed = E;
   c.hidden = H;
   Rng rng(1);
@@ -83,8 +92,8 @@ int main(int argc, char** argv) {
   train::EncodedCorpus data;
   for (int64_t n = 0; n < N; ++n) {
     std::vector<int64_t> src, tgt;
-    for (int64_t s = 0; s < S; ++s) src.push_back(4 + int64_t(rng.next_u32() % uint32_t(V - 4)));
-    for (int64_t t = 0; t + 1 < T; ++t) tgt.push_back(4 + int64_t(rng.next_u32() % uint32_t(V - 4)));
+    for (int64_t s = 0; s < S; ++s) src.push_back(4 + int64_t(rng.next_u32() % uint32_t(Vs - 4)));
+    for (int64_t t = 0; t + 1 < T; ++t) tgt.push_back(4 + int64_t(rng.next_u32() % uint32_t(Vt - 4)));
     data.src.push_back(src);
     data.tgt.push_back(tgt);
   }
