@@ -3,9 +3,13 @@
 // interleaved with the same model in PyTorch.
 //   seq2seq_step_bench --N 64 --S 20 --T 20 --H 256 --E 256 --V 1000 --attention dot --threads 2 --reps 10
 //       [--cell lstm] [--style luong] [--teacher-forcing 1] [--dropout 0] [--profile 1]
+//       [--bidirectional 1] [--Vs N --Vt N (source and target vocabularies, default both --V)]
 // Legend: N batch, S source length, T decoder steps (<bos> + T-1 tokens in, T-1 tokens + <eos> out),
 // E embedding size, H hidden size, V vocabulary (source and target).
 // --profile 1 adds the median time of each phase (forward, backward, clip, optimizer).
+// best_cpu_s: the best rep's process CPU time (every thread), robust on a shared machine with --threads 1.
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +19,7 @@
 
 #include "attnkit/autograd/var.hpp"
 #include "attnkit/models/seq2seq.hpp"
+#include "attnkit/tensor/memory.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "attnkit/train/batch.hpp"
@@ -27,13 +32,20 @@ static double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+static double cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 static double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
 int main(int argc, char** argv) {
-  int64_t N = 64, S = 20, T = 20, H = 256, E = 256, V = 1000;
+  int64_t N = 64, S = 20, T = 20, H = 256, E = 256, V = 1000, Vs = 0, Vt = 0;
+  bool bidirectional = false;
   int threads = 2, reps = 10;
   std::string cell = "lstm", attention = "dot", style = "luong";
   bool profile = false;
@@ -46,6 +58,9 @@ int main(int argc, char** argv) {
     else if (k == "--H") H = std::atoll(v.c_str());
     else if (k == "--E") E = std::atoll(v.c_str());
     else if (k == "--V") V = std::atoll(v.c_str());
+    else if (k == "--Vs") Vs = std::atoll(v.c_str());
+    else if (k == "--Vt") Vt = std::atoll(v.c_str());
+    else if (k == "--bidirectional") bidirectional = v == "1";
     else if (k == "--threads") threads = std::atoi(v.c_str());
     else if (k == "--reps") reps = std::atoi(v.c_str());
     else if (k == "--cell") cell = v;
@@ -60,11 +75,16 @@ int main(int argc, char** argv) {
     }
   }
   set_num_threads(threads);
+  retain_freed_memory();  // as seq2seq-train does
   models::Seq2SeqConfig c;
   c.cell = models::parse_cell_kind(cell);
   c.attention = models::parse_attention_kind(attention);
   c.style = models::parse_attention_style(style);
-  c.src_vocab = c.tgt_vocab = V;
+  if (Vs <= 0) Vs = V;
+  if (Vt <= 0) Vt = V;
+  c.src_vocab = Vs;
+  c.tgt_vocab = Vt;
+  c.bidirectional = bidirectional;
   c.embed = E;
   c.hidden = H;
   Rng rng(1);
@@ -72,8 +92,8 @@ int main(int argc, char** argv) {
   train::EncodedCorpus data;
   for (int64_t n = 0; n < N; ++n) {
     std::vector<int64_t> src, tgt;
-    for (int64_t s = 0; s < S; ++s) src.push_back(4 + int64_t(rng.next_u32() % uint32_t(V - 4)));
-    for (int64_t t = 0; t + 1 < T; ++t) tgt.push_back(4 + int64_t(rng.next_u32() % uint32_t(V - 4)));
+    for (int64_t s = 0; s < S; ++s) src.push_back(4 + int64_t(rng.next_u32() % uint32_t(Vs - 4)));
+    for (int64_t t = 0; t + 1 < T; ++t) tgt.push_back(4 + int64_t(rng.next_u32() % uint32_t(Vt - 4)));
     data.src.push_back(src);
     data.tgt.push_back(tgt);
   }
@@ -89,9 +109,10 @@ int main(int argc, char** argv) {
   fo.teacher_forcing = teacher_forcing;
   fo.dropout = dropout;
   fo.rng = &train_rng;
-  std::vector<double> total, fwd, bwd, clip, opt;
+  std::vector<double> total, cpu, fwd, bwd, clip, opt;
   float loss = 0;
   for (int r = 0; r <= reps; ++r) {  // r = 0: warm-up
+    const double c0 = cpu_now();
     const double t0 = now();
     adam.zero_grad();
     auto out = model.forward(batch, fo);
@@ -105,15 +126,18 @@ int main(int argc, char** argv) {
     const double t3 = now();
     adam.step();
     const double t4 = now();
+    const double c4 = cpu_now();
     if (r == 0) continue;
     total.push_back(t4 - t0);
+    cpu.push_back(c4 - c0);
     fwd.push_back(t1 - t0);
     bwd.push_back(t2 - t1);
     clip.push_back(t3 - t2);
     opt.push_back(t4 - t3);
   }
-  std::printf("{\"best_s\": %.6g, \"median_s\": %.6g, \"loss\": %.6g", *std::min_element(total.begin(), total.end()),
-              median(total), double(loss));
+  std::printf("{\"best_s\": %.6g, \"median_s\": %.6g, \"best_cpu_s\": %.6g, \"loss\": %.9g",
+              *std::min_element(total.begin(), total.end()), median(total), *std::min_element(cpu.begin(), cpu.end()),
+              double(loss));
   if (profile)
     std::printf(", \"forward_s\": %.6g, \"backward_s\": %.6g, \"clip_s\": %.6g, \"adam_s\": %.6g", median(fwd),
                 median(bwd), median(clip), median(opt));

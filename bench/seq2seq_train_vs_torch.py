@@ -11,13 +11,15 @@ token is padding here), gradient clipping to norm 1, one Adam step (lr 1e-3). So
 steps. attnkit: build/bench/seq2seq_step_bench (models::Seq2Seq, train::Adam; clip included, timed inside
 the process); PyTorch 1.13 the same in nn modules. Each round runs attnkit (best of --reps after a warm-up)
 then PyTorch (best of --reps after a warm-up) and records the ratio attnkit / PyTorch; the summary is the
-median over rounds. --profile also prints attnkit's median time per phase.
+median over rounds. Each round also gives both steps' best process CPU time and their ratio ("CPU"): with
+--threads 1 on a shared machine that is the ratio that holds. --profile also prints attnkit's median time per
+phase.
 """
 import argparse
 import os
 import statistics
 
-from bench_common import bench_binary, best_time, import_torch, run_json
+from bench_common import bench_binary, best_wall_and_cpu, import_torch, run_json
 
 
 def torch_step(torch, a):
@@ -76,13 +78,13 @@ def main():
     if a.attention != "dot" and torch is not None:
         print("note: the PyTorch model uses dot attention whatever --attention says")
     print(f"N={a.N} S={a.S} T={a.T} E={a.E} H={a.H} V={a.V} lstm, {a.attention} attention, {a.threads} threads; "
-          f"{a.rounds} interleaved rounds, best of {a.reps}" +
+          f"{a.rounds} interleaved rounds, best of {a.reps}; load average {os.getloadavg()[0]:.1f}" +
           (f"; torch {torch.__version__}, {torch.get_num_threads()} threads" if torch else ""), flush=True)
-    ratios = []
+    ratios, cpu_ratios = [], []
     for r in range(a.rounds):
         mine = run_json(binary, N=a.N, S=a.S, T=a.T, H=a.H, E=a.E, V=a.V, attention=a.attention,
                         threads=a.threads, reps=a.reps, profile=1 if a.profile else 0)
-        theirs = best_time(step, a.reps) if step else None
+        theirs, theirs_cpu = best_wall_and_cpu(step, a.reps) if step else (None, None)
         extra = ""
         if a.profile:
             extra = "  (median: forward {:.1f}, backward {:.1f}, clip {:.1f}, adam {:.1f} ms)".format(
@@ -90,10 +92,13 @@ def main():
         line = f"round {r + 1}: attnkit {mine['best_s'] * 1e3:8.1f} ms"
         if theirs:
             ratios.append(mine["best_s"] / theirs)
-            line += f"   torch {theirs * 1e3:8.1f} ms   ratio {ratios[-1]:.3f}"
+            cpu_ratios.append(mine["best_cpu_s"] / theirs_cpu)
+            line += (f"   torch {theirs * 1e3:8.1f} ms   ratio {ratios[-1]:.3f}   (CPU: attnkit "
+                     f"{mine['best_cpu_s'] * 1e3:.1f} ms, torch {theirs_cpu * 1e3:.1f} ms, ratio {cpu_ratios[-1]:.3f})")
         print(line + extra, flush=True)
     if ratios:
-        print(f"median ratio attnkit / torch: {statistics.median(ratios):.3f}  (target <= 0.25)")
+        print(f"median ratio attnkit / torch: {statistics.median(ratios):.3f}  (target <= 0.25); "
+              f"CPU time: {statistics.median(cpu_ratios):.3f}")
 
 
 if __name__ == "__main__":

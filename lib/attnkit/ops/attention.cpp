@@ -580,10 +580,11 @@ AttentionResult additive_forward(const Tensor& q, const Tensor& k, const Tensor&
                                  const Dims& d) {
   const ScoreWeights& w = o.weights;
   const int64_t A = w.W_q.dim(1);
-  MatrixRM Qp = as_matrix(q.data(), d.N * d.T, d.Dq) * as_matrix(w.W_q);  // [N*T, A]
-  MatrixRM Kp = as_matrix(k.data(), d.N * d.S, d.Dk) * as_matrix(w.W_k);  // [N*S, A]
+  // The same products as additive_backward's (ops::gemm), so its recomputed Z is the forward's, bit for bit.
+  MatrixRM Qp(d.N * d.T, A), Kp(d.N * d.S, A);
+  gemm(Trans::No, Trans::No, d.N * d.T, A, d.Dq, 1.0f, q.data(), d.Dq, w.W_q.data(), A, 0.0f, Qp.data(), A);  // [N*T, A]
+  gemm(Trans::No, Trans::No, d.N * d.S, A, d.Dk, 1.0f, k.data(), d.Dk, w.W_k.data(), A, 0.0f, Kp.data(), A);  // [N*S, A]
   if (!w.b.empty()) Kp.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(w.b.data(), A);
-  const Eigen::Map<const Eigen::VectorXf> vv(w.v.data(), A);
   AttentionResult r;
   r.context = Tensor({d.N, d.T, d.Dv});
   r.row_logsumexp = Tensor({d.N, d.T});
@@ -594,27 +595,33 @@ AttentionResult additive_forward(const Tensor& q, const Tensor& k, const Tensor&
   // Allocated before the team: each thread's M [S, A] and e [S].
   std::vector<MatrixRM> Ms(static_cast<size_t>(team), MatrixRM(d.S, A));
   std::vector<Eigen::VectorXf> es(static_cast<size_t>(team), Eigen::VectorXf(d.S));
+  ParallelErrors errors;
 #pragma omp parallel num_threads(team) if (team > 1)
   {
     MatrixRM& M = Ms[static_cast<size_t>(omp_get_thread_num())];
     Eigen::VectorXf& e = es[static_cast<size_t>(omp_get_thread_num())];
 #pragma omp for schedule(static)
     for (int64_t nt = 0; nt < d.N * d.T; ++nt) {
-      const int64_t n = nt / d.T, t = nt % d.T;
-      M = Kp.middleRows(n * d.S, d.S);
-      M.rowwise() += Qp.row(nt);
-      M.array() = M.array().tanh();  // [S, A]; tanh in its own pass stays vectorised
-      e.noalias() = M * vv;                                                    // [S]
-      mask_scores(e.data(), 0, d.S, row_limit(p, n, t), mask_row(p, n, 0, t));
-      if (keep) std::copy(e.data(), e.data() + d.S, r.scores.data() + nt * d.S);
-      float mx = 0, sum = 0;
-      softmax_rows(e.data(), 1, d.S, &mx, &sum);
-      if (keep) std::copy(e.data(), e.data() + d.S, r.weights.data() + nt * d.S);
-      r.row_logsumexp[nt] = sum > 0 ? mx + std::log(sum) : kNegInf;
-      as_matrix(r.context.data() + nt * d.Dv, 1, d.Dv).noalias() =
-          e.transpose() * as_matrix(v.data() + n * d.S * d.Dv, d.S, d.Dv);
+      errors.run([&] {
+        const int64_t n = nt / d.T, t = nt % d.T;
+        M = Kp.middleRows(n * d.S, d.S);
+        M.rowwise() += Qp.row(nt);
+        M.array() = M.array().tanh();  // [S, A]; tanh in its own pass stays vectorised
+        // e^T [1, S] = v^T [1, A] M^T: one row of C, ops::gemm's unpacked dot-product path (as the backward)
+        gemm(Trans::No, Trans::Yes, 1, d.S, A, 1.0f, w.v.data(), A, M.data(), A, 0.0f, e.data(), d.S, GemmThreads::This);
+        mask_scores(e.data(), 0, d.S, row_limit(p, n, t), mask_row(p, n, 0, t));
+        if (keep) std::copy(e.data(), e.data() + d.S, r.scores.data() + nt * d.S);
+        float mx = 0, sum = 0;
+        softmax_rows(e.data(), 1, d.S, &mx, &sum);
+        if (keep) std::copy(e.data(), e.data() + d.S, r.weights.data() + nt * d.S);
+        r.row_logsumexp[nt] = sum > 0 ? mx + std::log(sum) : kNegInf;
+        // context_t [1, Dv] = P [1, S] V[n] [S, Dv] (one row of C: streamed, nothing packed)
+        gemm(Trans::No, Trans::No, 1, d.Dv, d.S, 1.0f, e.data(), d.S, v.data() + n * d.S * d.Dv, d.Dv, 0.0f,
+             r.context.data() + nt * d.Dv, d.Dv, GemmThreads::This);
+      });
     }
   }
+  errors.rethrow();
   return r;
 }
 
@@ -756,9 +763,12 @@ void column_sums(const float* x, int64_t R, int64_t C, float* out) {
 // Bahdanau: forward e[t, s] = v . tanh(Qp[t] + Kp[s]), Qp = q W_q [N*T, A], Kp = k W_k + b [N*S, A].
 // Row by row (never more than [S, A] per thread), with Z = tanh(Qp[t] + Kp[n]) [S, A]:
 //   P = weights row, or exp(e - lse);  dP = V dc_t [S];  dE = P (dP - D_t)
-//   dvalues[s] += P[s] dc_t;  dv += Z^T dE;  G = (1 - Z^2) ⊙ (dE v^T) [S, A];  dQp[t] = colsum G;  dKp[n] += G
-// then dq = dQp W_q^T, dW_q = q^T dQp, dk = dKp W_k^T, dW_k = k^T dKp, db = colsum dKp.
-// dKp, dvalues and dv are shared across rows: each thread sums into its own, reduced after.
+//   dv += Z^T dE;  G = (1 - Z^2) ⊙ (dE v^T) [S, A];  dQp[t] = colsum G;  dKp[n] += G
+// then dvalues[n] += P[n]^T dC[n] (one product per batch row over its T rows of P, kept in Pall [N*T, S]),
+// dq = dQp W_q^T, dW_q = q^T dQp, dk = dKp W_k^T, dW_k = k^T dKp, db = colsum dKp.
+// The row's matrix-vector products are posed as one row of C (M = 1: ops::gemm's dot_rows / axpy_rows paths,
+// nothing packed; as [S, 1] columns they were padded to 16-wide panels and packing took ~14% of a G2P step).
+// dKp and dv are shared across rows: each thread sums into its own, reduced after.
 void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, const AttentionOptions& o, const Dims& d,
                        const AttentionResult& fwd, const Tensor& dc, AttentionGrads& g) {
   const ScoreWeights& w = o.weights;
@@ -770,13 +780,16 @@ void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, c
   const bool keep = !fwd.weights.empty();
   SdpaProblem p = make_problem(d, q.data(), d.Dq, k.data(), values.data(), nullptr, o.mask, 1.0f);
   const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), NT)));
-  // Allocated before the team. Per thread: Z [S, A], e / dE [S], dP [S]; partial dKp [N*S, A],
-  // dvalues [N*S, Dv], dv [A] (zeroed).
+  // Allocated before the team. Per thread: Z [S, A], dE [S], dP [S]; partial dKp [N*S, A] and dv [A] (zeroed).
+  // Pall [N*T, S]: every row's P (the forward's weights when kept).
   std::vector<MatrixRM> Zs(static_cast<size_t>(team), MatrixRM(d.S, A));
   std::vector<Eigen::ArrayXf> es(static_cast<size_t>(team), Eigen::ArrayXf(d.S)), dps(es);
-  const int64_t part = NS * A + NS * d.Dv + A;
+  const int64_t part = NS * A + A;
   std::vector<float> parts(static_cast<size_t>(team * part), 0.0f);
   Tensor dQp({NT, A});
+  Tensor Pall;
+  if (!keep) Pall = Tensor({NT, d.S});  // [N*T, S]
+  const float* P_all = keep ? fwd.weights.data() : Pall.data();
   const Eigen::Map<const Eigen::VectorXf> vv(w.v.data(), A);
   ParallelErrors errors;
 #pragma omp parallel num_threads(team) if (team > 1)
@@ -786,8 +799,7 @@ void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, c
     Eigen::ArrayXf& e = es[static_cast<size_t>(id)];
     Eigen::ArrayXf& dP = dps[static_cast<size_t>(id)];
     float* dKp = parts.data() + id * part;  // [N*S, A]
-    float* dval = dKp + NS * A;             // [N*S, Dv]
-    float* dv = dval + NS * d.Dv;           // [A]
+    float* dv = dKp + NS * A;               // [A]
 #pragma omp for schedule(static)
     for (int64_t nt = 0; nt < NT; ++nt) {
       errors.run([&] {
@@ -804,23 +816,23 @@ void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, c
           if (lse == kNegInf) {
             e.setZero();
           } else {
-            gemm(Trans::No, Trans::No, d.S, 1, A, 1.0f, Z.data(), A, w.v.data(), 1, 0.0f, e.data(), 1, GemmThreads::This);
+            // e^T [1, S] = v^T [1, A] Z^T
+            gemm(Trans::No, Trans::Yes, 1, d.S, A, 1.0f, w.v.data(), A, Z.data(), A, 0.0f, e.data(), d.S,
+                 GemmThreads::This);
             mask_scores(e.data(), 0, d.S, row_limit(p, n, t), mask_row(p, n, 0, t));
             masked_exp(e, lse);
           }
+          std::copy(e.data(), e.data() + d.S, Pall.data() + nt * d.S);
         }
         const float* dct = dc.data() + nt * d.Dv;
-        // dvalues[n] += P dc_t^T   [S, Dv]
-        gemm(Trans::Yes, Trans::No, d.S, d.Dv, 1, 1.0f, e.data(), d.S, dct, d.Dv, 1.0f, dval + n * d.S * d.Dv, d.Dv,
-             GemmThreads::This);
-        // dP = V[n] dc_t   [S];  dE = P (dP - D_t), D_t = dc_t . c_t
-        gemm(Trans::No, Trans::No, d.S, 1, d.Dv, 1.0f, values.data() + n * d.S * d.Dv, d.Dv, dct, 1, 0.0f, dP.data(), 1,
-             GemmThreads::This);
+        // dP = V[n] dc_t [S]:  dP^T [1, S] = dc_t^T [1, Dv] V[n]^T;  dE = P (dP - D_t), D_t = dc_t . c_t
+        gemm(Trans::No, Trans::Yes, 1, d.S, d.Dv, 1.0f, dct, d.Dv, values.data() + n * d.S * d.Dv, d.Dv, 0.0f,
+             dP.data(), d.S, GemmThreads::This);
         float D = 0;
         for (int64_t j = 0; j < d.Dv; ++j) D += dct[j] * fwd.context[nt * d.Dv + j];
         e = e * (dP - D);  // e now holds dE
-        // dv += Z^T dE   [A]
-        gemm(Trans::Yes, Trans::No, A, 1, d.S, 1.0f, Z.data(), A, e.data(), 1, 1.0f, dv, 1, GemmThreads::This);
+        // dv += Z^T dE [A]:  dv^T [1, A] += dE^T [1, S] Z
+        gemm(Trans::No, Trans::No, 1, A, d.S, 1.0f, e.data(), d.S, Z.data(), A, 1.0f, dv, A, GemmThreads::This);
         // G = (1 - Z^2) ⊙ (dE v^T)   [S, A]
         Z.array() = 1.0f - Z.array().square();
         Z.array().colwise() *= e;
@@ -835,9 +847,11 @@ void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, c
   for (int th = 1; th < team; ++th)
     for (int64_t i = 0; i < part; ++i) parts[static_cast<size_t>(i)] += parts[static_cast<size_t>(th * part + i)];
   const float* dKp = parts.data();
-  const float* dval = dKp + NS * A;
-  const float* dv = dval + NS * d.Dv;
-  for (int64_t i = 0; i < NS * d.Dv; ++i) g.values[i] += dval[i];
+  const float* dv = dKp + NS * A;
+  // context_t = P_t V[n]:  dvalues[n] += P[n]^T dC[n]   [S, Dv] = [S, T] x [T, Dv], one product per batch row
+  for (int64_t n = 0; n < d.N; ++n)
+    gemm(Trans::Yes, Trans::No, d.S, d.Dv, d.T, 1.0f, P_all + n * d.T * d.S, d.S, dc.data() + n * d.T * d.Dv, d.Dv, 1.0f,
+         g.values.data() + n * d.S * d.Dv, d.Dv);
   // Qp = q W_q:  dq += dQp W_q^T [N*T, Dq];  dW_q = q^T dQp [Dq, A]
   gemm(Trans::No, Trans::Yes, NT, d.Dq, A, 1.0f, dQp.data(), A, w.W_q.data(), A, 1.0f, g.query.data(), d.Dq);
   gemm(Trans::Yes, Trans::No, d.Dq, A, NT, 1.0f, q.data(), d.Dq, dQp.data(), A, 0.0f, g.weights.W_q.data(), A);
