@@ -30,6 +30,12 @@ def import_torch(threads):
         print("PyTorch not importable: attnkit times only", file=sys.stderr)
         return None
     torch.set_num_threads(threads)
+    blas = os.environ.get("OPENBLAS_NUM_THREADS")
+    # Debian's torch calls OpenBLAS (libopenblas0-pthread), whose own threads ignore set_num_threads: unset, it
+    # starts one per core beside torch's OpenMP threads, which then spin against it on small products (the
+    # seq2seq step: 420-540 ms with it unset, 194-203 ms with OPENBLAS_NUM_THREADS=1, 2 threads, quiet).
+    print(f"PyTorch: {threads} OpenMP threads; OpenBLAS threads: "
+          f"{blas if blas else 'unset (one per core)'} (set OPENBLAS_NUM_THREADS to change)", file=sys.stderr)
     return torch
 
 

@@ -9,8 +9,8 @@ over the whole prefix at every step. Same model (random weights, exported from P
 
 The model: src/tgt nn.Embedding scaled by sqrt(d), sinusoidal positions, nn.Transformer(batch_first=True,
 dropout 0) with `layers` encoder and decoder layers, an nn.Linear output: the names models::Transformer
-loads (encoder.layers.0.self_attn.in_proj_weight ...). It is exported as config.json + state_dict.json in
---workdir (the 6+6-layer d 512 model's state_dict is ~0.5 GB of JSON text), and decode_bench reads it.
+loads (encoder.layers.0.self_attn.in_proj_weight ...). It is exported as config.json + state_dict.safetensors
+in --workdir (183 MB for the 6+6-layer d 512 model), and decode_bench reads it.
 Every source is made to produce exactly --tokens tokens (<eos> masked before), in both.
 Prints tokens/s at batch 1 and --batch for both, the ratio, beam 5's peak memory (attnkit), and the
 memory-bandwidth bound of batch 1 (bytes of weights read per token).
@@ -18,6 +18,7 @@ memory-bandwidth bound of batch 1 (bytes of weights read per token).
 import argparse
 import json
 import math
+import struct
 import os
 import subprocess
 import sys
@@ -75,13 +76,20 @@ def export(torch, m, a, workdir):
     cfg = os.path.join(workdir, "config.json")
     with open(cfg, "w") as f:
         json.dump(config, f)
-    sd = os.path.join(workdir, "state_dict.json")
-    with open(sd, "w") as f:  # the flat form {"shape", "data"}, floats as repr of float32 via float()
-        f.write("{")
-        for i, (k, v) in enumerate(m.state_dict().items()):
-            data = ",".join(map(repr, v.detach().flatten().tolist()))
-            f.write(f'{"," if i else ""}{json.dumps(k)}:{{"shape":{list(v.shape)},"data":[{data}]}}')
-        f.write("}\n")
+    sd = os.path.join(workdir, "state_dict.safetensors")
+    header, blobs, offset = {}, [], 0
+    for k, v in m.state_dict().items():  # safetensors by hand (Debian has no `safetensors` package)
+        b = v.detach().contiguous().numpy().astype("<f4").tobytes()
+        header[k] = {"dtype": "F32", "shape": list(v.shape), "data_offsets": [offset, offset + len(b)]}
+        offset += len(b)
+        blobs.append(b)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(sd, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
     return cfg, sd
 
 
