@@ -207,7 +207,11 @@ std::vector<std::string> Vocab::decode(const std::vector<int64_t>& ids) const {
   return out;
 }
 
-Vocab Vocab::from_exported(const io::Value& value, const SpecialIds& given, std::string_view what) {
+namespace {
+
+// The "tokens" list of a vocabulary object {"tokens": [...]} (the reader keeps a list of strings as an Other
+// value with its JSON text), as a JSON array; its entries are checked by the caller.
+nlohmann::json token_list(const io::Value& value, std::string_view what) {
   AK_CHECK(value.is_bundle(), "{}: a vocabulary must be an object {{\"tokens\": [...]}}", what);
   const io::Value* tokens = value.find("tokens");
   AK_CHECK(tokens != nullptr, "{}: the vocabulary has no \"tokens\" list", what);
@@ -215,6 +219,13 @@ Vocab Vocab::from_exported(const io::Value& value, const SpecialIds& given, std:
            "{}: \"tokens\" must be a list of strings", what);
   nlohmann::json list = nlohmann::json::parse(tokens->json(), nullptr, false);
   AK_CHECK(list.is_array(), "{}: \"tokens\" must be a list of strings", what);
+  return list;
+}
+
+}  // namespace
+
+Vocab Vocab::from_exported(const io::Value& value, const SpecialIds& given, std::string_view what) {
+  nlohmann::json list = token_list(value, what);
   Vocab vocab;
   vocab.tokens_.clear();
   vocab.ids_.clear();
@@ -256,14 +267,7 @@ io::Value Vocab::to_value() const {
 }
 
 Vocab Vocab::from_value(const io::Value& value, std::string_view what) {
-  AK_CHECK(value.is_bundle(), "{}: a vocabulary must be an object {{\"tokens\": [...]}}", what);
-  const io::Value* tokens = value.find("tokens");
-  AK_CHECK(tokens != nullptr, "{}: the vocabulary has no \"tokens\" list", what);
-  // The reader keeps a list of strings as an Other value with its JSON text.
-  AK_CHECK(tokens->kind() == io::Value::Kind::Other && !tokens->json().empty(),
-           "{}: \"tokens\" must be a list of strings", what);
-  nlohmann::json list = nlohmann::json::parse(tokens->json(), nullptr, false);
-  AK_CHECK(list.is_array(), "{}: \"tokens\" must be a list of strings", what);
+  nlohmann::json list = token_list(value, what);
   AK_CHECK(list.size() >= static_cast<size_t>(kNumSpecials),
            "{}: \"tokens\" has {} entries; it must start with the 4 special tokens <pad> <bos> <eos> <unk>", what,
            list.size());
