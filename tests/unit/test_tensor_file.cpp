@@ -244,7 +244,13 @@ TEST_CASE("tensor files: documents (tensors beside other values) round trip thro
   Value clash = doc;
   clash.set("attnkit_meta", w);
   CHECK(error_of([&] { npz_bytes(clash, "c.npz"); }) ==
-        "c.npz: a tensor named \"attnkit_meta\" would collide with the member that holds the document's other values");
+        "c.npz: a tensor named \"attnkit_meta\" would collide with the member that holds a document's other values");
+  CHECK(error_of([&] { npz_bytes(Value::bundle().set("attnkit_meta", w), "c.npz"); }) ==
+        "c.npz: a tensor named \"attnkit_meta\" would collide with the member that holds a document's other values");
+  Value with_null = doc;
+  with_null.set("n", Value::other("null", "null"));
+  CHECK(error_of([&] { safetensors_bytes(with_null, "n.safetensors"); }) ==
+        "n.safetensors: member \"n\" is null, which attnkit_meta uses to place tensors (write JSON to keep it)");
   Value clash2 = Value::bundle();
   clash2.set("__metadata__", w);
   CHECK(error_of([&] { safetensors_bytes(clash2, "c.safetensors"); }) ==
@@ -261,7 +267,13 @@ TEST_CASE("tensor files: documents (tensors beside other values) round trip thro
   CHECK(error_of([&] { read_safetensors(with_meta(R"({"a":null,"b":{"c":"x"}})"), "m.safetensors"); }) == "");
   CHECK(error_of([&] { read_safetensors(with_meta(R"({"a":null,"b":null})"), "m.safetensors"); }) ==
         "m.safetensors: attnkit_meta places a tensor \"b\" that the file does not hold");
-  CHECK(error_of([&] { read_safetensors(with_meta(R"({"a":null,"x":{"y":1}})"), "m.safetensors"); }) == "");
+  // a document of tensors only reads as the flat bundle it would be written as
+  const Value flat = read_safetensors(with_meta(R"({"x":{"y":1},"e":{},"a":null})"), "m.safetensors");
+  CHECK(to_json(flat) == R"({"x.y":1,"a":[0]})");
+  CHECK(error_of([&] { read_safetensors(with_meta(R"({"a":null,"x":"s","b.c":1,"b":{"c":2}})"), "m.safetensors"); }) ==
+        "m.safetensors: attnkit_meta has two tensors named \"b.c\" once nested names are joined with '.'");
+  CHECK(error_of([&] { read_safetensors(with_meta(R"({"a":null,"x":"s","__metadata__":1})"), "m.safetensors"); }) ==
+        "m.safetensors: attnkit_meta names a tensor \"__metadata__\", a name the files reserve");
   CHECK(error_of([&] { read_safetensors(with_meta(R"({"x":"y"})"), "m.safetensors"); }) ==
         "m.safetensors#a: a tensor that the document in attnkit_meta does not place");
   CHECK(error_of([&] { read_safetensors(with_meta(R"({"a":null,"a":null})"), "m.safetensors"); }) ==

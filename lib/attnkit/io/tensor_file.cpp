@@ -218,15 +218,19 @@ bool holds_other(const Value& v) {
 }
 
 // `v` with each tensor replaced by null; the tensors into `out` under their names joined by '.'.
-Value skeleton_of(const Value& v, const std::string& prefix, std::vector<std::pair<std::string, const Tensor*>>& out) {
+Value skeleton_of(const Value& v, const std::string& prefix, std::vector<std::pair<std::string, const Tensor*>>& out,
+                  std::string_view target) {
   Value s = Value::bundle();
   for (const auto& [name, m] : v.members()) {
     const std::string full = prefix.empty() ? name : prefix + "." + name;
+    AK_CHECK(m.kind() != Value::Kind::Other || m.json() != "null",
+             "{}: member \"{}\" is null, which {} uses to place tensors (write JSON to keep it)", target, full,
+             kMetaName);
     if (m.is_tensor()) {
       out.emplace_back(full, &m.tensor());
       s.append(name, Value::other("a tensor", "null"));
     } else if (m.is_bundle()) {
-      s.append(name, skeleton_of(m, full, out));
+      s.append(name, skeleton_of(m, full, out, target));
     } else {
       s.append(name, m);
     }
@@ -246,31 +250,41 @@ FlatFile flat_file(const Value& value, std::string_view target, std::string_view
   if (!value.is_bundle() || !holds_other(value)) {
     f.tensors = flat_members(value, target, format);
   } else {
-    f.meta = to_json(skeleton_of(value, "", f.tensors));
+    f.meta = to_json(skeleton_of(value, "", f.tensors, target));
     std::set<std::string> seen;
     for (const auto& [name, t] : f.tensors)
       AK_CHECK(seen.insert(name).second, "{}: two tensors are named \"{}\" once nested names are joined with '.'", target,
                name);
-    AK_CHECK(format != ".npz" || seen.count(kMetaName) == 0,
-             "{}: a tensor named \"{}\" would collide with the member that holds the document's other values", target,
-             kMetaName);
   }
-  for (const auto& [name, t] : f.tensors)
+  for (const auto& [name, t] : f.tensors) {
+    AK_CHECK(format != ".npz" || name != kMetaName,
+             "{}: a tensor named \"{}\" would collide with the member that holds a document's other values", target,
+             kMetaName);
     AK_CHECK(format != ".safetensors" || name != "__metadata__", "{}: a tensor cannot be named \"__metadata__\" in {}",
              target, format);
+  }
   return f;
 }
 
 // Puts the tensors `items` where the skeleton `s` has null (by joined name), marking them used.
+// Every tensor's joined name must be new (written back, the names must not collide) and not one the formats
+// reserve.
 Value place_tensors(const Value& s, const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& items,
                     const std::unordered_map<std::string, size_t>& index, std::vector<bool>& used,
-                    const std::string& what) {
+                    std::set<std::string>& names, const std::string& what) {
   Value out = Value::bundle();
   for (const auto& [name, m] : s.members()) {
     const std::string full = prefix.empty() ? name : prefix + "." + name;
+    const bool placed = m.kind() == Value::Kind::Other && m.json() == "null";
+    if (placed || m.is_tensor()) {
+      AK_CHECK(names.insert(full).second, "{}: {} has two tensors named \"{}\" once nested names are joined with '.'",
+               what, kMetaName, full);
+      AK_CHECK(full != kMetaName && full != "__metadata__", "{}: {} names a tensor \"{}\", a name the files reserve",
+               what, kMetaName, full);
+    }
     if (m.is_bundle()) {
-      out.append(name, place_tensors(m, full, items, index, used, what));
-    } else if (m.kind() == Value::Kind::Other && m.json() == "null") {
+      out.append(name, place_tensors(m, full, items, index, used, names, what));
+    } else if (placed) {
       const auto it = index.find(full);
       AK_CHECK(it != index.end(), "{}: {} places a tensor \"{}\" that the file does not hold", what, kMetaName, full);
       AK_CHECK(!used[it->second], "{}: {} places the tensor \"{}\" twice", what, kMetaName, full);
@@ -298,10 +312,17 @@ Value assemble(std::vector<std::pair<std::string, Tensor>> items, const std::opt
   std::unordered_map<std::string, size_t> index;
   for (size_t i = 0; i < items.size(); ++i) index.emplace(items[i].first, i);
   std::vector<bool> used(items.size());
-  out = place_tensors(skeleton, "", items, index, used, what);
+  std::set<std::string> names;
+  out = place_tensors(skeleton, "", items, index, used, names, what);
   for (size_t i = 0; i < items.size(); ++i)
     AK_CHECK(used[i], "{}#{}: a tensor that the document in {} does not place", what, items[i].first, kMetaName);
-  return out;
+  if (holds_other(out)) return out;
+  // tensors only: a flat bundle, as such a bundle is written (and would read back)
+  std::vector<std::pair<std::string, const Tensor*>> flat;
+  flatten(out, "", flat, what, "a bundle");
+  Value bundle = Value::bundle();
+  for (const auto& [name, t] : flat) bundle.append(name, Value(*t));
+  return bundle;
 }
 
 void append_le32(std::string& s, uint32_t v) {

@@ -17,8 +17,9 @@
 //   .safetensors  in "__metadata__" under "attnkit_meta" (a str -> str map, as the format asks)
 //   .npz          as the 1-D uint8 member attnkit_meta.npy (np.load(f)["attnkit_meta"].tobytes().decode())
 // and read back as that document (the same names, nesting, order and bits as its JSON form). A file without
-// attnkit_meta (a PyTorch state_dict) reads as its flat bundle. A document that places a tensor the file lacks,
-// places one twice, or leaves a tensor of the file unplaced is refused.
+// attnkit_meta (a PyTorch state_dict), or whose document holds tensors only, reads as its flat bundle. A
+// document that places a tensor the file lacks, places one twice, leaves a tensor of the file unplaced, or
+// names two tensors alike once joined is refused; a null member cannot be written (null places tensors).
 // Written as little-endian float32 and read back bit for bit (NaN payloads and signed zeros too).
 // Read and converted to float32: float16, bfloat16, (u)int8, (u)int16 and bool exactly; float64 and
 // (u)int32/64 rounded to the nearest float32. When rounding changed a value
