@@ -39,6 +39,23 @@ def import_torch(threads):
     return torch
 
 
+def seq2seq_train_step(torch, m, lr, src_vocab, tgt_vocab, N, S, T):
+    """One Adam training step (clip 1) of a seq2seq module m(src, tgt_in, tgt_out) -> loss on a fixed random
+    batch (ids from 4: no specials), as a callable: what the seq2seq benches time on the PyTorch side."""
+    opt = torch.optim.Adam(m.parameters(), lr=lr)
+    src = torch.randint(4, src_vocab, (N, S))
+    tgt_in = torch.randint(4, tgt_vocab, (N, T))
+    tgt_out = torch.randint(4, tgt_vocab, (N, T))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = m(src, tgt_in, tgt_out)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+        opt.step()
+    return step
+
+
 def best_time(call, reps):
     """Best wall time in seconds of `reps` calls of call(), after one warm-up call."""
     import time

@@ -31,7 +31,7 @@ import argparse
 import os
 import statistics
 
-from bench_common import bench_binary, best_wall_and_cpu, import_torch, run_json
+from bench_common import bench_binary, best_wall_and_cpu, import_torch, run_json, seq2seq_train_step
 
 
 def make_model(torch, a):
@@ -82,18 +82,7 @@ def make_model(torch, a):
 def torch_step(torch, a):
     torch.manual_seed(0)
     m = make_model(torch, a).train()
-    opt = torch.optim.Adam(m.parameters(), lr=3e-3)
-    src = torch.randint(4, a.Vs, (a.N, a.S))
-    tgt_in = torch.randint(4, a.Vt, (a.N, a.T))
-    tgt_out = torch.randint(4, a.Vt, (a.N, a.T))
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = m(src, tgt_in, tgt_out)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
-        opt.step()
-    return step
+    return seq2seq_train_step(torch, m, 3e-3, a.Vs, a.Vt, a.N, a.S, a.T)
 
 
 def check_checkpoint(torch, a, checkpoint, tsv):

@@ -19,7 +19,7 @@ import argparse
 import os
 import statistics
 
-from bench_common import bench_binary, best_wall_and_cpu, import_torch, run_json
+from bench_common import bench_binary, best_wall_and_cpu, import_torch, run_json, seq2seq_train_step
 
 
 def torch_step(torch, a):
@@ -46,18 +46,7 @@ def torch_step(torch, a):
             return nn.functional.cross_entropy(logits.reshape(-1, a.V), tgt_out.reshape(-1), ignore_index=0)
 
     m = Model().train()
-    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
-    src = torch.randint(4, a.V, (a.N, a.S))
-    tgt_in = torch.randint(4, a.V, (a.N, a.T))
-    tgt_out = torch.randint(4, a.V, (a.N, a.T))
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = m(src, tgt_in, tgt_out)
-        loss.backward()
-        nn.utils.clip_grad_norm_(m.parameters(), 1.0)
-        opt.step()
-    return step
+    return seq2seq_train_step(torch, m, 1e-3, a.V, a.V, a.N, a.S, a.T)
 
 
 def main():
