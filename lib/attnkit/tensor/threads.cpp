@@ -15,8 +15,8 @@ void set_num_threads(int n) {
 
 int num_threads() { return Eigen::nbThreads(); }
 
-int team_for(int64_t tasks, double flops) {
-  if (tasks < 2 || flops < double(kMinParallelFlops) || omp_in_parallel()) return 1;
+int team_for(int64_t tasks, double work, double min_work) {
+  if (tasks < 2 || work < min_work || omp_in_parallel()) return 1;
   return static_cast<int>(std::min<int64_t>(num_threads(), tasks));
 }
 

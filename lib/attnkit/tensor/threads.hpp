@@ -14,8 +14,9 @@ int num_threads();
 // attention teams and ran at 4-5 tokens/s with 2 threads against 27-72 with 1.)
 constexpr int64_t kMinParallelFlops = int64_t{1} << 21;
 
-// The team for `tasks` independent tasks of `flops` operations in all: min(num_threads(), tasks), or 1
-// below kMinParallelFlops and inside a parallel region (OpenMP would not nest it anyway).
-int team_for(int64_t tasks, double flops);
+// The team for `tasks` independent tasks of `work` in all: min(num_threads(), tasks), or 1 below `min_work`
+// (floating-point operations by default; ops/row_loop counts row elements against its own bound) and inside a
+// parallel region (OpenMP would not nest it anyway). The one place that decides whether a kernel forks.
+int team_for(int64_t tasks, double work, double min_work = double(kMinParallelFlops));
 
 }  // namespace attnkit
