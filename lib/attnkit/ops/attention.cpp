@@ -779,7 +779,7 @@ void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, c
   if (!w.b.empty()) as_matrix(Kp).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(w.b.data(), A);  // [N*S, A]
   const bool keep = !fwd.weights.empty();
   SdpaProblem p = make_problem(d, q.data(), d.Dq, k.data(), values.data(), nullptr, o.mask, 1.0f);
-  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), NT)));
+  const int team = team_for(NT, 8.0 * NT * d.S * (A + d.Dv));  // Z, e, dP, dv, G: about twice the forward's
   // Allocated before the team. Per thread: Z [S, A], dE [S], dP [S]; partial dKp [N*S, A] and dv [A] (zeroed).
   // Pall [N*T, S]: every row's P (the forward's weights when kept).
   std::vector<MatrixRM> Zs(static_cast<size_t>(team), MatrixRM(d.S, A));
