@@ -28,9 +28,9 @@ using autograd::Var;
 
 namespace {
 
-// Appends more [R, b, E] after the first `rows` rows of each batch element of cache [R, cap, E]; a full
+// Writes more [R, b, E] after the first `rows` rows of each batch element of cache [R, cap, E]; a full
 // cache doubles its capacity (copying the history once per doubling, not once per step).
-void append_rows(Tensor& cache, int64_t& rows, const Tensor& more) {
+void append_rows(Tensor& cache, int64_t rows, const Tensor& more) {
   const int64_t R = more.dim(0), b = more.dim(1), E = more.dim(2);
   const int64_t cap = cache.empty() ? 0 : cache.dim(1);
   if (rows + b > cap) {
@@ -42,7 +42,6 @@ void append_rows(Tensor& cache, int64_t& rows, const Tensor& more) {
   }
   const int64_t c = cache.dim(1);
   for (int64_t r = 0; r < R; ++r) std::copy_n(more.data() + r * b * E, b * E, cache.data() + (r * c + rows) * E);
-  rows += b;
 }
 
 }  // namespace
@@ -143,9 +142,9 @@ class TransformerDecoderState : public DecoderState {
   Var attend_self(size_t l, const Var& h) {
     nn::TransformerDecoderLayer& layer = *model_.decoder_.layers[l];
     Layer& c = layers_[l];
-    int64_t v_rows = c.rows;
     append_rows(c.Ks, c.rows, nn::project(layer.self_attn.k_projection(), h.value(), "key projection"));  // [R, t, E]
-    append_rows(c.Vs, v_rows, nn::project(layer.self_attn.v_projection(), h.value(), "value projection"));
+    append_rows(c.Vs, c.rows, nn::project(layer.self_attn.v_projection(), h.value(), "value projection"));
+    c.rows += h.shape()[1];
     nn::MhaOptions o;
     o.mask.causal = ops::CausalKind::LowerRight;  // query i of T' sees keys up to t - T' + i
     return Var(nn::multihead_attention_forward_projected(layer.self_attn, h.value(), c.Ks, c.Vs, o, c.rows).output);
