@@ -809,6 +809,42 @@ TEST_CASE("nn::Linear: PyTorch's init bounds, state_dict names, load, forward an
         "decoder.out: decoder.out.weight is missing from the bundle (expected shape [2, 4])");
 }
 
+TEST_CASE("nn::Linear under NoGrad: the fused product on a packed W equals the recorded ops; a changed W is repacked") {
+  Rng rng(31);
+  nn::Linear l(40, 70, rng);
+  const Var x(rand_normal({3, 9, 40}, rng));     // 27 rows: the packed path
+  const Var few(rand_normal({4, 40}, rng));      // 4 rows: W read as it lies
+  const Var res(rand_normal({3, 9, 70}, rng));
+  for (bool relu : {false, true})
+    for (const Var* residual : {static_cast<const Var*>(nullptr), &res}) {
+      Var recorded = l.forward(x, {relu, residual});  // linear, relu, add (grad mode)
+      Var fused;
+      {
+        autograd::NoGrad no_grad;
+        fused = l.forward(x, {relu, residual});
+      }
+      CHECK(fused.shape() == Shape{3, 9, 70});
+      CHECK(fused.value().values() == recorded.value().values());
+    }
+  // stale weights: after an in-place change and touch(), and after a new value, NoGrad sees the new W
+  auto no_grad_forward = [&](const Var& in) {
+    autograd::NoGrad no_grad;
+    return l.forward(in).value();
+  };
+  const Tensor before = no_grad_forward(x);
+  l.weight.value[0] += 1.0f;
+  l.weight.touch();
+  const Tensor after = no_grad_forward(x);
+  CHECK(after.values() != before.values());
+  CHECK(after.values() == l.forward(x).value().values());
+  l.weight.value = rand_normal({70, 40}, rng);
+  CHECK(no_grad_forward(x).values() == l.forward(x).value().values());
+  CHECK(no_grad_forward(few).values() == l.forward(few).value().values());
+  // a malformed input still gets the recorded path's message
+  autograd::NoGrad no_grad;
+  CHECK(test::error_of([&] { l.forward(Var(Tensor({6, 41}))); }).find("expected [..., 40]") != std::string::npos);
+}
+
 TEST_CASE("nn::LayerNorm and nn::Embedding: init, names, load, forward and backward against PyTorch") {
   {
     nn::LayerNorm ln(6, 1e-5f, true, "norm1");

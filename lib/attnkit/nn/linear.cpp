@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "attnkit/autograd/functional.hpp"
+#include "attnkit/autograd/layers.hpp"
 #include "attnkit/nn/state_dict.hpp"
 #include "attnkit/tensor/error.hpp"
 
@@ -20,9 +21,41 @@ Linear::Linear(int64_t in_features, int64_t out_features, Rng& rng, bool bias, c
   else this->bias = Parameter(qualified(prefix, "bias"), Tensor());
 }
 
-autograd::Var Linear::forward(const autograd::Var& x) {
+autograd::Var Linear::forward(const autograd::Var& x) { return forward(x, Then{}); }
+
+const ops::GemmPackedB& Linear::packed_weight() {
+  const Tensor& W = weight.value;  // [O, I]
+  if (packed_.data != W.data() || packed_.version != weight.version || packed_.shape != W.shape()) {
+    packed_.packed = ops::GemmPackedB(ops::Trans::Yes, W.dim(1), W.dim(0), W.data(), W.dim(1));  // W^T [I, O]
+    packed_.data = W.data(), packed_.version = weight.version, packed_.shape = W.shape();
+  }
+  return packed_.packed;
+}
+
+autograd::Var Linear::forward(const autograd::Var& x, const Then& then) {
   using autograd::Var;
-  return autograd::linear(x, Var::param(weight), has_bias_ ? Var::param(bias) : Var());  // [..., O]
+  const int64_t I = in_features(), O = out_features();
+  const int64_t rows = x.shape().empty() || I == 0 ? 0 : x.value().numel() / I;
+  Shape ys = x.shape();
+  if (!ys.empty()) ys.back() = O;
+  // (anything malformed takes the recorded path, whose ops check shapes and say what is wrong)
+  const bool fused = !autograd::grad_enabled() && rows >= kPackedMinRows && x.shape().back() == I &&
+                     weight.value.rank() == 2 && (!has_bias_ || bias.value.shape() == Shape{O}) &&
+                     (!then.residual || then.residual->shape() == ys);
+  if (!fused) {
+    Var y = autograd::linear(x, Var::param(weight), has_bias_ ? Var::param(bias) : Var());  // [..., O]
+    if (then.relu) y = autograd::relu(y);                // max(y, 0)
+    if (then.residual) y = autograd::add(*then.residual, y);  // residual + y
+    return y;
+  }
+  Tensor y(ys);  // [..., O] = act(x W^T + b) + residual
+  ops::GemmEpilogue e;
+  e.bias = has_bias_ ? bias.value.data() : nullptr;
+  e.relu = then.relu;
+  if (then.residual) e.add = then.residual->value().data(), e.ldadd = O;
+  ops::gemm_packed(ops::Trans::No, rows, 1.0f, x.value().data(), I, packed_weight(), 0.0f, y.data(), O,
+                   ops::GemmThreads::Policy, e);
+  return Var(std::move(y));
 }
 
 std::vector<Parameter*> Linear::named_parameters() {

@@ -43,16 +43,6 @@ void xavier(Parameter& p, Rng& rng) {
 // arithmetic does). Recording: the autograd ops.
 bool in_place() { return !autograd::grad_enabled(); }
 
-Var relu_(const Var& y) {
-  if (!in_place()) return autograd::relu(y);
-  Tensor& v = y.impl()->value;  // y = relu(y)
-  float* p = v.data();
-  const int64_t n = v.numel();
-#pragma omp parallel for num_threads(num_threads()) if (n > (1 << 16)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) p[i] = p[i] > 0.0f ? p[i] : 0.0f;
-  return y;
-}
-
 // x + y; in place into y (an op's fresh output) under inference.
 Var residual(const Var& x, const Var& y) {
   if (!in_place() || y.impl()->param != nullptr || x.shape() != y.shape()) return autograd::add(x, y);
@@ -72,9 +62,6 @@ Var dropout(const Var& x, float p, const DropoutContext& d) {
   return autograd::dropout(x, o, *d.rng);
 }
 
-Var activation(const Var& x, FfnActivation a) {
-  return a == FfnActivation::Gelu ? autograd::gelu(x) : relu_(x);
-}
 
 Var attend(MultiheadAttention& m, const Var& q, const Var& kv, const ops::MaskSpec& mask) {
   nn::MhaOptions o;
@@ -82,10 +69,16 @@ Var attend(MultiheadAttention& m, const Var& q, const Var& kv, const ops::MaskSp
   return autograd::multihead_attention(m, q, kv, kv, o);
 }
 
-Var ff_block(Linear& linear1, Linear& linear2, const TransformerLayerOptions& o, const Var& x, const DropoutContext& d) {
-  Var h = activation(linear1.forward(x), o.activation);  // [N, T, F]
-  h = linear2.forward(dropout(h, o.dropout, d));         // [N, T, E]
-  return dropout(h, o.dropout, d);
+// base + ff(x), the feed-forward block inside its residual connection. Without dropout the ReLU and the
+// residual ride on the products' stores (nn::Linear::Then: fused under inference, op by op when recorded).
+Var ff_residual(Linear& linear1, Linear& linear2, const TransformerLayerOptions& o, const Var& base, const Var& x,
+                const DropoutContext& d) {
+  const bool relu = o.activation == FfnActivation::Relu;
+  Var h = linear1.forward(x, {relu, nullptr});  // [N, T, F] = act(x W1^T + b1)
+  if (!relu) h = autograd::gelu(h);
+  h = dropout(h, o.dropout, d);
+  if (d.active(o.dropout)) return residual(base, dropout(linear2.forward(h), o.dropout, d));
+  return linear2.forward(h, {false, &base});  // [N, T, E] = base + h W2^T + b2
 }
 
 TransformerLayerOptions checked(const TransformerLayerOptions& o, std::string_view what) {
@@ -137,10 +130,10 @@ Var TransformerEncoderLayer::forward(const Var& x, const ops::MaskSpec& mask, co
   if (options.norm_first) {
     Var h = norm1.forward(x);
     Var y = residual(x, dropout(attend(self_attn, h, h, mask), options.dropout, d));  // x + sa(norm1(x))
-    return residual(y, ff_block(linear1, linear2, options, norm2.forward(y), d));      // y + ff(norm2(y))
+    return ff_residual(linear1, linear2, options, y, norm2.forward(y), d);              // y + ff(norm2(y))
   }
   Var y = norm1.forward(residual(x, dropout(attend(self_attn, x, x, mask), options.dropout, d)));  // norm1(x + sa(x))
-  return norm2.forward(residual(y, ff_block(linear1, linear2, options, y, d)));                    // norm2(y + ff(y))
+  return norm2.forward(ff_residual(linear1, linear2, options, y, y, d));                            // norm2(y + ff(y))
 }
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& o, Rng& rng, const std::string& prefix)
@@ -167,8 +160,8 @@ std::vector<Parameter*> TransformerDecoderLayer::named_parameters() {
 }
 
 Var TransformerDecoderLayer::feed_forward(const Var& x, const DropoutContext& d) {
-  if (options.norm_first) return residual(x, ff_block(linear1, linear2, options, norm3.forward(x), d));
-  return norm3.forward(residual(x, ff_block(linear1, linear2, options, x, d)));
+  if (options.norm_first) return ff_residual(linear1, linear2, options, x, norm3.forward(x), d);  // x + ff(norm3(x))
+  return norm3.forward(ff_residual(linear1, linear2, options, x, x, d));                          // norm3(x + ff(x))
 }
 
 Var TransformerDecoderLayer::forward(const Var& x, const Var& memory, const ops::MaskSpec& self_mask,

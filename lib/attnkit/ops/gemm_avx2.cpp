@@ -13,6 +13,8 @@
 #define VSTORE(p, v) _mm256_storeu_ps(p, v)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VMUL(a, b) _mm256_mul_ps(a, b)
+#define VADD(a, b) _mm256_add_ps(a, b)
+#define VMAX(a, b) _mm256_max_ps(a, b)
 #define VSET1(x) _mm256_set1_ps(x)
 namespace {
 inline float hsum8(__m256 v) {

@@ -14,6 +14,8 @@
 #define VSTORE(p, v) _mm512_storeu_ps(p, v)
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VMUL(a, b) _mm512_mul_ps(a, b)
+#define VADD(a, b) _mm512_add_ps(a, b)
+#define VMAX(a, b) _mm512_max_ps(a, b)
 #define VSET1(x) _mm512_set1_ps(x)
 #define VHSUM(v) _mm512_reduce_add_ps(v)
 #define VZERO() _mm512_setzero_ps()

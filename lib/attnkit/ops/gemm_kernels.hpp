@@ -31,7 +31,8 @@ int64_t packed_size(int64_t K, int64_t N);
 void pack_b_all(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst);
 float packed_at(const float* packed, int64_t K, int64_t N, int64_t k, int64_t j);
 bool gemm_packed(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* packed, int64_t j0, int64_t j1, float beta, float* C, int64_t ldc);
+                 const float* packed, int64_t j0, int64_t j1, float beta, float* C, int64_t ldc, const float* bias,
+                 const float* add, int64_t ldadd, bool relu);
 }
 namespace avx512 {
 bool gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -40,7 +41,8 @@ int64_t packed_size(int64_t K, int64_t N);
 void pack_b_all(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst);
 float packed_at(const float* packed, int64_t K, int64_t N, int64_t k, int64_t j);
 bool gemm_packed(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* packed, int64_t j0, int64_t j1, float beta, float* C, int64_t ldc);
+                 const float* packed, int64_t j0, int64_t j1, float beta, float* C, int64_t ldc, const float* bias,
+                 const float* add, int64_t ldadd, bool relu);
 }
 }  // namespace detail
 

@@ -15,6 +15,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "attnkit/tensor/error.hpp"
@@ -187,8 +188,25 @@ GemmPackedB::GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t
   }
 }
 
+namespace {
+// The epilogue as a separate pass, for the paths that do not fuse it (Eigen, K == 0, alpha == 0).
+void apply_epilogue(int64_t M, int64_t N, float* C, int64_t ldc, const GemmEpilogue& e) {
+  if (!e.bias && !e.relu && !e.add) return;
+  for (int64_t i = 0; i < M; ++i) {
+    float* c = C + i * ldc;
+    for (int64_t j = 0; j < N; ++j) {
+      float v = c[j];
+      if (e.bias) v += e.bias[j];
+      if (e.relu) v = v > 0.0f ? v : 0.0f;
+      if (e.add) v += e.add[i * e.ldadd + j];
+      c[j] = v;
+    }
+  }
+}
+}  // namespace
+
 void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, const GemmPackedB& B, float beta,
-                 float* C, int64_t ldc, GemmThreads threads) {
+                 float* C, int64_t ldc, GemmThreads threads, const GemmEpilogue& e) {
   const int64_t N = B.N_, K = B.K_;
   AK_CHECK(M >= 0, "gemm_packed: negative size M {}", M);
   AK_CHECK(B.kernel_ == static_cast<int>(gemm_kernel_auto()), "gemm_packed: B was packed for another kernel");
@@ -200,16 +218,22 @@ void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, 
     Map c(C, M, N, Stride(ldc));
     if (beta == 0.0f) c.setZero();
     else if (beta != 1.0f) c *= beta;
-    if (K == 0 || alpha == 0.0f) return;
-    eigen_gemm(serial, ta, Trans::No, M, N, K, alpha, A, lda, B.data_.data(), N, C, ldc);
+    if (K != 0 && alpha != 0.0f) eigen_gemm(serial, ta, Trans::No, M, N, K, alpha, A, lda, B.data_.data(), N, C, ldc);
+    apply_epilogue(M, N, C, ldc, e);
     return;
   }
   const bool avx512 = kernel == GemmKernel::Avx512;
   const auto fn = avx512 ? &detail::avx512::gemm_packed : &detail::avx2::gemm_packed;
   const float* p = B.data_.data();
   const bool t = ta == Trans::Yes;
+  // rows [i0, i1) of C (A, C and the epilogue's add offset to them), columns [j0, j1)
+  auto part = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    const float* a = t ? A + i0 : A + i0 * lda;
+    const float* add = e.add ? e.add + i0 * e.ldadd : nullptr;
+    return fn(t, i1 - i0, N, K, alpha, a, lda, p, j0, j1, beta, C + i0 * ldc, ldc, e.bias, add, e.ldadd, e.relu);
+  };
   if (serial) {
-    if (fn(t, M, N, K, alpha, A, lda, p, 0, N, beta, C, ldc)) return;
+    if (part(0, M, 0, N)) return;
     AK_CHECK(omp_in_parallel(), "gemm_packed: cannot allocate the packing buffer for [{}, {}]", M, K);
     // allocation-free fallback inside an OpenMP region: plain loops over the packed layout
     const auto at = avx512 ? &detail::avx512::packed_at : &detail::avx2::packed_at;
@@ -219,15 +243,31 @@ void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, 
         for (int64_t k = 0; k < K; ++k) acc += (t ? A[k * lda + i] : A[i * lda + k]) * at(p, K, N, k, j);
         C[i * ldc + j] = alpha * acc + (beta == 0.0f ? 0.0f : beta * C[i * ldc + j]);
       }
+    apply_epilogue(M, N, C, ldc, e);
     return;
   }
-  std::vector<char> failed(num_threads(), 0);
-#pragma omp parallel num_threads(num_threads())
-  {  // thread t: columns [t * chunk, (t + 1) * chunk), chunk a multiple of 32 (whole panels)
-    const int th = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t chunk = (N / nt + 31) / 32 * 32;
-    const int64_t lo = std::min<int64_t>(N, th * chunk), hi = th + 1 == nt ? N : std::min(N, lo + chunk);
-    if (lo < hi && !fn(t, M, N, K, alpha, A, lda, p, lo, hi, beta, C, ldc)) failed[th] = 1;
+  const int team = num_threads();
+  std::vector<char> failed(team, 0);
+  // Row blocks of 96 (a multiple of every kernel's MR) when there are at least two per thread; else
+  // each thread a slice of columns, a multiple of 32 (whole panels).
+  constexpr int64_t kRowBlock = 96;
+  const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock;
+  if (row_blocks >= 2 * team) {
+    std::atomic<int64_t> next{0};
+#pragma omp parallel num_threads(team)
+    {
+      const int th = omp_get_thread_num();
+      for (int64_t b = next++; b < row_blocks; b = next++)
+        if (!part(b * kRowBlock, std::min(M, (b + 1) * kRowBlock), 0, N)) failed[th] = 1;
+    }
+  } else {
+#pragma omp parallel num_threads(team)
+    {
+      const int th = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t chunk = (N / nt + 31) / 32 * 32;
+      const int64_t lo = std::min<int64_t>(N, th * chunk), hi = th + 1 == nt ? N : std::min(N, lo + chunk);
+      if (lo < hi && !part(0, M, lo, hi)) failed[th] = 1;
+    }
   }
   for (char f : failed) AK_CHECK(!f, "gemm_packed: cannot allocate the packing buffer for [{}, {}]", M, K);
 }

@@ -17,6 +17,7 @@
 
 namespace attnkit::ops {
 
+struct GemmEpilogue;
 enum class Trans { No, Yes };
 enum class GemmThreads { Policy, This };
 
@@ -35,16 +36,31 @@ class GemmPackedB {
 
  private:
   friend void gemm_packed(Trans, int64_t, float, const float*, int64_t, const GemmPackedB&, float, float*, int64_t,
-                          GemmThreads);
+                          GemmThreads, const GemmEpilogue&);
   int64_t K_ = 0, N_ = 0;
   int kernel_ = 0;  // the GemmKernel it was packed for
   std::vector<float> data_;
 };
 
+// What a product with a pre-packed B does to C's values as it stores them, while they are still in
+// registers (fused: no second pass over C, as ONNX Runtime fuses a MatMul's bias and activation):
+//   C = act(alpha op(A) B + beta C + bias) + add
+// bias [N] added to every row (nullptr: none); act = relu (max(v, 0)) or none; add [M, N] with row
+// stride ldadd (nullptr: none), e.g. a residual connection. The result is the same, bit for bit, as
+// the product followed by those steps in that order.
+struct GemmEpilogue {
+  const float* bias = nullptr;
+  bool relu = false;
+  const float* add = nullptr;
+  int64_t ldadd = 0;
+};
+
 // C [M, N] = alpha * op(A) [M, K] * B [K, N] + beta * C with B pre-packed: ops::gemm's semantics
-// (strides, beta 0 ignores C, threads), without packing B.
+// (strides, beta 0 ignores C, threads), without packing B, then the epilogue. Threads take blocks of
+// C's rows from a shared counter (or of its columns when C has few rows): nothing is packed twice,
+// and a thread slowed by other work on its core takes fewer blocks.
 void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, const GemmPackedB& B, float beta,
-                 float* C, int64_t ldc, GemmThreads threads = GemmThreads::Policy);
+                 float* C, int64_t ldc, GemmThreads threads = GemmThreads::Policy, const GemmEpilogue& epilogue = {});
 
 // Reference: plain loops in double precision (tests compare gemm to it).
 void gemm_naive(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
