@@ -187,40 +187,50 @@ TEST_CASE("gemm_packed: a pre-packed B gives gemm's result for every form, edge 
   set_num_threads(1);
 }
 
-TEST_CASE("gemm_packed epilogue: act(alpha AB + beta C + bias) + add, every path, 1 and 2 threads, bit for bit") {
-  // The fused epilogue must equal the product followed by the separate passes, exactly: shapes that take
-  // the one- and two-row paths, edge panels (N not a multiple of the panel width), several K blocks
-  // (K past either kernel's KC), the threaded row blocks (M >= 4 x 96) and column slices.
+TEST_CASE("gemm epilogue: act(alpha op(A) op(B) + beta C + bias) + add, every path, 1 and 2 threads, bit for bit") {
+  // The fused epilogue must equal the product followed by the separate passes, exactly: ops::gemm in every
+  // form and ops::gemm_packed, on shapes that take the one- to four-row paths, edge panels (N not a
+  // multiple of the panel width), several K blocks (K past either kernel's KC), the threaded row blocks
+  // and column slices.
   Rng rng(77);
-  const std::array<int64_t, 3> shapes[] = {{1, 70, 9},   {2, 130, 40}, {7, 33, 5},     {13, 47, 300},
-                                           {64, 512, 128}, {400, 96, 70}, {500, 130, 400}, {3, 600, 1200}};
+  const std::array<int64_t, 3> shapes[] = {{1, 70, 9},     {2, 130, 40},  {4, 33, 50},
+                                           {13, 47, 300},  {64, 300, 120}, {400, 40, 300}, {3, 300, 900}};
   for (int threads : {1, 2}) {
     set_num_threads(threads);
     for (auto [M, N, K] : shapes)
-      for (int form = 0; form < 6; ++form) {
-        const bool use_bias = form & 1, relu = form >= 2, use_add = form >= 4;
-        const float beta = form == 3 ? 0.5f : 0.0f;
-        const int64_t ldc = N + 3, ldadd = N + 5;
-        Tensor A = rand_normal({M, K}, rng), B = rand_normal({N, K}, rng);
-        Tensor bias = rand_normal({N}, rng), add = rand_normal({M, ldadd}, rng), C0 = rand_normal({M, ldc}, rng);
-        const ops::GemmPackedB packed(Trans::Yes, K, N, B.data(), K);
-        Tensor want = C0, got = C0;
-        ops::gemm_packed(Trans::No, M, 0.75f, A.data(), K, packed, beta, want.data(), ldc);
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < N; ++j) {  // the separate passes, in the epilogue's order
-            float& v = want[i * ldc + j];
-            if (use_bias) v += bias[j];
-            if (relu) v = v > 0.0f ? v : 0.0f;
-            if (use_add) v += add[i * ldadd + j];
-          }
-        ops::GemmEpilogue e;
-        e.bias = use_bias ? bias.data() : nullptr;
-        e.relu = relu;
-        if (use_add) e.add = add.data(), e.ldadd = ldadd;
-        ops::gemm_packed(Trans::No, M, 0.75f, A.data(), K, packed, beta, got.data(), ldc, ops::GemmThreads::Policy, e);
-        for (int64_t i = 0; i < M * ldc; ++i)
-          REQUIRE_MESSAGE(got[i] == want[i], "M ", M, " N ", N, " K ", K, " form ", form, " threads ", threads,
-                          " at ", i, ": ", got[i], " vs ", want[i]);
+      for (int op = 0; op < 5; ++op) {  // gemm (ta, tb) in 0..3, gemm_packed 4
+        const Trans ta = op & 2 && op < 4 ? Trans::Yes : Trans::No, tb = op & 1 || op == 4 ? Trans::Yes : Trans::No;
+        const int64_t ldc = N + 3, ldadd = N + 5, lda = ta == Trans::No ? K : M, ldb = tb == Trans::No ? N : K;
+        const Tensor A = rand_uniform({ta == Trans::No ? M : K, lda}, rng, -1, 1);
+        const Tensor B = rand_uniform({tb == Trans::No ? K : N, ldb}, rng, -1, 1);
+        const Tensor bias = rand_uniform({N}, rng, -1, 1), add = rand_uniform({M, ldadd}, rng, -1, 1);
+        const Tensor C0 = rand_uniform({M, ldc}, rng, -1, 1);
+        const ops::GemmPackedB packed(tb, K, N, B.data(), ldb);
+        for (int form = 1; form < 6; ++form) {
+          const bool use_bias = form & 1, relu = form >= 2, use_add = form >= 4;
+          const float beta = form == 3 ? 0.5f : 0.0f;
+          auto product = [&](Tensor& C, const ops::GemmEpilogue& e) {
+            if (op == 4) ops::gemm_packed(ta, M, 0.75f, A.data(), lda, packed, beta, C.data(), ldc, ops::GemmThreads::Policy, e);
+            else ops::gemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, ops::GemmThreads::Policy, e);
+          };
+          Tensor want = C0, got = C0;
+          product(want, {});
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {  // the separate passes, in the epilogue's order
+              float& v = want[i * ldc + j];
+              if (use_bias) v += bias[j];
+              if (relu) v = v > 0.0f ? v : 0.0f;
+              if (use_add) v += add[i * ldadd + j];
+            }
+          ops::GemmEpilogue e;
+          e.bias = use_bias ? bias.data() : nullptr;
+          e.relu = relu;
+          if (use_add) e.add = add.data(), e.ldadd = ldadd;
+          product(got, e);
+          for (int64_t i = 0; i < M * ldc; ++i)
+            REQUIRE_MESSAGE(got[i] == want[i], "M ", M, " N ", N, " K ", K, " form ", form, " op ", op, " threads ",
+                            threads, " at ", i, ": ", got[i], " vs ", want[i]);
+        }
       }
   }
   set_num_threads(1);

@@ -809,11 +809,11 @@ TEST_CASE("nn::Linear: PyTorch's init bounds, state_dict names, load, forward an
         "decoder.out: decoder.out.weight is missing from the bundle (expected shape [2, 4])");
 }
 
-TEST_CASE("nn::Linear under NoGrad: the fused product on a packed W equals the recorded ops; a changed W is repacked") {
+TEST_CASE("nn::Linear under NoGrad: one fused product equals the recorded linear, relu, add; a changed W is used") {
   Rng rng(31);
   nn::Linear l(40, 70, rng);
-  const Var x(rand_normal({3, 9, 40}, rng));     // 27 rows: the packed path
-  const Var few(rand_normal({4, 40}, rng));      // 4 rows: W read as it lies
+  const Var x(rand_normal({3, 9, 40}, rng));  // 27 rows: register blocks
+  const Var few(rand_normal({4, 40}, rng));   // 4 rows: dot products
   const Var res(rand_normal({3, 9, 70}, rng));
   for (bool relu : {false, true})
     for (const Var* residual : {static_cast<const Var*>(nullptr), &res}) {
@@ -826,7 +826,7 @@ TEST_CASE("nn::Linear under NoGrad: the fused product on a packed W equals the r
       CHECK(fused.shape() == Shape{3, 9, 70});
       CHECK(fused.value().values() == recorded.value().values());
     }
-  // stale weights: after an in-place change and touch(), and after a new value, NoGrad sees the new W
+  // after an in-place change, and after a new value, NoGrad sees the new W
   auto no_grad_forward = [&](const Var& in) {
     autograd::NoGrad no_grad;
     return l.forward(in).value();

@@ -49,16 +49,13 @@ void check_feature(const Tensor& x, const char* name, const Projection& p, const
 void project_rows(const Projection& p, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                   GemmThreads threads, int64_t c0 = 0, int64_t cols = -1) {
   if (cols < 0) cols = p.out;
+  ops::GemmEpilogue bias;  // + b as the product stores
+  bias.bias = p.b ? p.b + c0 : nullptr;
   if (p.in_out)  // W [in, out]: columns c0 .. c0 + cols
-    ops::gemm(Trans::No, Trans::No, rows, cols, p.in, 1.0f, x, ldx, p.W + c0, p.out, 0.0f, y + c0, ldy, threads);
+    ops::gemm(Trans::No, Trans::No, rows, cols, p.in, 1.0f, x, ldx, p.W + c0, p.out, 0.0f, y + c0, ldy, threads, bias);
   else  // W [out, in]: rows c0 .. c0 + cols
-    ops::gemm(Trans::No, Trans::Yes, rows, cols, p.in, 1.0f, x, ldx, p.W + c0 * p.in, p.in, 0.0f, y + c0, ldy, threads);
-  if (p.b)
-    for (int64_t r = 0; r < rows; ++r) {
-      float* yr = y + r * ldy + c0;
-      const float* b = p.b + c0;
-      for (int64_t c = 0; c < cols; ++c) yr[c] += b[c];
-    }
+    ops::gemm(Trans::No, Trans::Yes, rows, cols, p.in, 1.0f, x, ldx, p.W + c0 * p.in, p.in, 0.0f, y + c0, ldy, threads,
+              bias);
 }
 
 // Backward of y = x W^T + b (or x W) for dy [rows, out] (row stride ldy): adds into dx [rows, in],

@@ -6,6 +6,7 @@
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/layers.hpp"
 #include "attnkit/nn/state_dict.hpp"
+#include "attnkit/ops/matmul.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::nn {
@@ -23,15 +24,6 @@ Linear::Linear(int64_t in_features, int64_t out_features, Rng& rng, bool bias, c
 
 autograd::Var Linear::forward(const autograd::Var& x) { return forward(x, Then{}); }
 
-const ops::GemmPackedB& Linear::packed_weight() {
-  const Tensor& W = weight.value;  // [O, I]
-  if (packed_.data != W.data() || packed_.version != weight.version || packed_.shape != W.shape()) {
-    packed_.packed = ops::GemmPackedB(ops::Trans::Yes, W.dim(1), W.dim(0), W.data(), W.dim(1));  // W^T [I, O]
-    packed_.data = W.data(), packed_.version = weight.version, packed_.shape = W.shape();
-  }
-  return packed_.packed;
-}
-
 autograd::Var Linear::forward(const autograd::Var& x, const Then& then) {
   using autograd::Var;
   const int64_t I = in_features(), O = out_features();
@@ -39,7 +31,7 @@ autograd::Var Linear::forward(const autograd::Var& x, const Then& then) {
   Shape ys = x.shape();
   if (!ys.empty()) ys.back() = O;
   // (anything malformed takes the recorded path, whose ops check shapes and say what is wrong)
-  const bool fused = !autograd::grad_enabled() && rows >= kPackedMinRows && x.shape().back() == I &&
+  const bool fused = !autograd::grad_enabled() && I > 0 && !x.shape().empty() && x.shape().back() == I &&
                      weight.value.rank() == 2 && (!has_bias_ || bias.value.shape() == Shape{O}) &&
                      (!then.residual || then.residual->shape() == ys);
   if (!fused) {
@@ -53,8 +45,9 @@ autograd::Var Linear::forward(const autograd::Var& x, const Then& then) {
   e.bias = has_bias_ ? bias.value.data() : nullptr;
   e.relu = then.relu;
   if (then.residual) e.add = then.residual->value().data(), e.ldadd = O;
-  ops::gemm_packed(ops::Trans::No, rows, 1.0f, x.value().data(), I, packed_weight(), 0.0f, y.data(), O,
-                   ops::GemmThreads::Policy, e);
+  // y [rows, O] = x [rows, I] W^T, then the epilogue
+  ops::gemm(ops::Trans::No, ops::Trans::Yes, rows, O, I, 1.0f, x.value().data(), I, weight.value.data(), I, 0.0f,
+            y.data(), O, ops::GemmThreads::Policy, e);
   return Var(std::move(y));
 }
 

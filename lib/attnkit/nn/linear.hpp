@@ -12,7 +12,6 @@
 #include "attnkit/autograd/var.hpp"
 #include "attnkit/io/value.hpp"
 #include "attnkit/nn/parameter.hpp"
-#include "attnkit/ops/matmul.hpp"
 #include "attnkit/tensor/random.hpp"
 
 namespace attnkit::nn {
@@ -38,12 +37,10 @@ class Linear : public Module {
     bool relu = false;
     const autograd::Var* residual = nullptr;
   };
-  // Recorded: linear, relu, add (autograd's ops, each with its backward). Under NoGrad, with at least
-  // kPackedMinRows rows: one product on a pre-packed copy of W^T with the bias, the ReLU and the
-  // residual applied as it stores (ops::GemmEpilogue): no pass over y after the product, no packing
-  // of W on every call. Same values as the recorded path, bit for bit.
+  // Recorded: linear, relu, add (autograd's ops, each with its backward). Under NoGrad: one product with
+  // the bias, the ReLU and the residual applied as the kernel stores (ops::GemmEpilogue), no pass over y
+  // after it. Same values as the recorded path, bit for bit.
   autograd::Var forward(const autograd::Var& x, const Then& then);
-  static constexpr int64_t kPackedMinRows = 5;  // fewer rows read W as it lies (ops::gemm's dot products)
 
   std::vector<Parameter*> named_parameters() override;
   // weight (and bias) from a bundle by name, presence and shape checked (nn/state_dict.hpp).
@@ -52,16 +49,6 @@ class Linear : public Module {
  private:
   bool has_bias_;
   std::string what_;  // for messages: the prefix, or "linear"
-  // W^T [I, O] packed for ops::gemm_packed: a derived copy (DESIGN.md §9), rebuilt when the weight's
-  // version, storage or shape differs from what was packed.
-  struct PackedWeight {
-    uint64_t version = 0;
-    const float* data = nullptr;
-    Shape shape;
-    ops::GemmPackedB packed;
-  };
-  PackedWeight packed_;
-  const ops::GemmPackedB& packed_weight();
 };
 
 }  // namespace attnkit::nn

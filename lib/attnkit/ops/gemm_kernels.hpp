@@ -19,14 +19,16 @@ const char* gemm_kernel_name(GemmKernel kernel);
 // Throws if the kernel is not available.
 void gemm_with(GemmKernel kernel, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-               GemmThreads threads = GemmThreads::Policy);
+               GemmThreads threads = GemmThreads::Policy, const GemmEpilogue& epilogue = {});
 
 namespace detail {
-// One thread's product by attnkit's own kernels (gemm_avx2.cpp, gemm_avx512.cpp): C = alpha op(A) op(B)
-// + beta C for K >= 1. false when its packing buffers could not be allocated (nothing written).
+// One thread's product by attnkit's own kernels (gemm_avx2.cpp, gemm_avx512.cpp): C = act(alpha op(A) op(B)
+// + beta C + bias) + add for K >= 1 (ops::GemmEpilogue's fields: bias, add, ldadd, relu; nullptr / false
+// for none). false when its packing buffers could not be allocated (nothing written).
 namespace avx2 {
 bool gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias, const float* add,
+          int64_t ldadd, bool relu);
 int64_t packed_size(int64_t K, int64_t N);
 void pack_b_all(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst);
 float packed_at(const float* packed, int64_t K, int64_t N, int64_t k, int64_t j);
@@ -36,7 +38,8 @@ bool gemm_packed(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const fl
 }
 namespace avx512 {
 bool gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias, const float* add,
+          int64_t ldadd, bool relu);
 int64_t packed_size(int64_t K, int64_t N);
 void pack_b_all(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst);
 float packed_at(const float* packed, int64_t K, int64_t N, int64_t k, int64_t j);

@@ -7,11 +7,10 @@
 namespace attnkit::ops {
 
 void linear_forward(const float* x, int64_t M, int64_t I, const float* W, int64_t O, const float* b, float* y) {
-  // y [M, O] = x [M, I] W^T [I, O]
-  gemm(Trans::No, Trans::Yes, M, O, I, 1.0f, x, I, W, I, 0.0f, y, O);
-  if (b)  // y += b, row by row
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t o = 0; o < O; ++o) y[m * O + o] += b[o];
+  // y [M, O] = x [M, I] W^T [I, O] + b (b added as the product stores)
+  GemmEpilogue bias;
+  bias.bias = b;
+  gemm(Trans::No, Trans::Yes, M, O, I, 1.0f, x, I, W, I, 0.0f, y, O, GemmThreads::Policy, bias);
 }
 
 void linear_backward(const float* dy, const float* x, const float* W, int64_t M, int64_t I, int64_t O, float* dx,

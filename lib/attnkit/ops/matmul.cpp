@@ -76,8 +76,23 @@ void plain_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, 
     }
 }
 
+// The epilogue as a separate pass, for the paths that do not fuse it (Eigen, K == 0, alpha == 0).
+void apply_epilogue(int64_t M, int64_t N, float* C, int64_t ldc, const GemmEpilogue& e) {
+  if (!e.bias && !e.relu && !e.add) return;
+  for (int64_t i = 0; i < M; ++i) {
+    float* c = C + i * ldc;
+    for (int64_t j = 0; j < N; ++j) {
+      float v = c[j];
+      if (e.bias) v += e.bias[j];
+      if (e.relu) v = v > 0.0f ? v : 0.0f;
+      if (e.add) v += e.add[i * e.ldadd + j];
+      c[j] = v;
+    }
+  }
+}
+
 using KernelFn = bool (*)(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
-                          float, float*, int64_t);
+                          float, float*, int64_t, const float*, const float*, int64_t, bool);
 
 bool cpu_has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 bool cpu_has_avx512() { return __builtin_cpu_supports("avx512f"); }
@@ -85,11 +100,13 @@ bool cpu_has_avx512() { return __builtin_cpu_supports("avx512f"); }
 // The own kernel on one thread, or split over the policy's threads: thread t of nt takes columns (or
 // rows) [t * chunk, (t + 1) * chunk) in multiples of 32 (a whole number of register blocks).
 void own_gemm(KernelFn fn, bool serial, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+              const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+              const GemmEpilogue& e) {
   if (serial) {
-    if (fn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
+    if (fn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e.bias, e.add, e.ldadd, e.relu)) return;
     AK_CHECK(omp_in_parallel(), "gemm: cannot allocate the packing buffers for [{}, {}] x [{}, {}]", M, K, K, N);
     plain_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    apply_epilogue(M, N, C, ldc, e);
     return;
   }
   const bool by_columns = N >= M;
@@ -103,9 +120,11 @@ void own_gemm(KernelFn fn, bool serial, bool ta, bool tb, int64_t M, int64_t N, 
     if (lo < hi) {
       bool ok;
       if (by_columns)  // C[:, lo:hi] = op(A) op(B)[:, lo:hi]
-        ok = fn(ta, tb, M, hi - lo, K, alpha, A, lda, tb ? B + lo * ldb : B + lo, ldb, beta, C + lo, ldc);
+        ok = fn(ta, tb, M, hi - lo, K, alpha, A, lda, tb ? B + lo * ldb : B + lo, ldb, beta, C + lo, ldc,
+                e.bias ? e.bias + lo : nullptr, e.add ? e.add + lo : nullptr, e.ldadd, e.relu);
       else  // C[lo:hi, :] = op(A)[lo:hi, :] op(B)
-        ok = fn(ta, tb, hi - lo, N, K, alpha, ta ? A + lo : A + lo * lda, lda, B, ldb, beta, C + lo * ldc, ldc);
+        ok = fn(ta, tb, hi - lo, N, K, alpha, ta ? A + lo : A + lo * lda, lda, B, ldb, beta, C + lo * ldc, ldc, e.bias,
+                e.add ? e.add + lo * e.ldadd : nullptr, e.ldadd, e.relu);
       if (!ok) failed[t] = 1;
     }
   }
@@ -142,7 +161,8 @@ const char* gemm_kernel_name(GemmKernel kernel) {
 }
 
 void gemm_with(GemmKernel kernel, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmThreads threads) {
+               int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmThreads threads,
+               const GemmEpilogue& e) {
   AK_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M {} N {} K {}", M, N, K);
   AK_CHECK(gemm_kernel_available(kernel), "gemm: the kernel {} does not run on this processor",
            gemm_kernel_name(kernel));
@@ -158,17 +178,17 @@ void gemm_with(GemmKernel kernel, Trans ta, Trans tb, int64_t M, int64_t N, int6
     Map c(C, M, N, Stride(ldc));
     if (beta == 0.0f) c.setZero();
     else if (beta != 1.0f) c *= beta;
-    if (K == 0 || alpha == 0.0f) return;
-    eigen_gemm(serial, ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc);
+    if (K != 0 && alpha != 0.0f) eigen_gemm(serial, ta, tb, M, N, K, alpha, A, lda, B, ldb, C, ldc);
+    apply_epilogue(M, N, C, ldc, e);
     return;
   }
   own_gemm(kernel == GemmKernel::Avx512 ? &detail::avx512::gemm : &detail::avx2::gemm, serial, ta == Trans::Yes,
-           tb == Trans::Yes, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+           tb == Trans::Yes, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e);
 }
 
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmThreads threads) {
-  gemm_with(GemmKernel::Auto, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads);
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmThreads threads, const GemmEpilogue& e) {
+  gemm_with(GemmKernel::Auto, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads, e);
 }
 
 GemmPackedB::GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb) : K_(K), N_(N) {
@@ -188,22 +208,6 @@ GemmPackedB::GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t
   }
 }
 
-namespace {
-// The epilogue as a separate pass, for the paths that do not fuse it (Eigen, K == 0, alpha == 0).
-void apply_epilogue(int64_t M, int64_t N, float* C, int64_t ldc, const GemmEpilogue& e) {
-  if (!e.bias && !e.relu && !e.add) return;
-  for (int64_t i = 0; i < M; ++i) {
-    float* c = C + i * ldc;
-    for (int64_t j = 0; j < N; ++j) {
-      float v = c[j];
-      if (e.bias) v += e.bias[j];
-      if (e.relu) v = v > 0.0f ? v : 0.0f;
-      if (e.add) v += e.add[i * e.ldadd + j];
-      c[j] = v;
-    }
-  }
-}
-}  // namespace
 
 void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, const GemmPackedB& B, float beta,
                  float* C, int64_t ldc, GemmThreads threads, const GemmEpilogue& e) {

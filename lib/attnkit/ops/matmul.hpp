@@ -17,12 +17,25 @@
 
 namespace attnkit::ops {
 
-struct GemmEpilogue;
 enum class Trans { No, Yes };
 enum class GemmThreads { Policy, This };
 
+// What a product does to C's values as it stores them, while they are still in registers (fused:
+// no second pass over C, as ONNX Runtime fuses a MatMul's bias and activation):
+//   C = act(alpha op(A) op(B) + beta C + bias) + add
+// bias [N] added to every row (nullptr: none); act = relu (max(v, 0)) or none; add [M, N] with row
+// stride ldadd (nullptr: none), e.g. a residual connection. The result is the same, bit for bit, as
+// the product followed by those steps in that order.
+struct GemmEpilogue {
+  const float* bias = nullptr;
+  bool relu = false;
+  const float* add = nullptr;
+  int64_t ldadd = 0;
+};
+
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmThreads threads = GemmThreads::Policy);
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmThreads threads = GemmThreads::Policy,
+          const GemmEpilogue& epilogue = {});
 
 // op(B) [K, N] packed once for many products with it, e.g. a recurrent layer's W_hh at every time
 // step: the panels the kernel that ops::gemm picks would otherwise pack on every call. A derived copy
@@ -40,19 +53,6 @@ class GemmPackedB {
   int64_t K_ = 0, N_ = 0;
   int kernel_ = 0;  // the GemmKernel it was packed for
   std::vector<float> data_;
-};
-
-// What a product with a pre-packed B does to C's values as it stores them, while they are still in
-// registers (fused: no second pass over C, as ONNX Runtime fuses a MatMul's bias and activation):
-//   C = act(alpha op(A) B + beta C + bias) + add
-// bias [N] added to every row (nullptr: none); act = relu (max(v, 0)) or none; add [M, N] with row
-// stride ldadd (nullptr: none), e.g. a residual connection. The result is the same, bit for bit, as
-// the product followed by those steps in that order.
-struct GemmEpilogue {
-  const float* bias = nullptr;
-  bool relu = false;
-  const float* add = nullptr;
-  int64_t ldadd = 0;
 };
 
 // C [M, N] = alpha * op(A) [M, K] * B [K, N] + beta * C with B pre-packed: ops::gemm's semantics
