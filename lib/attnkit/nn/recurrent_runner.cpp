@@ -12,6 +12,7 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <memory>
 #include <optional>
 
 #include "attnkit/nn/recurrent.hpp"
@@ -63,25 +64,32 @@ int team_size(int threads, int64_t N, int64_t H, int G, int64_t min_macs) {
 // MB; on transparent huge pages they fault in 2 MB at a time.
 
 
-// A float scratch buffer (64-byte aligned, uninitialised): up to 4 MB it is this thread's buffer
-// for `slot`, kept from call to call (the latency case would otherwise map and fault fresh pages
-// every call); larger ones come and go (LargeBuffer, huge pages).
+// A float scratch buffer (uninitialised): up to kKept floats it is this thread's buffer for `slot`,
+// kept from call to call and grown on demand; larger ones come and go. Fresh memory is expensive:
+// the kernel zeroes every page on its first touch, and for the [N*T, G*H] pre-activations of
+// N=64 T=100 H=512 (52 MB) that took 10% of a forward (perf: clear_page_erms), every call. Kept,
+// the memory stays mapped at the largest size asked for (as ONNX Runtime's arena keeps its own).
 class Scratch {
  public:
   Scratch(size_t floats, int slot) {
-    if (floats > kSmall) {
+    if (floats > kKept) {
       large_.emplace(static_cast<int64_t>(floats));
       data_ = large_->data();
       return;
     }
-    thread_local std::vector<float, Eigen::aligned_allocator<float>> kept[2];
-    if (kept[slot].size() < floats) kept[slot].resize(floats);
-    data_ = kept[slot].data();
+    thread_local std::unique_ptr<LargeBuffer> kept[2];
+    thread_local size_t kept_size[2] = {0, 0};
+    if (!kept[slot] || kept_size[slot] < floats) {
+      kept[slot].reset();
+      kept[slot] = std::make_unique<LargeBuffer>(static_cast<int64_t>(floats));
+      kept_size[slot] = floats;
+    }
+    data_ = kept[slot]->data();
   }
   float* data() { return data_; }
 
  private:
-  static constexpr size_t kSmall = size_t(1) << 20;  // floats (4 MB)
+  static constexpr size_t kKept = size_t(1) << 26;  // floats (256 MB)
   std::optional<LargeBuffer> large_;
   float* data_ = nullptr;
 };
