@@ -32,8 +32,7 @@ autograd::Var Linear::forward(const autograd::Var& x, const Then& then) {
   if (!ys.empty()) ys.back() = O;
   // (anything malformed takes the recorded path, whose ops check shapes and say what is wrong)
   const bool fused = !autograd::grad_enabled() && I > 0 && !x.shape().empty() && x.shape().back() == I &&
-                     weight.value.rank() == 2 && (!has_bias_ || bias.value.shape() == Shape{O}) &&
-                     (!then.residual || then.residual->shape() == ys);
+                     well_formed() && (!then.residual || then.residual->shape() == ys);
   if (!fused) {
     Var y = autograd::linear(x, Var::param(weight), has_bias_ ? Var::param(bias) : Var());  // [..., O]
     if (then.relu) y = autograd::relu(y);                // max(y, 0)
@@ -41,14 +40,23 @@ autograd::Var Linear::forward(const autograd::Var& x, const Then& then) {
     return y;
   }
   Tensor y(ys);  // [..., O] = act(x W^T + b) + residual
+  apply(x.value().data(), rows, y.data(), then.relu, then.residual ? then.residual->value().data() : nullptr);
+  return Var(std::move(y));
+}
+
+bool Linear::well_formed() const {
+  return weight.value.rank() == 2 && (!has_bias_ || bias.value.shape() == Shape{weight.value.dim(0)});
+}
+
+void Linear::apply(const float* x, int64_t rows, float* y, bool relu, const float* add) const {
+  const int64_t I = in_features(), O = out_features();
   ops::GemmEpilogue e;
   e.bias = has_bias_ ? bias.value.data() : nullptr;
-  e.relu = then.relu;
-  if (then.residual) e.add = then.residual->value().data(), e.ldadd = O;
+  e.relu = relu;
+  e.add = add, e.ldadd = O;
   // y [rows, O] = x [rows, I] W^T, then the epilogue
-  ops::gemm(ops::Trans::No, ops::Trans::Yes, rows, O, I, 1.0f, x.value().data(), I, weight.value.data(), I, 0.0f,
-            y.data(), O, ops::GemmThreads::Policy, e);
-  return Var(std::move(y));
+  ops::gemm(ops::Trans::No, ops::Trans::Yes, rows, O, I, 1.0f, x, I, weight.value.data(), I, 0.0f, y, O,
+            ops::GemmThreads::Policy, e);
 }
 
 std::vector<Parameter*> Linear::named_parameters() {

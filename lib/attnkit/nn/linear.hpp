@@ -42,6 +42,13 @@ class Linear : public Module {
   // after it. Same values as the recorded path, bit for bit.
   autograd::Var forward(const autograd::Var& x, const Then& then);
 
+  // The fused product on raw rows, nothing recorded: y [rows, O] = act(x [rows, I] W^T + b) + add,
+  // add [rows, O] or nullptr. For callers that keep their own buffers (the Transformer's FFN hidden).
+  // Needs well_formed().
+  void apply(const float* x, int64_t rows, float* y, bool relu, const float* add) const;
+  // weight [O, I] and, with a bias, bias [O]
+  bool well_formed() const;
+
   std::vector<Parameter*> named_parameters() override;
   // weight (and bias) from a bundle by name, presence and shape checked (nn/state_dict.hpp).
   void load(const io::Value& bundle);

@@ -64,36 +64,6 @@ int team_size(int threads, int64_t N, int64_t H, int G, int64_t min_macs) {
 // MB; on transparent huge pages they fault in 2 MB at a time.
 
 
-// A float scratch buffer (uninitialised): up to kKept floats it is this thread's buffer for `slot`,
-// kept from call to call and grown on demand; larger ones come and go. Fresh memory is expensive:
-// the kernel zeroes every page on its first touch, and for the [N*T, G*H] pre-activations of
-// N=64 T=100 H=512 (52 MB) that took 10% of a forward (perf: clear_page_erms), every call. Kept,
-// the memory stays mapped at the largest size asked for (as ONNX Runtime's arena keeps its own).
-class Scratch {
- public:
-  Scratch(size_t floats, int slot) {
-    if (floats > kKept) {
-      large_.emplace(static_cast<int64_t>(floats));
-      data_ = large_->data();
-      return;
-    }
-    thread_local std::unique_ptr<LargeBuffer> kept[2];
-    thread_local size_t kept_size[2] = {0, 0};
-    if (!kept[slot] || kept_size[slot] < floats) {
-      kept[slot].reset();
-      kept[slot] = std::make_unique<LargeBuffer>(static_cast<int64_t>(floats));
-      kept_size[slot] = floats;
-    }
-    data_ = kept[slot]->data();
-  }
-  float* data() { return data_; }
-
- private:
-  static constexpr size_t kKept = size_t(1) << 26;  // floats (256 MB)
-  std::optional<LargeBuffer> large_;
-  float* data_ = nullptr;
-};
-
 void run_direction(const DirectionJob& job, const TeamParts& parts) {
   const int G = gate_count(job.cell);
   const int64_t N = job.N, T = job.T, H = job.H, GH = G * H;
@@ -103,7 +73,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   // Input projection for every step at once: one GEMM, hoisted out of the time loop. For LSTM and
   // RNN the hidden products are then added into it in place (GRU keeps them apart: r ⊙ (W_hn h)).
   const int team = static_cast<int>(parts.units.size());
-  Scratch xproj_buf(size_t(N * T * GH), 0);
+  KeptScratch xproj_buf(N * T * GH, KeptScratch::kRecurrentInput);
   MapRM xproj(xproj_buf.data(), N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
   {
     // The team's threads take runs of rows, each running Eigen's blocked GEMM on its own (no global
