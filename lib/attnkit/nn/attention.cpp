@@ -283,7 +283,8 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
   const Projection pq = m.q_projection(), pk = m.k_projection(), pv = m.v_projection(), po = m.out_projection();
   const bool has_out = !po.empty();
   MhaResult r = make_output(d, m.output_dim());
-  LargeBuffer ctx_buf(has_out && !cache ? d.N * d.T * Ev : 0);
+  // (inference's buffers: this thread's kept scratch, not mapped and zeroed anew on every call)
+  KeptScratch ctx_buf(has_out && !cache ? d.N * d.T * Ev : 0, KeptScratch::kAttentionContext);
   if (cache) {
     cache->row_lse = Tensor({d.N, NH, d.T});
     cache->context = has_out ? Tensor({d.N, d.T, Ev}) : Tensor();
@@ -295,7 +296,7 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
     // Q, K, V side by side in one [N*T, P] buffer (heads read in place, row stride P), each
     // projection writing its column slice.
     const int64_t P = 2 * E + Ev, in = pq.in;
-    LargeBuffer qkv_buf(cache ? 0 : rows * P);
+    KeptScratch qkv_buf(cache ? 0 : rows * P, KeptScratch::kAttentionQkv);
     if (cache) cache->Q = Tensor({d.N, d.T, P}), cache->K = Tensor(), cache->V = Tensor();
     float* QKV = cache ? cache->Q.data() : qkv_buf.data();
     const ops::SdpaProblem p = heads_problem(QKV, P, QKV + E, P, QKV + 2 * E, P, d, NH, E / NH, Ev / NH, o, ctx);
@@ -310,7 +311,9 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
     }
     attend(p, {linear_stage(std::move(jobs))}, d, o, naive, ctx, po, r, lse, op);
   } else {
-    LargeBuffer Qb(cache ? 0 : d.N * d.T * E), Kb(cache ? 0 : d.N * d.S * E), Vb(cache ? 0 : d.N * d.S * Ev);
+    KeptScratch Qb(cache ? 0 : d.N * d.T * E, KeptScratch::kAttentionQkv);
+    KeptScratch Kb(cache ? 0 : d.N * d.S * E, KeptScratch::kAttentionK);
+    KeptScratch Vb(cache ? 0 : d.N * d.S * Ev, KeptScratch::kAttentionV);
     if (cache) cache->Q = Tensor({d.N, d.T, E}), cache->K = Tensor({d.N, d.S, E}), cache->V = Tensor({d.N, d.S, Ev});
     float* Q = cache ? cache->Q.data() : Qb.data();  // [N*T, E]
     float* K = cache ? cache->K.data() : Kb.data();  // [N*S, E]

@@ -37,14 +37,14 @@ class LargeBuffer {
 };
 
 // A float scratch buffer (uninitialised) that the calling thread keeps from call to call for its
-// slot, grown on demand, up to kKept floats; larger ones are mapped fresh each time. Fresh memory is
+// slot, grown on demand, up to kKept floats (64 MB); larger ones are mapped fresh each time. Fresh memory is
 // expensive: the kernel zeroes every page on its first touch, and for the [N*T, G*H] pre-activations
 // of an LSTM N=64 T=100 H=512 (52 MB) that took 10% of a forward (perf: clear_page_erms), every call.
 // Kept, the memory stays mapped at the largest size asked for (as ONNX Runtime's arena keeps its own).
 // One user per slot at a time on a thread: each slot names the one place that uses it.
 class KeptScratch {
  public:
-  enum Slot { kRecurrentInput, kFeedForward, kSlots };
+  enum Slot { kRecurrentInput, kFeedForward, kAttentionContext, kAttentionQkv, kAttentionK, kAttentionV, kSlots };
   KeptScratch(int64_t floats, Slot slot) {
     if (floats > kKept) {
       large_.emplace(floats);
@@ -63,7 +63,7 @@ class KeptScratch {
   float* data() { return data_; }
 
  private:
-  static constexpr int64_t kKept = int64_t(1) << 26;  // floats (256 MB)
+  static constexpr int64_t kKept = int64_t(1) << 24;  // floats (64 MB per slot at most)
   std::optional<LargeBuffer> large_;
   float* data_ = nullptr;
 };
