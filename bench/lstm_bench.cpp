@@ -2,7 +2,8 @@
 // the bare Eigen sgemms of the same shapes (the GEMM bound and the machine's sgemm peak).
 // With --backward 1 it times training's forward + backward instead: forward keeping the cache,
 // then Recurrent::backward for loss = output.sum() with the input's gradient wanted (PyTorch's
-// `out.sum().backward()` with x.requires_grad), every weight gradient included.
+// `out.sum().backward()` with x.requires_grad), every weight gradient included, under training's
+// allocator policy (retain_freed_memory, as seq2seq-train runs).
 // Prints one JSON object; bench/lstm_vs_torch.py and bench/lstm_backward_vs_torch.py run it
 // interleaved with PyTorch.
 //   lstm_bench --N 64 --T 100 --D 512 --H 512 --threads 2 --reps 5 [--cell lstm] [--backward 1] [--gemms 0]
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "attnkit/nn/recurrent.hpp"
+#include "attnkit/tensor/memory.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/threads.hpp"
 
@@ -96,6 +98,7 @@ int main(int argc, char** argv) {
   if (!backward) {
     ours = times(reps, [&] { sink = sink + model.forward(in, opt).h_n[0]; });
   } else {
+    retain_freed_memory();  // training's allocator policy, as seq2seq-train sets it (tensor/memory.hpp)
     opt.keep_cache = true;
     Tensor ones = Tensor::filled({N, T, H}, 1.0f);  // d out.sum() / d out
     Tensor dx({N, T, D});

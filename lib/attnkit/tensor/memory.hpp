@@ -4,8 +4,8 @@
 namespace attnkit {
 
 // Keeps freed heap memory mapped instead of handing it back to the system after every step, so the next step's
-// tensors reuse pages that are already faulted in (glibc: blocks up to 32 MB come from the heap, and the heap is
-// not trimmed below 1 GB of free space). A training step frees and re-allocates the same few hundred MB of
+// tensors reuse pages that are already faulted in (glibc: every block comes from the heap, none from a mapping of
+// its own, and the heap is not trimmed below 1 GB of free space). A training step frees and re-allocates the same few hundred MB of
 // activations and gradients each time: without this, page faults and the kernel's zeroing of fresh pages took
 // about 10% of a recurrent seq2seq step (docs/seq2seq-train.md, "Speed"). It changes no result, only where the
 // memory comes from; the resident size stays at the run's peak. Global: tools call it (seq2seq-train), the
