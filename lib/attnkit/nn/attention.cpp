@@ -210,13 +210,30 @@ Tensor head_weights(const ops::SdpaProblem& p, const Dims& d, const MhaOptions& 
 // Attention on Q, K, V buffers into ctx, then (if given) the output projection from ctx into
 // r.output: one team for the lot when no weights are asked for (the tiled kernel), else the
 // weights kernels between the projections. Without an output projection ctx is r.output's data.
+// With `cache` and the probabilities within o.saved_probs_budget, the attention stage is
+// ops::FullWorker's, writing them into cache->probs for the backward.
 void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d, const MhaOptions& o, bool naive,
-            const float* ctx, const Projection& out, MhaResult& r, float* row_lse, std::string_view op) {
+            const float* ctx, const Projection& out, MhaResult& r, float* row_lse, std::string_view op,
+            MhaCache* cache) {
   ops::check_mask(o.mask, d.N, p.NH, d.T, d.S, op);
   Stage out_stage;
   if (!out.empty()) out_stage = linear_stage({LinearJob{ctx, d.N * d.T, p.NH * p.Dv, out, r.output.data(), out.out}});
   const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), ops::TiledWorker::tasks(p))));
-  if (o.weights == HeadWeights::None && !naive) {
+  // Rows of a multiple of 64 floats get 16 more: the backward walks tiles of P down their columns.
+  const int64_t ld = d.S % 64 == 0 ? d.S + 16 : d.S;
+  const bool keep = cache && o.weights == HeadWeights::None && !naive && d.N * d.T * d.S > 0 &&
+                    double(d.N) * p.NH * d.T * ld * sizeof(float) <= double(o.saved_probs_budget);
+  if (keep) {
+    auto buf = std::make_shared<LargeBuffer>(d.N * p.NH * d.T * ld);  // [N, NH, T, ld], every row written
+    float* probs = buf->data();
+    cache->probs = std::shared_ptr<const float>(buf, probs), cache->probs_ld = ld;
+    std::vector<ops::FullWorker> workers;  // allocated before the team: nothing throws inside it
+    for (int i = 0; i < team; ++i) workers.emplace_back(p, probs, ld);
+    stages.push_back({ops::FullWorker::tasks(p),
+                      [&](int id, int64_t t) { workers[static_cast<size_t>(id)].run(t, row_lse); }});
+    stages.push_back(std::move(out_stage));
+    run_stages(stages, team);
+  } else if (o.weights == HeadWeights::None && !naive) {
     std::vector<ops::TiledWorker> workers;  // allocated before the team: nothing throws inside it
     for (int i = 0; i < team; ++i) workers.emplace_back(p);
     stages.push_back({ops::TiledWorker::tasks(p),
@@ -263,6 +280,7 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
   MhaResult r = make_output(d, m.output_dim());
   LargeBuffer ctx_buf(has_out && !cache ? d.N * d.T * Ev : 0);
   if (cache) {
+    cache->probs.reset(), cache->probs_ld = 0;
     cache->row_lse = Tensor({d.N, NH, d.T});
     cache->context = has_out ? Tensor({d.N, d.T, Ev}) : Tensor();
   }
@@ -280,7 +298,7 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
     attend(p,
            {linear_stage({LinearJob{q.data(), rows, in, pq, QKV, P}, LinearJob{q.data(), rows, in, pk, QKV + E, P},
                           LinearJob{q.data(), rows, in, pv, QKV + 2 * E, P}})},
-           d, o, naive, ctx, po, r, lse, op);
+           d, o, naive, ctx, po, r, lse, op, cache);
   } else {
     LargeBuffer Qb(cache ? 0 : d.N * d.T * E), Kb(cache ? 0 : d.N * d.S * E), Vb(cache ? 0 : d.N * d.S * Ev);
     if (cache) cache->Q = Tensor({d.N, d.T, E}), cache->K = Tensor({d.N, d.S, E}), cache->V = Tensor({d.N, d.S, Ev});
@@ -291,7 +309,7 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
     attend(p,
            {linear_stage({LinearJob{q.data(), rows, pq.in, pq, Q, E}, LinearJob{k.data(), d.N * d.S, pk.in, pk, K, E},
                           LinearJob{v.data(), d.N * d.S, pv.in, pv, V, Ev}})},
-           d, o, naive, ctx, po, r, lse, op);
+           d, o, naive, ctx, po, r, lse, op, cache);
   }
   if (cache && !has_out) cache->context = r.output.reshaped({d.N, d.T, Ev});
   return r;
@@ -580,6 +598,7 @@ MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, 
   MhaResult r = heads_attention_forward(query, key, value, num_heads, options, cache ? &cache->row_lse : nullptr, op);
   if (cache) {
     cache->Q = cache->K = cache->V = Tensor();
+    cache->probs.reset(), cache->probs_ld = 0;  // recomputed from row_lse by the backward
     cache->context = r.output.reshaped({d.N, d.T, value.dim(-1)});
   }
   return r;
@@ -593,10 +612,10 @@ void check_grad_buffer(const Tensor* g, const Tensor& x, const char* name, std::
              g->shape_str(), x.shape_str());
 }
 
-// The sdpa backward behind both layers: tiled (recomputes the weights tile by tile from row_lse,
-// never a T x S matrix: O(T) memory), whatever forward kernel ran.
-void sdpa_backward(const ops::SdpaProblem& p, const float* row_lse, ops::StridedIn dout, const ops::SdpaGrads& g) {
-  ops::sdpa_backward_tiled(p, row_lse, dout, g);
+// The sdpa backward behind both layers: tiled, reading the probabilities the forward kept (cache.probs)
+// or recomputing them tile by tile from row_lse (never a T x S matrix: O(T) memory).
+void sdpa_backward(const ops::SdpaProblem& p, const MhaCache& cache, ops::StridedIn dout, const ops::SdpaGrads& g) {
+  ops::sdpa_backward_tiled(p, cache.row_lse.data(), dout, g, cache.probs.get(), cache.probs_ld);
 }
 
 ops::StridedOut strided(float* data, int64_t L, int64_t HS, int64_t ld) { return {data, L * ld, HS, ld}; }
@@ -625,9 +644,10 @@ void multihead_attention_backward(MultiheadAttention& m, const Tensor& q, const 
            dY.shape_str(), shape_str(out_shape));
   check_grad_buffer(dq, q, "query", op), check_grad_buffer(dk, k, "key", op), check_grad_buffer(dv, v, "value", op);
   const bool self = is_self_attention(m, q, k, v);
-  const bool cache_fits = cache.row_lse.numel() == N * NH * T && cache.context.numel() == rows * Ev &&
+  bool cache_fits = cache.row_lse.numel() == N * NH * T && cache.context.numel() == rows * Ev &&
                           (self ? cache.Q.numel() == rows * P
                                 : cache.Q.numel() == rows * E && cache.K.numel() == N * S * E && cache.V.numel() == N * S * Ev);
+  cache_fits = cache_fits && (!cache.probs || cache.probs_ld >= S);
   AK_CHECK(cache_fits, "{}: the cache (Q {}, K {}, V {}, context {}, row_lse {}) is not from a forward with these inputs",
            op, cache.Q.shape_str(), cache.K.shape_str(), cache.V.shape_str(), cache.context.shape_str(),
            cache.row_lse.shape_str());
@@ -692,7 +712,7 @@ void multihead_attention_backward(MultiheadAttention& m, const Tensor& q, const 
       heads_problem(Q, ldq, K, ldk, V, ldv, d, NH, HS, HSv, o, const_cast<float*>(cache.context.data()));
   ops::SdpaGrads g;
   g.dq = strided(dQ, T, HS, ldq), g.dk = strided(dK, S, HS, ldk), g.dv = strided(dV, S, HSv, ldv);
-  sdpa_backward(p, cache.row_lse.data(), ops::StridedIn{dctx, T * Ev, HSv, Ev}, g);
+  sdpa_backward(p, cache, ops::StridedIn{dctx, T * Ev, HSv, Ev}, g);
 
   // Q = q Wq^T + bq, K = k Wk^T + bk, V = v Wv^T + bv (or x W): each projection's backward
   project_rows_backward(m.q_projection(), q.data(), rows, dQ, ldq, dq ? dq->data() : nullptr, gWq, gbq);
@@ -733,7 +753,7 @@ void split_heads_attention_backward(const Tensor& query, const Tensor& key, cons
   ops::SdpaGrads g;
   g.dq = strided(gq, T, Dq / NH, Dq), g.dk = strided(gk, S, Dq / NH, Dq), g.dv = strided(gv, S, Dv / NH, Dv);
   // context = concat_h softmax(q_h k_h^T / sqrt(HS)) v_h
-  sdpa_backward(p, cache.row_lse.data(), ops::StridedIn{dY.data(), T * Dv, Dv / NH, Dv}, g);
+  sdpa_backward(p, cache, ops::StridedIn{dY.data(), T * Dv, Dv / NH, Dv}, g);
   if (alias) {
     if (dq) add_into(*dq, tq);
     if (dk) add_into(*dk, tk);

@@ -233,41 +233,63 @@ void sdpa_tiled(const SdpaProblem& p, float* row_lse) {
 }
 
 // ---- scores and weights materialised: one [br, S] block per query tile ----
+// The block's rows: about 128 K floats (S = 1024: 128 rows), so that the block Q_i K^T writes stays
+// near L2 while each of its rows is softmaxed (in L1) and P V reads it back, and K's packed panels
+// serve enough rows (64, 128 and 256 rows measured alike within the machine's noise, one thread).
+int64_t FullWorker::block_rows(const SdpaProblem& p) {
+  const int64_t fit = std::max<int64_t>(16, (int64_t{1} << 17) / std::max<int64_t>(p.S, 1));
+  return std::min<int64_t>({g_tiles.query, fit, std::max<int64_t>(p.T, 1)});
+}
+
+int64_t FullWorker::tasks(const SdpaProblem& p) {
+  const int64_t Br = block_rows(p);
+  return p.N * p.NH * ((p.T + Br - 1) / Br);
+}
+
+FullWorker::FullWorker(const SdpaProblem& p, float* weights, int64_t ld, float* scores)
+    : p_(p), weights_(weights), scores_(scores), ld_(ld), Br_(block_rows(p)), stats_(static_cast<size_t>(2 * Br_)) {
+  AK_CHECK(weights != nullptr && ld >= p.S, "attention: the full kernel needs a weights buffer with rows of at least S");
+}
+
+void FullWorker::run(int64_t task, float* row_lse) {
+  const SdpaProblem& p = p_;
+  const int64_t tiles_per_head = (p.T + Br_ - 1) / Br_;
+  const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
+  const int64_t t0 = (task % tiles_per_head) * Br_, br = std::min(Br_, p.T - t0);
+  float* wblock = weights_ + (nh * p.T + t0) * ld_;  // [br, S] (row stride ld)
+  const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;  // [br, Dk]
+  // W = scale Q_i K^T   [br, S]
+  gemm(Trans::No, Trans::Yes, br, p.S, p.Dk, p.scale, Qi, p.q.row, p.k.data + n * p.k.batch + h * p.k.head, p.k.row,
+       0.0f, wblock, ld_, GemmThreads::This);
+  if (p.mask && p.mask->any())
+    for (int64_t r = 0; r < br; ++r)
+      mask_scores(wblock + r * ld_, 0, p.S, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
+  float* mx = stats_.data();  // [br]
+  float* sum = mx + Br_;      // [br]
+  for (int64_t r = 0; r < br; ++r) {
+    float* w = wblock + r * ld_;
+    if (scores_) std::copy(w, w + p.S, scores_ + (nh * p.T + t0 + r) * p.S);
+    softmax_rows(w, 1, p.S, mx + r, sum + r);
+  }
+  if (row_lse)
+    for (int64_t r = 0; r < br; ++r) row_lse[nh * p.T + t0 + r] = sum[r] > 0 ? mx[r] + std::log(sum[r]) : kNegInf;
+  // out_i = W V   [br, Dv]
+  gemm(Trans::No, Trans::No, br, p.Dv, p.S, 1.0f, wblock, ld_, p.v.data + n * p.v.batch + h * p.v.head, p.v.row, 0.0f,
+       p.out.data + n * p.out.batch + h * p.out.head + t0 * p.out.row, p.out.row, GemmThreads::This);
+}
+
 void sdpa_full(const SdpaProblem& p, float* scores, float* weights, float* row_lse) {
   AK_CHECK(weights != nullptr, "attention: sdpa_full needs a weights buffer");
-  const int64_t Br = std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1));
-  const int64_t tiles_per_head = (p.T + Br - 1) / Br;
-  const int64_t tasks = p.N * p.NH * tiles_per_head;
+  const int64_t tasks = FullWorker::tasks(p);
   const int team = team_for(tasks, sdpa_flops(p));
-  // Allocated before the team: each thread's row max and sum [Br].
-  std::vector<float> stats(static_cast<size_t>(team) * 2 * Br);
-  ParallelErrors errors;  // Eigen's product may allocate: an exception is rethrown after the team
-#pragma omp parallel for num_threads(team) schedule(dynamic, 1) if (team > 1)
-  for (int64_t task = 0; task < tasks; ++task) {
-    errors.run([&] {
-      const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
-      const int64_t t0 = (task % tiles_per_head) * Br, br = std::min(Br, p.T - t0);
-      float* wblock = weights + (nh * p.T + t0) * p.S;
-      MapRM W(wblock, br, p.S);
-      const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;  // [br, Dk]
-      // W = scale Q_i K^T   [br, S]
-      gemm(Trans::No, Trans::Yes, br, p.S, p.Dk, p.scale, Qi, p.q.row, p.k.data + n * p.k.batch + h * p.k.head,
-           p.k.row, 0.0f, wblock, p.S, GemmThreads::This);
-      if (p.mask && p.mask->any())
-        for (int64_t r = 0; r < br; ++r)
-          mask_scores(&W(r, 0), 0, p.S, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
-      if (scores) std::copy(wblock, wblock + br * p.S, scores + (nh * p.T + t0) * p.S);
-      float* mx = stats.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * Br;  // [br]
-      float* sum = mx + Br;                                                           // [br]
-      softmax_rows(wblock, br, p.S, mx, sum);
-      if (row_lse)
-        for (int64_t r = 0; r < br; ++r) row_lse[nh * p.T + t0 + r] = sum[r] > 0 ? mx[r] + std::log(sum[r]) : kNegInf;
-      // out_i = W V   [br, Dv]
-      gemm(Trans::No, Trans::No, br, p.Dv, p.S, 1.0f, wblock, p.S, p.v.data + n * p.v.batch + h * p.v.head, p.v.row,
-           0.0f, p.out.data + n * p.out.batch + h * p.out.head + t0 * p.out.row, p.out.row, GemmThreads::This);
-    });
+  std::vector<FullWorker> workers;  // allocated before the team: nothing throws inside it
+  for (int i = 0; i < team; ++i) workers.emplace_back(p, weights, p.S, scores);
+  std::atomic<int64_t> next{0};
+#pragma omp parallel num_threads(team) if (team > 1)
+  {
+    FullWorker& w = workers[static_cast<size_t>(omp_get_thread_num())];
+    for (int64_t task; (task = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) w.run(task, row_lse);
   }
-  errors.rethrow();
 }
 
 // ---- reference: plain loops, double precision ----
@@ -328,8 +350,14 @@ void sdpa_naive(const SdpaProblem& p, float* scores, float* weights, float* row_
 //   dQ_i += scale dS_ij K_j  (into the thread's own partial dQ; summed after the team)
 // Memory: two [Br, Bc] tiles per thread, D [N, NH, T], and one partial dQ [N, NH, T, Dk] per
 // thread beyond the first (O(T), never T x S).
-void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads) {
-  AK_CHECK(row_lse != nullptr, "attention backward: the tiled kernel needs the forward's row log-sum-exp");
+// With the forward's probabilities (probs [N, NH, T, probs_ld], FullWorker's), P_ij is read in place
+// instead: no Q_i K_j^T, no exp (a seventh of the products).
+void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads,
+                         const float* probs, int64_t probs_ld) {
+  AK_CHECK(row_lse != nullptr || probs != nullptr,
+           "attention backward: the tiled kernel needs the forward's row log-sum-exp or its probabilities");
+  AK_CHECK(!probs || probs_ld >= p.S, "attention backward: the probabilities' row stride {} is less than S = {}",
+           probs_ld, p.S);
   if (p.N * p.NH * p.T == 0 || p.S == 0) return;
   const int64_t Br = std::min<int64_t>(g_tiles.query, p.T), Bc = std::min<int64_t>(g_tiles.key, p.S);
   const int64_t ldt = Bc + kTilePad;  // the tiles' row stride
@@ -375,27 +403,33 @@ void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn d
           if (row_limit(p, n, t0 + br - 1) <= s0) continue;
           const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;   // [br, Dk]
           const float* dOi = dout.data + n * dout.batch + h * dout.head + t0 * dout.row;  // [br, Dv]
-          // E = scale Q_i K_j^T   [br, bc]
-          gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, E, ldt);
-          for (int64_t r = 0; r < br; ++r) {  // P = exp(E - lse), masked and fully masked rows 0
-            float* e = E + r * ldt;
-            if (masked) mask_scores(e, s0, bc, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
-            const float lse = row_lse[nh * p.T + t0 + r];
-            Eigen::Map<Eigen::ArrayXf> P(e, bc);
-            if (lse == kNegInf) P.setZero();
-            else if (masked) masked_exp(P, lse);
-            else P = (P - lse).exp();
+          const float* Pij = E;  // [br, bc] (row stride ldp)
+          int64_t ldp = ldt;
+          if (probs) {
+            Pij = probs + (nh * p.T + t0) * probs_ld + s0, ldp = probs_ld;
+          } else {
+            // E = scale Q_i K_j^T   [br, bc]
+            gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, E, ldt);
+            for (int64_t r = 0; r < br; ++r) {  // P = exp(E - lse), masked and fully masked rows 0
+              float* e = E + r * ldt;
+              if (masked) mask_scores(e, s0, bc, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
+              const float lse = row_lse[nh * p.T + t0 + r];
+              Eigen::Map<Eigen::ArrayXf> P(e, bc);
+              if (lse == kNegInf) P.setZero();
+              else if (masked) masked_exp(P, lse);
+              else P = (P - lse).exp();
+            }
           }
           // dV_j += P^T dO_i   [bc, Dv]
           if (grads.dv.data)
-            gemm(Trans::Yes, Trans::No, bc, p.Dv, br, 1.0f, E, ldt, dOi, dout.row, 1.0f,
+            gemm(Trans::Yes, Trans::No, bc, p.Dv, br, 1.0f, Pij, ldp, dOi, dout.row, 1.0f,
                  grads.dv.data + n * grads.dv.batch + h * grads.dv.head + s0 * grads.dv.row, grads.dv.row);
           if (!want_dq && !grads.dk.data) continue;
           // dP = dO_i V_j^T   [br, bc];  dS = P (dP - D)
           gemm(Trans::No, Trans::Yes, br, bc, p.Dv, 1.0f, dOi, dout.row, Vj, p.v.row, 0.0f, dP, ldt);
           for (int64_t r = 0; r < br; ++r) {
             Eigen::Map<Eigen::ArrayXf> dS(dP + r * ldt, bc);
-            dS = Eigen::Map<const Eigen::ArrayXf>(E + r * ldt, bc) * (dS - D[static_cast<size_t>(nh * p.T + t0 + r)]);
+            dS = Eigen::Map<const Eigen::ArrayXf>(Pij + r * ldp, bc) * (dS - D[static_cast<size_t>(nh * p.T + t0 + r)]);
           }
           // dK_j += scale dS^T Q_i   [bc, Dk]
           if (grads.dk.data)
