@@ -12,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -210,6 +211,61 @@ Tensor head_weights(const ops::SdpaProblem& p, const Dims& d, const MhaOptions& 
 // Attention on Q, K, V buffers into ctx, then (if given) the output projection from ctx into
 // r.output: one team for the lot when no weights are asked for (the tiled kernel), else the
 // weights kernels between the projections. Without an output projection ctx is r.output's data.
+// Scratch buffers of the forward and backward (kept probabilities, QKV, gradients), recycled: a
+// training step frees its buffers after the backward and the next step asks for the same sizes
+// again. A fresh buffer of megabytes costs the kernel's zeroing of every page on first touch (and
+// glibc returns freed ones to the system): 4,100 page faults per MHA forward + backward at T = 1024
+// (perf: 5-6% of its time). Up to kKeep freed buffers, kBytes in all, wait for a request they fit
+// (at most twice its size); buffers under 256 KB are not kept. Contents are uninitialised.
+class ScratchPool {
+ public:
+  static std::shared_ptr<float> get(int64_t floats) {
+    static ScratchPool* pool = new ScratchPool;  // never destroyed: a cache may outlive static destruction
+    std::unique_ptr<LargeBuffer> buf;
+    int64_t size = floats;
+    {
+      std::lock_guard<std::mutex> lock(pool->mutex_);
+      for (size_t i = 0; i < pool->free_.size(); ++i)
+        if (pool->free_[i].floats >= floats && pool->free_[i].floats <= 2 * floats) {
+          buf = std::move(pool->free_[i].buf), size = pool->free_[i].floats;
+          pool->held_ -= size;
+          pool->free_.erase(pool->free_.begin() + static_cast<std::ptrdiff_t>(i));
+          break;
+        }
+    }
+    if (!buf) buf = std::make_unique<LargeBuffer>(floats);
+    LargeBuffer* raw = buf.release();
+    return std::shared_ptr<float>(raw->data(), [raw, size](float*) { pool->put(raw, size); });
+  }
+
+ private:
+  static constexpr size_t kKeep = 8;
+  static constexpr int64_t kBytes = int64_t{256} << 20;
+  static constexpr int64_t kMinFloats = int64_t{1} << 16;  // smaller ones come and go through malloc
+  struct Entry {
+    std::unique_ptr<LargeBuffer> buf;
+    int64_t floats;
+  };
+  void put(LargeBuffer* raw, int64_t floats) {
+    std::unique_ptr<LargeBuffer> buf(raw);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (floats < kMinFloats || free_.size() >= kKeep || (held_ + floats) * int64_t(sizeof(float)) > kBytes)
+      return;  // freed here
+    held_ += floats;
+    free_.push_back({std::move(buf), floats});
+  }
+  std::mutex mutex_;
+  std::vector<Entry> free_;
+  int64_t held_ = 0;  // floats in free_
+};
+
+// A zero-filled scratch buffer of `floats`.
+std::shared_ptr<float> zeroed_scratch(int64_t floats) {
+  std::shared_ptr<float> b = ScratchPool::get(floats);
+  std::fill(b.get(), b.get() + floats, 0.0f);
+  return b;
+}
+
 // With `cache` and the probabilities within o.saved_probs_budget, the attention stage is
 // ops::FullWorker's, writing them into cache->probs for the backward.
 void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d, const MhaOptions& o, bool naive,
@@ -224,9 +280,8 @@ void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d,
   const bool keep = cache && o.weights == HeadWeights::None && !naive && d.N * d.T * d.S > 0 &&
                     double(d.N) * p.NH * d.T * ld * sizeof(float) <= double(o.saved_probs_budget);
   if (keep) {
-    auto buf = std::make_shared<LargeBuffer>(d.N * p.NH * d.T * ld);  // [N, NH, T, ld], every row written
-    float* probs = buf->data();
-    cache->probs = std::shared_ptr<const float>(buf, probs), cache->probs_ld = ld;
+    cache->probs = ScratchPool::get(d.N * p.NH * d.T * ld), cache->probs_ld = ld;  // [N, NH, T, ld], every row written
+    float* probs = const_cast<float*>(cache->probs.get());
     std::vector<ops::FullWorker> workers;  // allocated before the team: nothing throws inside it
     for (int i = 0; i < team; ++i) workers.emplace_back(p, probs, ld);
     stages.push_back({ops::FullWorker::tasks(p),
@@ -278,33 +333,34 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
   const Projection pq = m.q_projection(), pk = m.k_projection(), pv = m.v_projection(), po = m.out_projection();
   const bool has_out = !po.empty();
   MhaResult r = make_output(d, m.output_dim());
-  LargeBuffer ctx_buf(has_out && !cache ? d.N * d.T * Ev : 0);
+  std::shared_ptr<float> ctx_buf = has_out && !cache ? ScratchPool::get(d.N * d.T * Ev) : nullptr;
   if (cache) {
     cache->probs.reset(), cache->probs_ld = 0;
     cache->row_lse = Tensor({d.N, NH, d.T});
     cache->context = has_out ? Tensor({d.N, d.T, Ev}) : Tensor();
   }
-  float* ctx = !has_out ? r.output.data() : cache ? cache->context.data() : ctx_buf.data();  // [N*T, Ev]
+  float* ctx = !has_out ? r.output.data() : cache ? cache->context.data() : ctx_buf.get();  // [N*T, Ev]
   float* lse = cache ? cache->row_lse.data() : nullptr;
   const int64_t rows = d.N * d.T;
   if (is_self_attention(m, q, k, v)) {
     // Q, K, V side by side in one [N*T, P] buffer (heads read in place, row stride P), each
     // projection writing its column slice.
     const int64_t P = 2 * E + Ev, in = pq.in;
-    LargeBuffer qkv_buf(cache ? 0 : rows * P);
+    std::shared_ptr<float> qkv_buf = cache ? nullptr : ScratchPool::get(rows * P);
     if (cache) cache->Q = Tensor({d.N, d.T, P}), cache->K = Tensor(), cache->V = Tensor();
-    float* QKV = cache ? cache->Q.data() : qkv_buf.data();
+    float* QKV = cache ? cache->Q.data() : qkv_buf.get();
     const ops::SdpaProblem p = heads_problem(QKV, P, QKV + E, P, QKV + 2 * E, P, d, NH, E / NH, Ev / NH, o, ctx);
     attend(p,
            {linear_stage({LinearJob{q.data(), rows, in, pq, QKV, P}, LinearJob{q.data(), rows, in, pk, QKV + E, P},
                           LinearJob{q.data(), rows, in, pv, QKV + 2 * E, P}})},
            d, o, naive, ctx, po, r, lse, op, cache);
   } else {
-    LargeBuffer Qb(cache ? 0 : d.N * d.T * E), Kb(cache ? 0 : d.N * d.S * E), Vb(cache ? 0 : d.N * d.S * Ev);
+    std::shared_ptr<float> Qb, Kb, Vb;
+    if (!cache) Qb = ScratchPool::get(d.N * d.T * E), Kb = ScratchPool::get(d.N * d.S * E), Vb = ScratchPool::get(d.N * d.S * Ev);
     if (cache) cache->Q = Tensor({d.N, d.T, E}), cache->K = Tensor({d.N, d.S, E}), cache->V = Tensor({d.N, d.S, Ev});
-    float* Q = cache ? cache->Q.data() : Qb.data();  // [N*T, E]
-    float* K = cache ? cache->K.data() : Kb.data();  // [N*S, E]
-    float* V = cache ? cache->V.data() : Vb.data();  // [N*S, Ev]
+    float* Q = cache ? cache->Q.data() : Qb.get();  // [N*T, E]
+    float* K = cache ? cache->K.data() : Kb.get();  // [N*S, E]
+    float* V = cache ? cache->V.data() : Vb.get();  // [N*S, Ev]
     const ops::SdpaProblem p = heads_problem(Q, E, K, E, V, Ev, d, NH, E / NH, Ev / NH, o, ctx);
     attend(p,
            {linear_stage({LinearJob{q.data(), rows, pq.in, pq, Q, E}, LinearJob{k.data(), d.N * d.S, pk.in, pk, K, E},
@@ -685,28 +741,28 @@ void multihead_attention_backward(MultiheadAttention& m, const Tensor& q, const 
 
   // output = context Wo^T + bo:  dcontext = doutput Wo, dWo += doutput^T context, dbo += sum doutput
   const Projection po = m.out_projection();
-  Tensor dctx_buf;
+  std::shared_ptr<float> dctx_buf;
   const float* dctx = dY.data();  // [N*T, Ev]
   if (!po.empty()) {
-    dctx_buf = Tensor({N, T, Ev});
-    project_rows_backward(po, cache.context.data(), rows, dY.data(), Eo, dctx_buf.data(), gWo, gbo);
-    dctx = dctx_buf.data();
+    dctx_buf = zeroed_scratch(rows * Ev);
+    project_rows_backward(po, cache.context.data(), rows, dY.data(), Eo, dctx_buf.get(), gWo, gbo);
+    dctx = dctx_buf.get();
   }
 
   // context = concat_h softmax(Q_h K_h^T / sqrt(HS)) V_h:  dQ, dK, dV through the tiled backward
   const float *Q, *K, *V;
   int64_t ldq = E, ldk = E, ldv = Ev;
-  Tensor dQKV, dQ_buf, dK_buf, dV_buf;
+  std::shared_ptr<float> dQKV, dK_buf, dV_buf;  // zero-filled scratch
   float *dQ, *dK, *dV;
   if (self) {  // Q | K | V side by side [N*T, P], and their gradients likewise
     Q = cache.Q.data(), K = Q + E, V = Q + 2 * E;
     ldq = ldk = ldv = P;
-    dQKV = Tensor({N, T, P});
-    dQ = dQKV.data(), dK = dQ + E, dV = dQ + 2 * E;
+    dQKV = zeroed_scratch(rows * P);  // [N*T, P]
+    dQ = dQKV.get(), dK = dQ + E, dV = dQ + 2 * E;
   } else {
     Q = cache.Q.data(), K = cache.K.data(), V = cache.V.data();
-    dQ_buf = Tensor({N, T, E}), dK_buf = Tensor({N, S, E}), dV_buf = Tensor({N, S, Ev});
-    dQ = dQ_buf.data(), dK = dK_buf.data(), dV = dV_buf.data();
+    dQKV = zeroed_scratch(rows * E), dK_buf = zeroed_scratch(N * S * E), dV_buf = zeroed_scratch(N * S * Ev);
+    dQ = dQKV.get(), dK = dK_buf.get(), dV = dV_buf.get();  // [N*T, E], [N*S, E], [N*S, Ev]
   }
   const ops::SdpaProblem p =
       heads_problem(Q, ldq, K, ldk, V, ldv, d, NH, HS, HSv, o, const_cast<float*>(cache.context.data()));
