@@ -208,9 +208,6 @@ Tensor head_weights(const ops::SdpaProblem& p, const Dims& d, const MhaOptions& 
   return weights;
 }
 
-// Attention on Q, K, V buffers into ctx, then (if given) the output projection from ctx into
-// r.output: one team for the lot when no weights are asked for (the tiled kernel), else the
-// weights kernels between the projections. Without an output projection ctx is r.output's data.
 // Scratch buffers of the forward and backward (kept probabilities, QKV, gradients), recycled: a
 // training step frees its buffers after the backward and the next step asks for the same sizes
 // again. A fresh buffer of megabytes costs the kernel's zeroing of every page on first touch (and
@@ -266,6 +263,9 @@ std::shared_ptr<float> zeroed_scratch(int64_t floats) {
   return b;
 }
 
+// Attention on Q, K, V buffers into ctx, then (if given) the output projection from ctx into
+// r.output: one team for the lot when no weights are asked for (the tiled kernel), else the
+// weights kernels between the projections. Without an output projection ctx is r.output's data.
 // With `cache` and the probabilities within o.saved_probs_budget, the attention stage is
 // ops::FullWorker's, writing them into cache->probs for the backward.
 void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d, const MhaOptions& o, bool naive,
@@ -280,8 +280,9 @@ void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d,
   const bool keep = cache && o.weights == HeadWeights::None && !naive && d.N * d.T * d.S > 0 &&
                     double(d.N) * p.NH * d.T * ld * sizeof(float) <= double(o.saved_probs_budget);
   if (keep) {
-    cache->probs = ScratchPool::get(d.N * p.NH * d.T * ld), cache->probs_ld = ld;  // [N, NH, T, ld], every row written
-    float* probs = const_cast<float*>(cache->probs.get());
+    std::shared_ptr<float> buf = ScratchPool::get(d.N * p.NH * d.T * ld);  // [N, NH, T, ld], every row written
+    float* probs = buf.get();
+    cache->probs = std::move(buf), cache->probs_ld = ld;
     std::vector<ops::FullWorker> workers;  // allocated before the team: nothing throws inside it
     for (int i = 0; i < team; ++i) workers.emplace_back(p, probs, ld);
     stages.push_back({ops::FullWorker::tasks(p),
