@@ -275,11 +275,12 @@ void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d,
   ops::check_mask(o.mask, d.N, p.NH, d.T, d.S, op);
   Stage out_stage;
   if (!out.empty()) out_stage = linear_stage({LinearJob{ctx, d.N * d.T, p.NH * p.Dv, out, r.output.data(), out.out}});
-  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), ops::TiledWorker::tasks(p))));
   // Rows of a multiple of 64 floats get 16 more: the backward walks tiles of P down their columns.
   const int64_t ld = d.S % 64 == 0 ? d.S + 16 : d.S;
   const bool keep = cache && o.weights == HeadWeights::None && !naive && d.N * d.T * d.S > 0 &&
                     double(d.N) * p.NH * d.T * ld * sizeof(float) <= double(o.saved_probs_budget);
+  const int64_t attention_tasks = keep ? ops::FullWorker::tasks(p) : ops::TiledWorker::tasks(p);
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), attention_tasks)));
   if (keep) {
     std::shared_ptr<float> buf = ScratchPool::get(d.N * p.NH * d.T * ld);  // [N, NH, T, ld], every row written
     float* probs = buf.get();
