@@ -15,6 +15,7 @@
 #include "attnkit/nn/attention_scores.hpp"
 #include "attnkit/tensor/compare.hpp"
 #include "attnkit/tensor/random.hpp"
+#include "attnkit/tensor/threads.hpp"
 #include "gradcheck.hpp"
 #include "test_util.hpp"
 
@@ -392,4 +393,42 @@ TEST_CASE("multi-head and split-heads backward: PyTorch autograd golden gradient
     for (nn::Parameter* p : m2.named_parameters()) close(p->grad, get(grad, p->name), "autograd d " + p->name);
   }
   CHECK(cases == 8);
+}
+
+TEST_CASE("multi-head attention backward: two threads give one thread's gradients (partial dQ, stages), kept and recomputed probabilities") {
+  // Big enough that the backward forks (team_for): the tiny sizes above run on one thread.
+  Rng rng(47);
+  const int64_t N = 2, T = 40, E = 64, NH = 4;
+  nn::MultiheadAttention m0 = nn::MultiheadAttention::from_bundle(
+      bundle_of({{"in_proj_weight", rand_normal({3 * E, E}, rng, 0, 0.15f)}, {"in_proj_bias", rand_normal({3 * E}, rng, 0, 0.1f)},
+                 {"out_proj.weight", rand_normal({E, E}, rng, 0, 0.15f)}, {"out_proj.bias", rand_normal({E}, rng, 0, 0.1f)}}),
+      NH);
+  const Tensor x = rand_normal({N, T, E}, rng), dy = rand_normal({N, T, E}, rng);
+  const int saved = num_threads();
+  for (const bool keep : {true, false}) {
+    CAPTURE(keep);
+    nn::MhaOptions o;
+    o.mask.causal = ops::CausalKind::UpperLeft;
+    if (!keep) o.saved_probs_budget = 0;
+    std::vector<Tensor> dx(2), dW(2);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      nn::MultiheadAttention m = m0;
+      nn::MhaCache cache;
+      nn::multihead_attention_forward(m, x, x, x, o, &cache);
+      CHECK((cache.probs != nullptr) == keep);
+      Tensor g(x.shape());
+      m.zero_grad();
+      nn::multihead_attention_backward(m, x, x, x, o, cache, dy, &g, &g, &g);
+      dx[static_cast<size_t>(threads - 1)] = g, dW[static_cast<size_t>(threads - 1)] = m.in_proj_weight.grad;
+    }
+    set_num_threads(saved);
+    for (size_t i = 0; i < 2; ++i) {
+      const Tensor& a = i == 0 ? dx[0] : dW[0];
+      const Tensor& b = i == 0 ? dx[1] : dW[1];
+      const Comparison cmp = compare(b, a, Tolerance{1e-5, 1e-5});
+      const std::string what = i == 0 ? "d x" : "d in_proj_weight";
+      CHECK_MESSAGE(cmp.close, what << ": max abs error " << cmp.max_abs_error << " at " << shape_str(cmp.max_abs_at));
+    }
+  }
 }

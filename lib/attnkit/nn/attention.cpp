@@ -62,24 +62,46 @@ void project_rows(const Projection& p, const float* x, int64_t rows, int64_t ldx
     }
 }
 
-// Backward of y = x W^T + b (or x W) for dy [rows, out] (row stride ldy): adds into dx [rows, in],
-// dW (W's layout and size) and db [out]; null pointers skip one.
-void project_rows_backward(const Projection& p, const float* x, int64_t rows, const float* dy, int64_t ldy, float* dx,
-                           float* dW, float* db) {
-  if (p.in_out) {
-    // y = x W:  dx += dy W^T [rows, in];  dW [in, out] += x^T dy
-    if (dx) ops::gemm(Trans::No, Trans::Yes, rows, p.in, p.out, 1.0f, dy, ldy, p.W, p.out, 1.0f, dx, p.in);
-    if (dW) ops::gemm(Trans::Yes, Trans::No, p.in, p.out, rows, 1.0f, x, p.in, dy, ldy, 1.0f, dW, p.out);
-  } else {
-    // y = x W^T:  dx += dy W [rows, in];  dW [out, in] += dy^T x
-    if (dx) ops::gemm(Trans::No, Trans::No, rows, p.in, p.out, 1.0f, dy, ldy, p.W, p.in, 1.0f, dx, p.in);
-    if (dW) ops::gemm(Trans::Yes, Trans::No, p.out, p.in, rows, 1.0f, dy, ldy, x, p.in, 1.0f, dW, p.in);
+// Backward of y = x W^T + b (or x W) for dy [rows, out] (row stride ldy): adds into dx [rows, in]
+// (or writes it, `fresh`), dW (W's layout and size) and db [out]; null pointers skip one. In pieces
+// that tasks of one thread team run on their own thread: dx by blocks of rows, dW whole (one
+// product: x is packed once), db.
+struct ProjBackward {
+  Projection p;
+  const float* x;
+  int64_t rows;
+  const float* dy;
+  int64_t ldy;
+  float *dx, *dW, *db;
+  bool fresh = false;  // dx holds nothing yet: written, not added to
+  // dx[r0:r1] += dy[r0:r1] W [.., in]  (y = x W: dy W^T)
+  void dx_rows(int64_t r0, int64_t r1) const {
+    r1 = std::min(r1, rows);
+    if (!dx || r0 >= r1) return;
+    const float beta = fresh ? 0.0f : 1.0f;
+    if (p.in_out)
+      ops::gemm(Trans::No, Trans::Yes, r1 - r0, p.in, p.out, 1.0f, dy + r0 * ldy, ldy, p.W, p.out, beta, dx + r0 * p.in,
+                p.in, GemmThreads::This);
+    else
+      ops::gemm(Trans::No, Trans::No, r1 - r0, p.in, p.out, 1.0f, dy + r0 * ldy, ldy, p.W, p.in, beta, dx + r0 * p.in,
+                p.in, GemmThreads::This);
+  }
+  // y = x W^T:  dW [out, in] += dy^T x;  y = x W:  dW [in, out] += x^T dy
+  void dw() const {
+    if (!dW) return;
+    if (p.in_out)
+      ops::gemm(Trans::Yes, Trans::No, p.in, p.out, rows, 1.0f, x, p.in, dy, ldy, 1.0f, dW, p.out, GemmThreads::This);
+    else
+      ops::gemm(Trans::Yes, Trans::No, p.out, p.in, rows, 1.0f, dy, ldy, x, p.in, 1.0f, dW, p.in, GemmThreads::This);
   }
   // y += b:  db += sum over rows of dy
-  if (db && p.b)
+  void dbias() const {
+    if (!db || !p.b) return;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < p.out; ++c) db[c] += dy[r * ldy + c];
-}
+  }
+  double flops() const { return 4.0 * rows * p.in * p.out; }
+};
 
 // y [rows, out] = x [rows, in] W^T + b as tasks for one thread team: blocks of rows x output
 // columns, each an independent single-threaded GEMM (a threaded GEMM's threads would wait on each
@@ -262,6 +284,26 @@ std::shared_ptr<float> zeroed_scratch(int64_t floats) {
   std::shared_ptr<float> b = ScratchPool::get(floats);
   std::fill(b.get(), b.get() + floats, 0.0f);
   return b;
+}
+
+// The backward of projections as a stage of one team's tasks (in place of two threaded products per
+// projection, each forking its own team): first every dW (one product each, the biggest tasks), then
+// every db, then dx by blocks of rows, a block's rows of every projection in one task (self-attention's
+// dq, dk, dv are one tensor: no two tasks write a row).
+Stage backward_stage(std::vector<ProjBackward> jobs) {
+  constexpr int64_t kRows = 128;
+  int64_t max_rows = 0;
+  for (const ProjBackward& j : jobs) max_rows = std::max(max_rows, j.rows);
+  const int64_t nj = static_cast<int64_t>(jobs.size());
+  Stage st;
+  st.tasks = 2 * nj + (max_rows + kRows - 1) / kRows;
+  st.run = [jobs = std::move(jobs), nj](int, int64_t t) {
+    if (t < nj) return jobs[static_cast<size_t>(t)].dw();
+    if (t < 2 * nj) return jobs[static_cast<size_t>(t - nj)].dbias();
+    const int64_t r0 = (t - 2 * nj) * kRows;
+    for (const ProjBackward& j : jobs) j.dx_rows(r0, r0 + kRows);
+  };
+  return st;
 }
 
 // Attention on Q, K, V buffers into ctx, then (if given) the output projection from ctx into
@@ -742,13 +784,21 @@ void multihead_attention_backward(MultiheadAttention& m, const Tensor& q, const 
     gWo = grad_of(m.out_proj_weight), gbo = grad_of(m.out_proj_bias);
   }
 
+  // One team for the lot, stage after stage (run_stages: a barrier that sleeps after ~30 us, where
+  // OpenMP's spin; one fork, where the threaded products forked two teams per projection).
+  std::vector<Stage> stages;
+  double work = 0;
+
   // output = context Wo^T + bo:  dcontext = doutput Wo, dWo += doutput^T context, dbo += sum doutput
   const Projection po = m.out_projection();
   std::shared_ptr<float> dctx_buf;
   const float* dctx = dY.data();  // [N*T, Ev]
   if (!po.empty()) {
-    dctx_buf = zeroed_scratch(rows * Ev);
-    project_rows_backward(po, cache.context.data(), rows, dY.data(), Eo, dctx_buf.get(), gWo, gbo);
+    dctx_buf = ScratchPool::get(rows * Ev);  // written whole by the stage (fresh)
+    ProjBackward out{po, cache.context.data(), rows, dY.data(), Eo, dctx_buf.get(), gWo, gbo};
+    out.fresh = true;
+    work += out.flops();
+    stages.push_back(backward_stage({out}));
     dctx = dctx_buf.get();
   }
 
@@ -771,12 +821,21 @@ void multihead_attention_backward(MultiheadAttention& m, const Tensor& q, const 
       heads_problem(Q, ldq, K, ldk, V, ldv, d, NH, HS, HSv, o, const_cast<float*>(cache.context.data()));
   ops::SdpaGrads g;
   g.dq = strided(dQ, T, HS, ldq), g.dk = strided(dK, S, HS, ldk), g.dv = strided(dV, S, HSv, ldv);
-  sdpa_backward(p, cache, ops::StridedIn{dctx, T * Ev, HSv, Ev}, g);
 
   // Q = q Wq^T + bq, K = k Wk^T + bk, V = v Wv^T + bv (or x W): each projection's backward
-  project_rows_backward(m.q_projection(), q.data(), rows, dQ, ldq, dq ? dq->data() : nullptr, gWq, gbq);
-  project_rows_backward(m.k_projection(), k.data(), N * S, dK, ldk, dk ? dk->data() : nullptr, gWk, gbk);
-  project_rows_backward(m.v_projection(), v.data(), N * S, dV, ldv, dv ? dv->data() : nullptr, gWv, gbv);
+  const std::vector<ProjBackward> in_jobs{
+      ProjBackward{m.q_projection(), q.data(), rows, dQ, ldq, dq ? dq->data() : nullptr, gWq, gbq},
+      ProjBackward{m.k_projection(), k.data(), N * S, dK, ldk, dk ? dk->data() : nullptr, gWk, gbk},
+      ProjBackward{m.v_projection(), v.data(), N * S, dV, ldv, dv ? dv->data() : nullptr, gWv, gbv}};
+  for (const ProjBackward& j : in_jobs) work += j.flops();
+  const int team = std::max(ops::TiledBackward::team_for_problem(p), team_for(8, work));
+  ops::TiledBackward attention(p, cache.row_lse.data(), ops::StridedIn{dctx, T * Ev, HSv, Ev}, g, team,
+                               cache.probs.get(), cache.probs_ld);  // allocated before the team
+  stages.push_back({attention.row_tasks(), [&](int, int64_t t) { attention.run_rows(t); }});
+  stages.push_back({attention.tile_tasks(), [&](int id, int64_t t) { attention.run_tile(id, t); }});
+  stages.push_back({attention.reduce_tasks(), [&](int, int64_t t) { attention.run_reduce(t); }});
+  stages.push_back(backward_stage(in_jobs));
+  run_stages(stages, team);
 }
 
 void split_heads_attention_backward(const Tensor& query, const Tensor& key, const Tensor& value, int64_t num_heads,

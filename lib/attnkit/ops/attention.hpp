@@ -211,6 +211,30 @@ class FullWorker {
   std::vector<float> stats_;  // [2, Br] row max, row sum
 };
 
+// sdpa_backward_tiled as three stages of tasks, for callers that run them inside their own thread
+// team (nn/attention.cpp: the projections' backward and the attention's in one team): construct it
+// before the team for `team` threads (it allocates D, the tiles and the partial dQ), then stage 1:
+// run_rows (D_t = dout_t . out_t), stage 2: run_tile(thread, task) (thread < team: its own tiles and
+// partial dQ), stage 3: run_reduce (the partials into grads.dq), each stage complete before the next.
+// Nothing in the stages allocates. team_for_problem: the team sdpa_backward_tiled itself would use.
+class TiledBackward {
+ public:
+  TiledBackward(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads, int team,
+                const float* probs = nullptr, int64_t probs_ld = 0);
+  ~TiledBackward();
+  static int team_for_problem(const SdpaProblem& p);
+  int64_t row_tasks() const;
+  void run_rows(int64_t task);
+  int64_t tile_tasks() const;
+  void run_tile(int thread, int64_t task);
+  int64_t reduce_tasks() const;
+  void run_reduce(int64_t task);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // Tile sizes of sdpa_tiled (tests shrink them to exercise ragged tiles).
 struct TileSizes {
   int64_t query = 256;
