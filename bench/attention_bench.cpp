@@ -5,10 +5,13 @@
 //   build/bench/attention_bench --T 4096 --E 512 --heads 8 --threads 2 --reps 3
 //   --ops        the op-by-op path (nn::multihead_attention_forward_ops) instead of the fused one
 //   --backward   forward (keeping the cache) + nn::multihead_attention_backward for d out.sum()
-//                (dY = 1; gradients of the input and every weight), timed together
+//                (dY = 1; gradients of the input and every weight), timed together; also reports the
+//                best forward and backward CPU times apart
+//   --probs-budget B  MhaOptions::saved_probs_budget (bytes; 0: the O(T) path that recomputes the
+//                probabilities in the backward; default: the library's)
 //   --sgemm-peak only time ops::gemm [1024 x 1024] x [1024 x 1024] (the GFLOP/s ceiling)
 // Prints one JSON line: {"T":..,"E":..,"heads":..,"threads":..,"times_s":[..],"best_s":..,"best_cpu_s":..,
-// "peak_rss_mb":..}; best_cpu_s: the smallest process CPU time of a rep (on a loaded machine, compare
+// "peak_rss_mb":..} (--backward adds "best_forward_cpu_s", "best_backward_cpu_s"); best_cpu_s: the smallest process CPU time of a rep (on a loaded machine, compare
 // one-thread runs by it).
 #include <sys/resource.h>
 #include <time.h>
@@ -29,7 +32,7 @@
 using namespace attnkit;
 
 int main(int argc, char** argv) {
-  int64_t N = 1, T = 1024, E = 512, NH = 8, threads = 2, reps = 3, tq = 0, tk = 0;
+  int64_t N = 1, T = 1024, E = 512, NH = 8, threads = 2, reps = 3, tq = 0, tk = 0, probs_budget = -1;
   bool causal = false, weights = false, by_ops = false, backward = false, sgemm = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -42,6 +45,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = next();
     else if (a == "--tile-q") tq = next();
     else if (a == "--tile-k") tk = next();
+    else if (a == "--probs-budget") probs_budget = next();
     else if (a == "--causal") causal = true;
     else if (a == "--need-weights") weights = true;
     else if (a == "--ops") by_ops = true;
@@ -49,7 +53,8 @@ int main(int argc, char** argv) {
     else if (a == "--sgemm-peak") sgemm = true;
     else {
       std::fprintf(stderr, "usage: attention_bench [--N 1] [--T 1024] [--E 512] [--heads 8] [--threads 2] [--reps 3] "
-                           "[--causal] [--need-weights] [--ops] [--backward] [--sgemm-peak] [--tile-q Q --tile-k K]\n");
+                           "[--causal] [--need-weights] [--ops] [--backward] [--probs-budget BYTES] [--sgemm-peak] "
+                           "[--tile-q Q --tile-k K]\n");
       return 2;
     }
   }
@@ -80,9 +85,10 @@ int main(int argc, char** argv) {
   const Tensor x = rand_normal({N, T, E}, rng);
   nn::MhaOptions o;
   if (causal) o.mask.causal = ops::CausalKind::UpperLeft;
+  if (probs_budget >= 0) o.saved_probs_budget = probs_budget;
   if (weights) o.weights = nn::HeadWeights::Averaged;
   std::vector<double> times;
-  double checksum = 0, best_cpu = 1e30;
+  double checksum = 0, best_cpu = 1e30, best_fwd_cpu = 1e30, best_bwd_cpu = 1e30;
   auto cpu_now = [] {  // process CPU time: robust on a shared machine with --threads 1
     timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -94,12 +100,16 @@ int main(int argc, char** argv) {
     if (backward) {
       nn::MhaCache cache;
       nn::MhaResult y = nn::multihead_attention_forward(m, x, x, x, o, &cache);
+      const double c1 = cpu_now();
+      best_fwd_cpu = std::min(best_fwd_cpu, c1 - c0);
       const Tensor dy = Tensor::filled(y.output.shape(), 1.0f);  // d out.sum() / d out
       Tensor dx(x.shape());
       m.zero_grad();
       nn::multihead_attention_backward(m, x, x, x, o, cache, dy, &dx, &dx, &dx);
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      best_cpu = std::min(best_cpu, cpu_now() - c0);
+      const double c2 = cpu_now();
+      best_cpu = std::min(best_cpu, c2 - c0);
+      best_bwd_cpu = std::min(best_bwd_cpu, c2 - c1);
       checksum = dx[0] + m.in_proj_weight.grad[0];
       continue;
     }
@@ -110,11 +120,14 @@ int main(int argc, char** argv) {
   }
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
-  std::string ts;
+  std::string ts, phases;
+  if (backward)
+    phases = "\"best_forward_cpu_s\":" + std::to_string(best_fwd_cpu) + ",\"best_backward_cpu_s\":" +
+             std::to_string(best_bwd_cpu) + ",";
   for (double t : times) ts += (ts.empty() ? "" : ",") + std::to_string(t);
   std::printf("{\"N\":%lld,\"T\":%lld,\"E\":%lld,\"heads\":%lld,\"threads\":%lld,\"causal\":%s,\"path\":\"%s\",\"times_s\":[%s],"
-              "\"best_s\":%.6f,\"best_cpu_s\":%.6f,\"peak_rss_mb\":%.1f,\"checksum\":%g}\n",
+              "\"best_s\":%.6f,\"best_cpu_s\":%.6f,%s\"peak_rss_mb\":%.1f,\"checksum\":%g}\n",
               (long long)N, (long long)T, (long long)E, (long long)NH, (long long)threads, causal ? "true" : "false",
-              backward ? "forward+backward" : by_ops ? "ops" : "fused", ts.c_str(), *std::min_element(times.begin(), times.end()), best_cpu, ru.ru_maxrss / 1024.0, checksum);
+              backward ? "forward+backward" : by_ops ? "ops" : "fused", ts.c_str(), *std::min_element(times.begin(), times.end()), best_cpu, phases.c_str(), ru.ru_maxrss / 1024.0, checksum);
   return 0;
 }

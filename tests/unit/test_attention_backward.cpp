@@ -138,7 +138,7 @@ void check_close(const Tensor& got, const Tensor& want, const std::string& what,
 
 }  // namespace
 
-TEST_CASE("sdpa_backward_tiled: equals the naive backward on ragged tiles, every mask kind, strided heads, threads") {
+TEST_CASE("sdpa_backward_tiled: equals the naive backward on ragged tiles, every mask kind, strided heads, threads, kept probabilities") {
   for (int threads : {1, 2})
     for (ops::TileSizes tiles : {ops::TileSizes{2, 3}, ops::TileSizes{3, 2}, ops::TileSizes{1, 1}, ops::TileSizes{256, 256}})
       for (const char* kind : kMaskKinds) {
@@ -153,11 +153,26 @@ TEST_CASE("sdpa_backward_tiled: equals the naive backward on ragged tiles, every
         ops::sdpa_tiled(h.problem(), h.lse.data());
         // both add into gradients that already hold something
         Tensor dq = rand_normal(h.q.shape(), rng), dk = rand_normal(h.k.shape(), rng), dv = rand_normal(h.v.shape(), rng);
-        Tensor nq = dq, nk = dk, nv = dv;
+        Tensor nq = dq, nk = dk, nv = dv, sq = dq, sk = dk, sv = dv;
         ops::sdpa_backward_tiled(h.problem(), h.lse.data(), h.dout_in(), h.grads(dq, dk, dv));
         ops::sdpa_backward_naive(h.problem(), h.lse.data(), h.dout_in(), h.grads(nq, nk, nv));
         CHECK((all_finite(dq) && all_finite(dk) && all_finite(dv)));
         check_close(dq, nq, "dq", 2e-5), check_close(dk, nk, "dk", 2e-5), check_close(dv, nv, "dv", 2e-5);
+        // from the probabilities FullWorker kept (rows padded to S + 3 with NaN, never read), not
+        // recomputed: the same gradients
+        const int64_t ld = h.S + 3;
+        std::vector<float> probs(static_cast<size_t>(h.N * h.NH * h.T * ld), std::nanf(""));
+        Tensor out_full(h.out.shape()), lse_full(h.lse.shape());
+        ops::SdpaProblem pf = h.problem();
+        pf.out.data = out_full.data();
+        ops::FullWorker fw(pf, probs.data(), ld);
+        for (int64_t t = 0; t < ops::FullWorker::tasks(pf); ++t) fw.run(t, lse_full.data());
+        check_close(out_full, h.out, "full forward's output", 2e-5);
+        check_close(lse_full, h.lse, "full forward's row_lse", 2e-5);
+        Tensor pq = sq, pk = sk, pv = sv;
+        ops::sdpa_backward_tiled(pf, nullptr, h.dout_in(), h.grads(pq, pk, pv), probs.data(), ld);
+        check_close(pq, nq, "dq from kept probabilities", 2e-5), check_close(pk, nk, "dk from kept probabilities", 2e-5),
+            check_close(pv, nv, "dv from kept probabilities", 2e-5);
       }
   // a null gradient is skipped; dv alone still right
   Rng rng(9);

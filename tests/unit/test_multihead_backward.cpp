@@ -15,6 +15,7 @@
 #include "attnkit/nn/attention_scores.hpp"
 #include "attnkit/tensor/compare.hpp"
 #include "attnkit/tensor/random.hpp"
+#include "attnkit/tensor/threads.hpp"
 #include "gradcheck.hpp"
 #include "test_util.hpp"
 
@@ -174,20 +175,26 @@ TEST_CASE("multi-head attention backward: finite differences of a double referen
     TileGuard guard(tiles);
     const int64_t Sf = f.self ? T : S;  // self-attention: keys = queries
     for (const MaskCase& mc : mask_cases(T, Sf, rng)) {
-      for (auto hw : {nn::HeadWeights::None, nn::HeadWeights::Averaged}) {
+      // no weights asked: the probabilities kept for the backward (within the budget) or recomputed
+      // from row_lse (budget 0); weights asked: recomputed
+      for (int mode = 0; mode < 3; ++mode) {
+        const auto hw = mode < 2 ? nn::HeadWeights::None : nn::HeadWeights::Averaged;
+        const bool keep = mode == 0;
         const std::string form = f.name, mask = mc.name;
         CAPTURE(form);
         CAPTURE(mask);
-        CAPTURE(static_cast<int>(hw));
+        CAPTURE(mode);
         nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(f.weights, NH);
         Tensor q = rand_normal({N, T, E}, rng), k = rand_normal({N, S, f.kdim}, rng), v = rand_normal({N, S, f.vdim}, rng);
         nn::MhaOptions o;
         o.mask = mc.mask;
         o.weights = hw;
+        if (mode == 1) o.saved_probs_budget = 0;
         Tensor& kk = f.self ? q : k;
         Tensor& vv = f.self ? q : v;
         nn::MhaCache cache;
         const Tensor y = nn::multihead_attention_forward(m, q, kk, vv, o, &cache).output;
+        REQUIRE((cache.probs != nullptr) == keep);
         const Tensor dy = rand_normal(y.shape(), rng);
         CHECK(test::dot(dy, y) == doctest::Approx(dot(dy, mha_ref(m, q, kk, vv, o.mask))).epsilon(1e-4));
         Tensor dq(q.shape()), dk(kk.shape()), dv(vv.shape());
@@ -361,13 +368,21 @@ TEST_CASE("multi-head and split-heads backward: PyTorch autograd golden gradient
     const Tensor& kk = self ? q : k;
     const Tensor& vv = self ? q : v;
     if (c.find("key_lengths")) o.mask.key_lengths = nn::key_lengths_from(get(c, "key_lengths"), q.dim(0), "test");
-    nn::MhaCache cache;
-    close(nn::multihead_attention_forward(m, q, kk, vv, o, &cache).output, get(c, "output"), "output");
-    Tensor dq(q.shape()), dk(kk.shape()), dv(vv.shape());
-    nn::multihead_attention_backward(m, q, kk, vv, o, cache, dy, &dq, self ? &dq : &dk, self ? &dq : &dv);
-    close(dq, get(grad, self ? "x" : "query"), "d query");
-    if (!self) close(dk, get(grad, "key"), "d key"), close(dv, get(grad, "value"), "d value");
-    for (nn::Parameter* p : m.named_parameters()) close(p->grad, get(grad, p->name), "d " + p->name);
+    // probabilities kept by the forward (the default budget) and recomputed by the backward (budget 0)
+    for (const bool keep : {true, false}) {
+      CAPTURE(keep);
+      nn::MhaOptions ok = o;
+      if (!keep) ok.saved_probs_budget = 0;
+      nn::MhaCache cache;
+      close(nn::multihead_attention_forward(m, q, kk, vv, ok, &cache).output, get(c, "output"), "output");
+      CHECK((cache.probs != nullptr) == (keep && o.weights == nn::HeadWeights::None));
+      Tensor dq(q.shape()), dk(kk.shape()), dv(vv.shape());
+      m.zero_grad();
+      nn::multihead_attention_backward(m, q, kk, vv, ok, cache, dy, &dq, self ? &dq : &dk, self ? &dq : &dv);
+      close(dq, get(grad, self ? "x" : "query"), "d query");
+      if (!self) close(dk, get(grad, "key"), "d key"), close(dv, get(grad, "value"), "d value");
+      for (nn::Parameter* p : m.named_parameters()) close(p->grad, get(grad, p->name), "d " + p->name);
+    }
     CHECK(m.named_parameters().size() >= 3);
     // through the autograd wrapper: the same
     nn::MultiheadAttention m2 = nn::MultiheadAttention::from_bundle(*c.find("state"), NH);
@@ -378,4 +393,42 @@ TEST_CASE("multi-head and split-heads backward: PyTorch autograd golden gradient
     for (nn::Parameter* p : m2.named_parameters()) close(p->grad, get(grad, p->name), "autograd d " + p->name);
   }
   CHECK(cases == 8);
+}
+
+TEST_CASE("multi-head attention backward: two threads give one thread's gradients (partial dQ, stages), kept and recomputed probabilities") {
+  // Big enough that the backward forks (team_for): the tiny sizes above run on one thread.
+  Rng rng(47);
+  const int64_t N = 2, T = 40, E = 64, NH = 4;
+  nn::MultiheadAttention m0 = nn::MultiheadAttention::from_bundle(
+      bundle_of({{"in_proj_weight", rand_normal({3 * E, E}, rng, 0, 0.15f)}, {"in_proj_bias", rand_normal({3 * E}, rng, 0, 0.1f)},
+                 {"out_proj.weight", rand_normal({E, E}, rng, 0, 0.15f)}, {"out_proj.bias", rand_normal({E}, rng, 0, 0.1f)}}),
+      NH);
+  const Tensor x = rand_normal({N, T, E}, rng), dy = rand_normal({N, T, E}, rng);
+  const int saved = num_threads();
+  for (const bool keep : {true, false}) {
+    CAPTURE(keep);
+    nn::MhaOptions o;
+    o.mask.causal = ops::CausalKind::UpperLeft;
+    if (!keep) o.saved_probs_budget = 0;
+    std::vector<Tensor> dx(2), dW(2);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      nn::MultiheadAttention m = m0;
+      nn::MhaCache cache;
+      nn::multihead_attention_forward(m, x, x, x, o, &cache);
+      CHECK((cache.probs != nullptr) == keep);
+      Tensor g(x.shape());
+      m.zero_grad();
+      nn::multihead_attention_backward(m, x, x, x, o, cache, dy, &g, &g, &g);
+      dx[static_cast<size_t>(threads - 1)] = g, dW[static_cast<size_t>(threads - 1)] = m.in_proj_weight.grad;
+    }
+    set_num_threads(saved);
+    for (size_t i = 0; i < 2; ++i) {
+      const Tensor& a = i == 0 ? dx[0] : dW[0];
+      const Tensor& b = i == 0 ? dx[1] : dW[1];
+      const Comparison cmp = compare(b, a, Tolerance{1e-5, 1e-5});
+      const std::string what = i == 0 ? "d x" : "d in_proj_weight";
+      CHECK_MESSAGE(cmp.close, what << ": max abs error " << cmp.max_abs_error << " at " << shape_str(cmp.max_abs_at));
+    }
+  }
 }

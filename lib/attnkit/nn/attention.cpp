@@ -12,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -25,6 +26,7 @@
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/large_buffer.hpp"
+#include "attnkit/tensor/scratch_pool.hpp"
 #include "attnkit/tensor/threads.hpp"
 
 namespace attnkit::nn {
@@ -59,24 +61,46 @@ void project_rows(const Projection& p, const float* x, int64_t rows, int64_t ldx
               bias);
 }
 
-// Backward of y = x W^T + b (or x W) for dy [rows, out] (row stride ldy): adds into dx [rows, in],
-// dW (W's layout and size) and db [out]; null pointers skip one.
-void project_rows_backward(const Projection& p, const float* x, int64_t rows, const float* dy, int64_t ldy, float* dx,
-                           float* dW, float* db) {
-  if (p.in_out) {
-    // y = x W:  dx += dy W^T [rows, in];  dW [in, out] += x^T dy
-    if (dx) ops::gemm(Trans::No, Trans::Yes, rows, p.in, p.out, 1.0f, dy, ldy, p.W, p.out, 1.0f, dx, p.in);
-    if (dW) ops::gemm(Trans::Yes, Trans::No, p.in, p.out, rows, 1.0f, x, p.in, dy, ldy, 1.0f, dW, p.out);
-  } else {
-    // y = x W^T:  dx += dy W [rows, in];  dW [out, in] += dy^T x
-    if (dx) ops::gemm(Trans::No, Trans::No, rows, p.in, p.out, 1.0f, dy, ldy, p.W, p.in, 1.0f, dx, p.in);
-    if (dW) ops::gemm(Trans::Yes, Trans::No, p.out, p.in, rows, 1.0f, dy, ldy, x, p.in, 1.0f, dW, p.in);
+// Backward of y = x W^T + b (or x W) for dy [rows, out] (row stride ldy): adds into dx [rows, in]
+// (or writes it, `fresh`), dW (W's layout and size) and db [out]; null pointers skip one. In pieces
+// that tasks of one thread team run on their own thread: dx by blocks of rows, dW whole (one
+// product: x is packed once), db.
+struct ProjBackward {
+  Projection p;
+  const float* x;
+  int64_t rows;
+  const float* dy;
+  int64_t ldy;
+  float *dx, *dW, *db;
+  bool fresh = false;  // dx holds nothing yet: written, not added to
+  // dx[r0:r1] += dy[r0:r1] W [.., in]  (y = x W: dy W^T)
+  void dx_rows(int64_t r0, int64_t r1) const {
+    r1 = std::min(r1, rows);
+    if (!dx || r0 >= r1) return;
+    const float beta = fresh ? 0.0f : 1.0f;
+    if (p.in_out)
+      ops::gemm(Trans::No, Trans::Yes, r1 - r0, p.in, p.out, 1.0f, dy + r0 * ldy, ldy, p.W, p.out, beta, dx + r0 * p.in,
+                p.in, GemmThreads::This);
+    else
+      ops::gemm(Trans::No, Trans::No, r1 - r0, p.in, p.out, 1.0f, dy + r0 * ldy, ldy, p.W, p.in, beta, dx + r0 * p.in,
+                p.in, GemmThreads::This);
+  }
+  // y = x W^T:  dW [out, in] += dy^T x;  y = x W:  dW [in, out] += x^T dy
+  void dw() const {
+    if (!dW) return;
+    if (p.in_out)
+      ops::gemm(Trans::Yes, Trans::No, p.in, p.out, rows, 1.0f, x, p.in, dy, ldy, 1.0f, dW, p.out, GemmThreads::This);
+    else
+      ops::gemm(Trans::Yes, Trans::No, p.out, p.in, rows, 1.0f, dy, ldy, x, p.in, 1.0f, dW, p.in, GemmThreads::This);
   }
   // y += b:  db += sum over rows of dy
-  if (db && p.b)
+  void dbias() const {
+    if (!db || !p.b) return;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < p.out; ++c) db[c] += dy[r * ldy + c];
-}
+  }
+  double flops() const { return 4.0 * rows * p.in * p.out; }
+};
 
 // y [rows, out] = x [rows, in] W^T + b as tasks for one thread team: blocks of rows x output
 // columns, each an independent single-threaded GEMM (a threaded GEMM's threads would wait on each
@@ -229,16 +253,61 @@ Tensor head_weights(const ops::SdpaProblem& p, const Dims& d, const MhaOptions& 
   return weights;
 }
 
+// A zero-filled scratch buffer of `floats`.
+std::shared_ptr<float> zeroed_scratch(int64_t floats) {
+  std::shared_ptr<float> b = ScratchPool::get(floats);
+  std::fill(b.get(), b.get() + floats, 0.0f);
+  return b;
+}
+
+// The backward of projections as a stage of one team's tasks (in place of two threaded products per
+// projection, each forking its own team): first every dW (one product each, the biggest tasks), then
+// every db, then dx by blocks of rows, a block's rows of every projection in one task (self-attention's
+// dq, dk, dv are one tensor: no two tasks write a row).
+Stage backward_stage(std::vector<ProjBackward> jobs) {
+  constexpr int64_t kRows = 128;
+  int64_t max_rows = 0;
+  for (const ProjBackward& j : jobs) max_rows = std::max(max_rows, j.rows);
+  const int64_t nj = static_cast<int64_t>(jobs.size());
+  Stage st;
+  st.tasks = 2 * nj + (max_rows + kRows - 1) / kRows;
+  st.run = [jobs = std::move(jobs), nj](int, int64_t t) {
+    if (t < nj) return jobs[static_cast<size_t>(t)].dw();
+    if (t < 2 * nj) return jobs[static_cast<size_t>(t - nj)].dbias();
+    const int64_t r0 = (t - 2 * nj) * kRows;
+    for (const ProjBackward& j : jobs) j.dx_rows(r0, r0 + kRows);
+  };
+  return st;
+}
+
 // Attention on Q, K, V buffers into ctx, then (if given) the output projection from ctx into
 // r.output: one team for the lot when no weights are asked for (the tiled kernel), else the
 // weights kernels between the projections. Without an output projection ctx is r.output's data.
+// With `cache` and the probabilities within o.saved_probs_budget, the attention stage is
+// ops::FullWorker's, writing them into cache->probs for the backward.
 void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d, const MhaOptions& o, bool naive,
-            const float* ctx, const Projection& out, MhaResult& r, float* row_lse, std::string_view op) {
+            const float* ctx, const Projection& out, MhaResult& r, float* row_lse, std::string_view op,
+            MhaCache* cache) {
   ops::check_mask(o.mask, d.N, p.NH, d.T, d.S, op);
   Stage out_stage;
   if (!out.empty()) out_stage = linear_stage({LinearJob{ctx, d.N * d.T, p.NH * p.Dv, out, r.output.data(), out.out}});
-  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), ops::TiledWorker::tasks(p))));
-  if (o.weights == HeadWeights::None && !naive) {
+  // Rows of a multiple of 64 floats get 16 more: the backward walks tiles of P down their columns.
+  const int64_t ld = d.S % 64 == 0 ? d.S + 16 : d.S;
+  const bool keep = cache && o.weights == HeadWeights::None && !naive && d.N * d.T * d.S > 0 &&
+                    double(d.N) * p.NH * d.T * ld * sizeof(float) <= double(o.saved_probs_budget);
+  const int64_t attention_tasks = keep ? ops::FullWorker::tasks(p) : ops::TiledWorker::tasks(p);
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), attention_tasks)));
+  if (keep) {
+    std::shared_ptr<float> buf = ScratchPool::get(d.N * p.NH * d.T * ld);  // [N, NH, T, ld], every row written
+    float* probs = buf.get();
+    cache->probs = std::move(buf), cache->probs_ld = ld;
+    std::vector<ops::FullWorker> workers;  // allocated before the team: nothing throws inside it
+    for (int i = 0; i < team; ++i) workers.emplace_back(p, probs, ld);
+    stages.push_back({ops::FullWorker::tasks(p),
+                      [&](int id, int64_t t) { workers[static_cast<size_t>(id)].run(t, row_lse); }});
+    stages.push_back(std::move(out_stage));
+    run_stages(stages, team);
+  } else if (o.weights == HeadWeights::None && !naive) {
     std::vector<ops::TiledWorker> workers;  // allocated before the team: nothing throws inside it
     for (int i = 0; i < team; ++i) workers.emplace_back(p);
     stages.push_back({ops::TiledWorker::tasks(p),
@@ -283,22 +352,22 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
   const Projection pq = m.q_projection(), pk = m.k_projection(), pv = m.v_projection(), po = m.out_projection();
   const bool has_out = !po.empty();
   MhaResult r = make_output(d, m.output_dim());
-  // (inference's buffers: this thread's kept scratch, not mapped and zeroed anew on every call)
-  KeptScratch ctx_buf(has_out && !cache ? d.N * d.T * Ev : 0, KeptScratch::kAttentionContext);
+  std::shared_ptr<float> ctx_buf = has_out && !cache ? ScratchPool::get(d.N * d.T * Ev) : nullptr;
   if (cache) {
+    cache->probs.reset(), cache->probs_ld = 0;
     cache->row_lse = Tensor({d.N, NH, d.T});
     cache->context = has_out ? Tensor({d.N, d.T, Ev}) : Tensor();
   }
-  float* ctx = !has_out ? r.output.data() : cache ? cache->context.data() : ctx_buf.data();  // [N*T, Ev]
+  float* ctx = !has_out ? r.output.data() : cache ? cache->context.data() : ctx_buf.get();  // [N*T, Ev]
   float* lse = cache ? cache->row_lse.data() : nullptr;
   const int64_t rows = d.N * d.T;
   if (is_self_attention(m, q, k, v)) {
     // Q, K, V side by side in one [N*T, P] buffer (heads read in place, row stride P), each
     // projection writing its column slice.
     const int64_t P = 2 * E + Ev, in = pq.in;
-    KeptScratch qkv_buf(cache ? 0 : rows * P, KeptScratch::kAttentionQkv);
+    std::shared_ptr<float> qkv_buf = cache ? nullptr : ScratchPool::get(rows * P);
     if (cache) cache->Q = Tensor({d.N, d.T, P}), cache->K = Tensor(), cache->V = Tensor();
-    float* QKV = cache ? cache->Q.data() : qkv_buf.data();
+    float* QKV = cache ? cache->Q.data() : qkv_buf.get();
     const ops::SdpaProblem p = heads_problem(QKV, P, QKV + E, P, QKV + 2 * E, P, d, NH, E / NH, Ev / NH, o, ctx);
     const std::optional<Projection> pqkv = joined(pq, pk, pv);
     std::vector<LinearJob> jobs;
@@ -309,20 +378,19 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
       jobs.push_back(LinearJob{q.data(), rows, in, pk, QKV + E, P});
       jobs.push_back(LinearJob{q.data(), rows, in, pv, QKV + 2 * E, P});
     }
-    attend(p, {linear_stage(std::move(jobs))}, d, o, naive, ctx, po, r, lse, op);
+    attend(p, {linear_stage(std::move(jobs))}, d, o, naive, ctx, po, r, lse, op, cache);
   } else {
-    KeptScratch Qb(cache ? 0 : d.N * d.T * E, KeptScratch::kAttentionQkv);
-    KeptScratch Kb(cache ? 0 : d.N * d.S * E, KeptScratch::kAttentionK);
-    KeptScratch Vb(cache ? 0 : d.N * d.S * Ev, KeptScratch::kAttentionV);
+    std::shared_ptr<float> Qb, Kb, Vb;
+    if (!cache) Qb = ScratchPool::get(d.N * d.T * E), Kb = ScratchPool::get(d.N * d.S * E), Vb = ScratchPool::get(d.N * d.S * Ev);
     if (cache) cache->Q = Tensor({d.N, d.T, E}), cache->K = Tensor({d.N, d.S, E}), cache->V = Tensor({d.N, d.S, Ev});
-    float* Q = cache ? cache->Q.data() : Qb.data();  // [N*T, E]
-    float* K = cache ? cache->K.data() : Kb.data();  // [N*S, E]
-    float* V = cache ? cache->V.data() : Vb.data();  // [N*S, Ev]
+    float* Q = cache ? cache->Q.data() : Qb.get();  // [N*T, E]
+    float* K = cache ? cache->K.data() : Kb.get();  // [N*S, E]
+    float* V = cache ? cache->V.data() : Vb.get();  // [N*S, Ev]
     const ops::SdpaProblem p = heads_problem(Q, E, K, E, V, Ev, d, NH, E / NH, Ev / NH, o, ctx);
     attend(p,
            {linear_stage({LinearJob{q.data(), rows, pq.in, pq, Q, E}, LinearJob{k.data(), d.N * d.S, pk.in, pk, K, E},
                           LinearJob{v.data(), d.N * d.S, pv.in, pv, V, Ev}})},
-           d, o, naive, ctx, po, r, lse, op);
+           d, o, naive, ctx, po, r, lse, op, cache);
   }
   if (cache && !has_out) cache->context = r.output.reshaped({d.N, d.T, Ev});
   return r;
@@ -611,6 +679,7 @@ MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, 
   MhaResult r = heads_attention_forward(query, key, value, num_heads, options, cache ? &cache->row_lse : nullptr, op);
   if (cache) {
     cache->Q = cache->K = cache->V = Tensor();
+    cache->probs.reset(), cache->probs_ld = 0;  // recomputed from row_lse by the backward
     cache->context = r.output.reshaped({d.N, d.T, value.dim(-1)});
   }
   return r;
@@ -624,10 +693,10 @@ void check_grad_buffer(const Tensor* g, const Tensor& x, const char* name, std::
              g->shape_str(), x.shape_str());
 }
 
-// The sdpa backward behind both layers: tiled (recomputes the weights tile by tile from row_lse,
-// never a T x S matrix: O(T) memory), whatever forward kernel ran.
-void sdpa_backward(const ops::SdpaProblem& p, const float* row_lse, ops::StridedIn dout, const ops::SdpaGrads& g) {
-  ops::sdpa_backward_tiled(p, row_lse, dout, g);
+// The sdpa backward behind both layers: tiled, reading the probabilities the forward kept (cache.probs)
+// or recomputing them tile by tile from row_lse (never a T x S matrix: O(T) memory).
+void sdpa_backward(const ops::SdpaProblem& p, const MhaCache& cache, ops::StridedIn dout, const ops::SdpaGrads& g) {
+  ops::sdpa_backward_tiled(p, cache.row_lse.data(), dout, g, cache.probs.get(), cache.probs_ld);
 }
 
 ops::StridedOut strided(float* data, int64_t L, int64_t HS, int64_t ld) { return {data, L * ld, HS, ld}; }
@@ -656,9 +725,10 @@ void multihead_attention_backward(MultiheadAttention& m, const Tensor& q, const 
            dY.shape_str(), shape_str(out_shape));
   check_grad_buffer(dq, q, "query", op), check_grad_buffer(dk, k, "key", op), check_grad_buffer(dv, v, "value", op);
   const bool self = is_self_attention(m, q, k, v);
-  const bool cache_fits = cache.row_lse.numel() == N * NH * T && cache.context.numel() == rows * Ev &&
+  bool cache_fits = cache.row_lse.numel() == N * NH * T && cache.context.numel() == rows * Ev &&
                           (self ? cache.Q.numel() == rows * P
                                 : cache.Q.numel() == rows * E && cache.K.numel() == N * S * E && cache.V.numel() == N * S * Ev);
+  cache_fits = cache_fits && (!cache.probs || cache.probs_ld >= S);
   AK_CHECK(cache_fits, "{}: the cache (Q {}, K {}, V {}, context {}, row_lse {}) is not from a forward with these inputs",
            op, cache.Q.shape_str(), cache.K.shape_str(), cache.V.shape_str(), cache.context.shape_str(),
            cache.row_lse.shape_str());
@@ -694,41 +764,58 @@ void multihead_attention_backward(MultiheadAttention& m, const Tensor& q, const 
     gWo = grad_of(m.out_proj_weight), gbo = grad_of(m.out_proj_bias);
   }
 
+  // One team for the lot, stage after stage (run_stages: a barrier that sleeps after ~30 us, where
+  // OpenMP's spin; one fork, where the threaded products forked two teams per projection).
+  std::vector<Stage> stages;
+  double work = 0;
+
   // output = context Wo^T + bo:  dcontext = doutput Wo, dWo += doutput^T context, dbo += sum doutput
   const Projection po = m.out_projection();
-  Tensor dctx_buf;
+  std::shared_ptr<float> dctx_buf;
   const float* dctx = dY.data();  // [N*T, Ev]
   if (!po.empty()) {
-    dctx_buf = Tensor({N, T, Ev});
-    project_rows_backward(po, cache.context.data(), rows, dY.data(), Eo, dctx_buf.data(), gWo, gbo);
-    dctx = dctx_buf.data();
+    dctx_buf = ScratchPool::get(rows * Ev);  // written whole by the stage (fresh)
+    ProjBackward out{po, cache.context.data(), rows, dY.data(), Eo, dctx_buf.get(), gWo, gbo};
+    out.fresh = true;
+    work += out.flops();
+    stages.push_back(backward_stage({out}));
+    dctx = dctx_buf.get();
   }
 
   // context = concat_h softmax(Q_h K_h^T / sqrt(HS)) V_h:  dQ, dK, dV through the tiled backward
   const float *Q, *K, *V;
   int64_t ldq = E, ldk = E, ldv = Ev;
-  Tensor dQKV, dQ_buf, dK_buf, dV_buf;
+  std::shared_ptr<float> dQKV, dK_buf, dV_buf;  // zero-filled scratch
   float *dQ, *dK, *dV;
   if (self) {  // Q | K | V side by side [N*T, P], and their gradients likewise
     Q = cache.Q.data(), K = Q + E, V = Q + 2 * E;
     ldq = ldk = ldv = P;
-    dQKV = Tensor({N, T, P});
-    dQ = dQKV.data(), dK = dQ + E, dV = dQ + 2 * E;
+    dQKV = zeroed_scratch(rows * P);  // [N*T, P]
+    dQ = dQKV.get(), dK = dQ + E, dV = dQ + 2 * E;
   } else {
     Q = cache.Q.data(), K = cache.K.data(), V = cache.V.data();
-    dQ_buf = Tensor({N, T, E}), dK_buf = Tensor({N, S, E}), dV_buf = Tensor({N, S, Ev});
-    dQ = dQ_buf.data(), dK = dK_buf.data(), dV = dV_buf.data();
+    dQKV = zeroed_scratch(rows * E), dK_buf = zeroed_scratch(N * S * E), dV_buf = zeroed_scratch(N * S * Ev);
+    dQ = dQKV.get(), dK = dK_buf.get(), dV = dV_buf.get();  // [N*T, E], [N*S, E], [N*S, Ev]
   }
   const ops::SdpaProblem p =
       heads_problem(Q, ldq, K, ldk, V, ldv, d, NH, HS, HSv, o, const_cast<float*>(cache.context.data()));
   ops::SdpaGrads g;
   g.dq = strided(dQ, T, HS, ldq), g.dk = strided(dK, S, HS, ldk), g.dv = strided(dV, S, HSv, ldv);
-  sdpa_backward(p, cache.row_lse.data(), ops::StridedIn{dctx, T * Ev, HSv, Ev}, g);
 
   // Q = q Wq^T + bq, K = k Wk^T + bk, V = v Wv^T + bv (or x W): each projection's backward
-  project_rows_backward(m.q_projection(), q.data(), rows, dQ, ldq, dq ? dq->data() : nullptr, gWq, gbq);
-  project_rows_backward(m.k_projection(), k.data(), N * S, dK, ldk, dk ? dk->data() : nullptr, gWk, gbk);
-  project_rows_backward(m.v_projection(), v.data(), N * S, dV, ldv, dv ? dv->data() : nullptr, gWv, gbv);
+  const std::vector<ProjBackward> in_jobs{
+      ProjBackward{m.q_projection(), q.data(), rows, dQ, ldq, dq ? dq->data() : nullptr, gWq, gbq},
+      ProjBackward{m.k_projection(), k.data(), N * S, dK, ldk, dk ? dk->data() : nullptr, gWk, gbk},
+      ProjBackward{m.v_projection(), v.data(), N * S, dV, ldv, dv ? dv->data() : nullptr, gWv, gbv}};
+  for (const ProjBackward& j : in_jobs) work += j.flops();
+  const int team = std::max(ops::TiledBackward::team_for_problem(p), team_for(8, work));
+  ops::TiledBackward attention(p, cache.row_lse.data(), ops::StridedIn{dctx, T * Ev, HSv, Ev}, g, team,
+                               cache.probs.get(), cache.probs_ld);  // allocated before the team
+  stages.push_back({attention.row_tasks(), [&](int, int64_t t) { attention.run_rows(t); }});
+  stages.push_back({attention.tile_tasks(), [&](int id, int64_t t) { attention.run_tile(id, t); }});
+  stages.push_back({attention.reduce_tasks(), [&](int, int64_t t) { attention.run_reduce(t); }});
+  stages.push_back(backward_stage(in_jobs));
+  run_stages(stages, team);
 }
 
 void split_heads_attention_backward(const Tensor& query, const Tensor& key, const Tensor& value, int64_t num_heads,
@@ -764,7 +851,7 @@ void split_heads_attention_backward(const Tensor& query, const Tensor& key, cons
   ops::SdpaGrads g;
   g.dq = strided(gq, T, Dq / NH, Dq), g.dk = strided(gk, S, Dq / NH, Dq), g.dv = strided(gv, S, Dv / NH, Dv);
   // context = concat_h softmax(q_h k_h^T / sqrt(HS)) v_h
-  sdpa_backward(p, cache.row_lse.data(), ops::StridedIn{dY.data(), T * Dv, Dv / NH, Dv}, g);
+  sdpa_backward(p, cache, ops::StridedIn{dY.data(), T * Dv, Dv / NH, Dv}, g);
   if (alias) {
     if (dq) add_into(*dq, tq);
     if (dk) add_into(*dk, tk);

@@ -25,8 +25,11 @@
 // attention and the output projection as stages of one thread team (fastest: see
 // docs/benchmarks.md); multihead_attention_forward_ops runs them op by op from the public pieces
 // (project, heads_attention_forward). Without weights requested the tiled kernel runs: no
-// NH x T x S matrix is ever held, in the forward or (sdpa_backward_tiled) in the backward.
+// NH x T x S matrix is ever held, in the forward or (sdpa_backward_tiled) in the backward, except
+// in training when the probabilities fit MhaOptions::saved_probs_budget (kept from the forward for
+// the backward: T = 1024 with 8 heads, 34 MB; T = 4096 and longer stay O(T)).
 #pragma once
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -92,6 +95,12 @@ struct MhaOptions {
   // Causal kinds, key lengths (key padding, per batch element) and an explicit mask
   // (1 = attend; [T, S], [N, T, S] or [N, NH, T, S]); see ops/attention.hpp.
   ops::MaskSpec mask;
+  // Training (a forward given a cache, no weights asked for): when the heads' probabilities
+  // [N, NH, T, S] fit in this many bytes, the forward keeps them (ops::FullWorker) and the backward
+  // reads them instead of recomputing Q K^T and the exps; above it both stay O(T) in memory
+  // (tiled forward, FlashAttention-2 style backward from row_lse). 0: never keep them. The default
+  // keeps T = S = 1024 with 8 heads (34 MB) and gives up at T = 2048 (136 MB).
+  int64_t saved_probs_budget = int64_t{64} << 20;
 };
 
 struct MhaResult {
@@ -106,6 +115,10 @@ struct MhaCache {
   Tensor Q, K, V;
   Tensor context;  // [N, T, Ev] heads concatenated, before the output projection
   Tensor row_lse;  // [N, NH, T] log-sum-exp of each query's scores (ops::sdpa_*)
+  // The heads' probabilities [N, NH, T, S] with row stride probs_ld >= S when they fit the options'
+  // saved_probs_budget, else null.
+  std::shared_ptr<const float> probs;
+  int64_t probs_ld = 0;
 };
 
 // query [T, Dq] / [N, T, Dq]; key [S, Dk] / [N, S, Dk]; value [S, Dv] / [N, S, Dv].

@@ -22,6 +22,7 @@
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/large_buffer.hpp"
+#include "attnkit/tensor/scratch_pool.hpp"
 #include "attnkit/tensor/threads.hpp"
 
 namespace attnkit::nn {
@@ -73,8 +74,8 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   // Input projection for every step at once: one GEMM, hoisted out of the time loop. For LSTM and
   // RNN the hidden products are then added into it in place (GRU keeps them apart: r ⊙ (W_hn h)).
   const int team = static_cast<int>(parts.units.size());
-  KeptScratch xproj_buf(N * T * GH, KeptScratch::kRecurrentInput);
-  MapRM xproj(xproj_buf.data(), N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
+  const std::shared_ptr<float> xproj_buf = ScratchPool::get(N * T * GH);  // recycled: no fresh pages per call
+  MapRM xproj(xproj_buf.get(), N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
   {
     // The team's threads take runs of rows, each running Eigen's blocked GEMM on its own (no global
     // Eigen setting is read or touched). A small GEMM stays on one thread: forking costs more than

@@ -6,7 +6,7 @@
 #include "attnkit/autograd/layers.hpp"
 #include "attnkit/autograd/multihead.hpp"
 #include "attnkit/tensor/error.hpp"
-#include "attnkit/tensor/large_buffer.hpp"
+#include "attnkit/tensor/scratch_pool.hpp"
 #include "attnkit/tensor/threads.hpp"
 
 namespace attnkit::nn {
@@ -79,13 +79,13 @@ Var ff_residual(Linear& linear1, Linear& linear2, const TransformerLayerOptions&
   if (in_place() && relu && !d.active(o.dropout) && linear1.well_formed() && linear2.well_formed() &&
       linear2.in_features() == F && !x.shape().empty() && x.shape().back() == E && x.shape() == base.shape() &&
       linear2.out_features() == E) {
-    // Inference: the hidden [rows, F] (the layer's largest buffer, 32 MB at 16 x 256 x 2048) in this
-    // thread's kept scratch: not allocated, zero-filled and faulted in anew on every call.
+    // Inference: the hidden [rows, F] (the layer's largest buffer, 32 MB at 16 x 256 x 2048) from the
+    // scratch pool: not allocated, zero-filled and faulted in anew on every call.
     const int64_t rows = x.value().numel() / E;
-    KeptScratch h(rows * F, KeptScratch::kFeedForward);
-    linear1.apply(x.value().data(), rows, h.data(), true, nullptr);  // [rows, F] = relu(x W1^T + b1)
+    const std::shared_ptr<float> h = ScratchPool::get(rows * F);
+    linear1.apply(x.value().data(), rows, h.get(), true, nullptr);  // [rows, F] = relu(x W1^T + b1)
     Tensor y(base.shape());
-    linear2.apply(h.data(), rows, y.data(), false, base.value().data());  // [rows, E] = base + h W2^T + b2
+    linear2.apply(h.get(), rows, y.data(), false, base.value().data());  // [rows, E] = base + h W2^T + b2
     return Var(std::move(y));
   }
   Var h = linear1.forward(x, {relu, nullptr});  // [N, T, F] = act(x W1^T + b1)

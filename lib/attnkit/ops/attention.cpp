@@ -233,41 +233,63 @@ void sdpa_tiled(const SdpaProblem& p, float* row_lse) {
 }
 
 // ---- scores and weights materialised: one [br, S] block per query tile ----
+// The block's rows: about 128 K floats (S = 1024: 128 rows), so that the block Q_i K^T writes stays
+// near L2 while each of its rows is softmaxed (in L1) and P V reads it back, and K's packed panels
+// serve enough rows (64, 128 and 256 rows measured alike within the machine's noise, one thread).
+int64_t FullWorker::block_rows(const SdpaProblem& p) {
+  const int64_t fit = std::max<int64_t>(16, (int64_t{1} << 17) / std::max<int64_t>(p.S, 1));
+  return std::min<int64_t>({g_tiles.query, fit, std::max<int64_t>(p.T, 1)});
+}
+
+int64_t FullWorker::tasks(const SdpaProblem& p) {
+  const int64_t Br = block_rows(p);
+  return p.N * p.NH * ((p.T + Br - 1) / Br);
+}
+
+FullWorker::FullWorker(const SdpaProblem& p, float* weights, int64_t ld, float* scores)
+    : p_(p), weights_(weights), scores_(scores), ld_(ld), Br_(block_rows(p)), stats_(static_cast<size_t>(2 * Br_)) {
+  AK_CHECK(weights != nullptr && ld >= p.S, "attention: the full kernel needs a weights buffer with rows of at least S");
+}
+
+void FullWorker::run(int64_t task, float* row_lse) {
+  const SdpaProblem& p = p_;
+  const int64_t tiles_per_head = (p.T + Br_ - 1) / Br_;
+  const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
+  const int64_t t0 = (task % tiles_per_head) * Br_, br = std::min(Br_, p.T - t0);
+  float* wblock = weights_ + (nh * p.T + t0) * ld_;  // [br, S] (row stride ld)
+  const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;  // [br, Dk]
+  // W = scale Q_i K^T   [br, S]
+  gemm(Trans::No, Trans::Yes, br, p.S, p.Dk, p.scale, Qi, p.q.row, p.k.data + n * p.k.batch + h * p.k.head, p.k.row,
+       0.0f, wblock, ld_, GemmThreads::This);
+  if (p.mask && p.mask->any())
+    for (int64_t r = 0; r < br; ++r)
+      mask_scores(wblock + r * ld_, 0, p.S, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
+  float* mx = stats_.data();  // [br]
+  float* sum = mx + Br_;      // [br]
+  for (int64_t r = 0; r < br; ++r) {
+    float* w = wblock + r * ld_;
+    if (scores_) std::copy(w, w + p.S, scores_ + (nh * p.T + t0 + r) * p.S);
+    softmax_rows(w, 1, p.S, mx + r, sum + r);
+  }
+  if (row_lse)
+    for (int64_t r = 0; r < br; ++r) row_lse[nh * p.T + t0 + r] = sum[r] > 0 ? mx[r] + std::log(sum[r]) : kNegInf;
+  // out_i = W V   [br, Dv]
+  gemm(Trans::No, Trans::No, br, p.Dv, p.S, 1.0f, wblock, ld_, p.v.data + n * p.v.batch + h * p.v.head, p.v.row, 0.0f,
+       p.out.data + n * p.out.batch + h * p.out.head + t0 * p.out.row, p.out.row, GemmThreads::This);
+}
+
 void sdpa_full(const SdpaProblem& p, float* scores, float* weights, float* row_lse) {
   AK_CHECK(weights != nullptr, "attention: sdpa_full needs a weights buffer");
-  const int64_t Br = std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1));
-  const int64_t tiles_per_head = (p.T + Br - 1) / Br;
-  const int64_t tasks = p.N * p.NH * tiles_per_head;
+  const int64_t tasks = FullWorker::tasks(p);
   const int team = team_for(tasks, sdpa_flops(p));
-  // Allocated before the team: each thread's row max and sum [Br].
-  std::vector<float> stats(static_cast<size_t>(team) * 2 * Br);
-  ParallelErrors errors;  // Eigen's product may allocate: an exception is rethrown after the team
-#pragma omp parallel for num_threads(team) schedule(dynamic, 1) if (team > 1)
-  for (int64_t task = 0; task < tasks; ++task) {
-    errors.run([&] {
-      const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
-      const int64_t t0 = (task % tiles_per_head) * Br, br = std::min(Br, p.T - t0);
-      float* wblock = weights + (nh * p.T + t0) * p.S;
-      MapRM W(wblock, br, p.S);
-      const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;  // [br, Dk]
-      // W = scale Q_i K^T   [br, S]
-      gemm(Trans::No, Trans::Yes, br, p.S, p.Dk, p.scale, Qi, p.q.row, p.k.data + n * p.k.batch + h * p.k.head,
-           p.k.row, 0.0f, wblock, p.S, GemmThreads::This);
-      if (p.mask && p.mask->any())
-        for (int64_t r = 0; r < br; ++r)
-          mask_scores(&W(r, 0), 0, p.S, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
-      if (scores) std::copy(wblock, wblock + br * p.S, scores + (nh * p.T + t0) * p.S);
-      float* mx = stats.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * Br;  // [br]
-      float* sum = mx + Br;                                                           // [br]
-      softmax_rows(wblock, br, p.S, mx, sum);
-      if (row_lse)
-        for (int64_t r = 0; r < br; ++r) row_lse[nh * p.T + t0 + r] = sum[r] > 0 ? mx[r] + std::log(sum[r]) : kNegInf;
-      // out_i = W V   [br, Dv]
-      gemm(Trans::No, Trans::No, br, p.Dv, p.S, 1.0f, wblock, p.S, p.v.data + n * p.v.batch + h * p.v.head, p.v.row,
-           0.0f, p.out.data + n * p.out.batch + h * p.out.head + t0 * p.out.row, p.out.row, GemmThreads::This);
-    });
+  std::vector<FullWorker> workers;  // allocated before the team: nothing throws inside it
+  for (int i = 0; i < team; ++i) workers.emplace_back(p, weights, p.S, scores);
+  std::atomic<int64_t> next{0};
+#pragma omp parallel num_threads(team) if (team > 1)
+  {
+    FullWorker& w = workers[static_cast<size_t>(omp_get_thread_num())];
+    for (int64_t task; (task = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) w.run(task, row_lse);
   }
-  errors.rethrow();
 }
 
 // ---- reference: plain loops, double precision ----
@@ -328,100 +350,157 @@ void sdpa_naive(const SdpaProblem& p, float* scores, float* weights, float* row_
 //   dQ_i += scale dS_ij K_j  (into the thread's own partial dQ; summed after the team)
 // Memory: two [Br, Bc] tiles per thread, D [N, NH, T], and one partial dQ [N, NH, T, Dk] per
 // thread beyond the first (O(T), never T x S).
-void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads) {
-  AK_CHECK(row_lse != nullptr, "attention backward: the tiled kernel needs the forward's row log-sum-exp");
-  if (p.N * p.NH * p.T == 0 || p.S == 0) return;
-  const int64_t Br = std::min<int64_t>(g_tiles.query, p.T), Bc = std::min<int64_t>(g_tiles.key, p.S);
-  const int64_t ldt = Bc + kTilePad;  // the tiles' row stride
-  const int64_t key_tiles = (p.S + Bc - 1) / Bc;
-  const int64_t tasks = p.N * p.NH * key_tiles, rows = p.N * p.NH * p.T;
-  const int team = team_for(tasks, 2.5 * sdpa_flops(p));  // five products
-  const bool masked = p.mask && p.mask->any();
-  const bool want_dq = grads.dq.data != nullptr;
-  // Allocated before the team: nothing inside it allocates.
-  std::vector<float> D(static_cast<size_t>(rows));  // [N, NH, T] D_t = dout_t . out_t
-  std::vector<float> tiles(static_cast<size_t>(team) * 2 * Br * ldt);
-  // Thread 0 adds straight into grads.dq, the others into zeroed partials [N, NH, T, Dk].
-  const int64_t part_size = p.N * p.NH * p.T * p.Dk;
-  std::vector<float> partial(want_dq ? static_cast<size_t>(team - 1) * part_size : 0, 0.0f);
-  ParallelErrors errors;
-#pragma omp parallel num_threads(team) if (team > 1)
-  {
-#pragma omp for schedule(static)
-    for (int64_t row = 0; row < rows; ++row) {
+// With the forward's probabilities (probs [N, NH, T, probs_ld], FullWorker's), P_ij is read in place
+// instead: no Q_i K_j^T, no exp (a seventh of the products).
+struct TiledBackward::Impl {
+  SdpaProblem p;
+  const float* row_lse;
+  StridedIn dout;
+  SdpaGrads grads;
+  const float* probs;
+  int64_t probs_ld;
+  int team;
+  int64_t Br, Bc, ldt, key_tiles, tasks, rows, part_size;
+  bool masked, want_dq;
+  std::vector<float> D;        // [N, NH, T] D_t = dout_t . out_t
+  std::vector<float> tiles;    // per thread: [Br, ldt] P, [Br, ldt] dP -> dS
+  std::vector<float> partial;  // per thread beyond the first: zeroed [N, NH, T, Dk] partial dQ
+  static constexpr int64_t kRowBlock = 512;
+
+  Impl(const SdpaProblem& p_, const float* row_lse_, StridedIn dout_, const SdpaGrads& grads_, int team_,
+       const float* probs_, int64_t probs_ld_)
+      : p(p_), row_lse(row_lse_), dout(dout_), grads(grads_), probs(probs_), probs_ld(probs_ld_), team(std::max(team_, 1)) {
+    AK_CHECK(row_lse != nullptr || probs != nullptr,
+             "attention backward: the tiled kernel needs the forward's row log-sum-exp or its probabilities");
+    AK_CHECK(!probs || probs_ld >= p.S, "attention backward: the probabilities' row stride {} is less than S = {}",
+             probs_ld, p.S);
+    const bool empty = p.N * p.NH * p.T == 0 || p.S == 0;
+    Br = std::max<int64_t>(1, std::min<int64_t>(g_tiles.query, p.T));
+    Bc = std::max<int64_t>(1, std::min<int64_t>(g_tiles.key, p.S));
+    ldt = Bc + kTilePad;
+    key_tiles = (p.S + Bc - 1) / Bc;
+    tasks = empty ? 0 : p.N * p.NH * key_tiles;
+    rows = empty ? 0 : p.N * p.NH * p.T;
+    masked = p.mask && p.mask->any();
+    want_dq = grads.dq.data != nullptr;
+    part_size = p.N * p.NH * p.T * p.Dk;
+    if (empty) return;
+    D.resize(static_cast<size_t>(rows));
+    tiles.resize(static_cast<size_t>(team) * 2 * Br * ldt);
+    partial.assign(want_dq ? static_cast<size_t>(team - 1) * part_size : 0, 0.0f);
+  }
+
+  int64_t row_tasks() const { return (rows + kRowBlock - 1) / kRowBlock; }
+  void run_rows(int64_t task) {
+    for (int64_t row = task * kRowBlock; row < std::min(rows, (task + 1) * kRowBlock); ++row) {
       const int64_t nh = row / p.T, n = nh / p.NH, h = nh % p.NH, t = row % p.T;
       const float* o = p.out.data + n * p.out.batch + h * p.out.head + t * p.out.row;
       const float* g = dout.data + n * dout.batch + h * dout.head + t * dout.row;
       float acc = 0;
       for (int64_t j = 0; j < p.Dv; ++j) acc += o[j] * g[j];
       D[static_cast<size_t>(row)] = acc;
-    }  // implicit barrier: D is complete
-    const int id = omp_get_thread_num();
+    }
+  }
+
+  void run_tile(int id, int64_t task) {
     float* E = tiles.data() + static_cast<size_t>(id) * 2 * Br * ldt;  // [Br, Bc] P (row stride ldt)
     float* dP = E + Br * ldt;                                           // [Br, Bc] dP -> dS
     StridedOut dq = grads.dq;
     if (id > 0 && want_dq)
       dq = {partial.data() + static_cast<size_t>(id - 1) * part_size, p.NH * p.T * p.Dk, p.T * p.Dk, p.Dk};
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) {
-      errors.run([&] {
-        const int64_t nh = task / key_tiles, n = nh / p.NH, h = nh % p.NH;
-        const int64_t s0 = (task % key_tiles) * Bc, bc = std::min(Bc, p.S - s0);
-        const float* Kj = p.k.data + n * p.k.batch + h * p.k.head + s0 * p.k.row;  // [bc, Dk]
-        const float* Vj = p.v.data + n * p.v.batch + h * p.v.head + s0 * p.v.row;  // [bc, Dv]
-        for (int64_t t0 = 0; t0 < p.T; t0 += Br) {
-          const int64_t br = std::min(Br, p.T - t0);
-          // Limits grow with t: when the tile's last query sees no key of tile j, none does.
-          if (row_limit(p, n, t0 + br - 1) <= s0) continue;
-          const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;   // [br, Dk]
-          const float* dOi = dout.data + n * dout.batch + h * dout.head + t0 * dout.row;  // [br, Dv]
-          // E = scale Q_i K_j^T   [br, bc]
-          gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, E, ldt);
-          for (int64_t r = 0; r < br; ++r) {  // P = exp(E - lse), masked and fully masked rows 0
-            float* e = E + r * ldt;
-            if (masked) mask_scores(e, s0, bc, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
-            const float lse = row_lse[nh * p.T + t0 + r];
-            Eigen::Map<Eigen::ArrayXf> P(e, bc);
-            if (lse == kNegInf) P.setZero();
-            else if (masked) masked_exp(P, lse);
-            else P = (P - lse).exp();
-          }
-          // dV_j += P^T dO_i   [bc, Dv]
-          if (grads.dv.data)
-            gemm(Trans::Yes, Trans::No, bc, p.Dv, br, 1.0f, E, ldt, dOi, dout.row, 1.0f,
-                 grads.dv.data + n * grads.dv.batch + h * grads.dv.head + s0 * grads.dv.row, grads.dv.row);
-          if (!want_dq && !grads.dk.data) continue;
-          // dP = dO_i V_j^T   [br, bc];  dS = P (dP - D)
-          gemm(Trans::No, Trans::Yes, br, bc, p.Dv, 1.0f, dOi, dout.row, Vj, p.v.row, 0.0f, dP, ldt);
-          for (int64_t r = 0; r < br; ++r) {
-            Eigen::Map<Eigen::ArrayXf> dS(dP + r * ldt, bc);
-            dS = Eigen::Map<const Eigen::ArrayXf>(E + r * ldt, bc) * (dS - D[static_cast<size_t>(nh * p.T + t0 + r)]);
-          }
-          // dK_j += scale dS^T Q_i   [bc, Dk]
-          if (grads.dk.data)
-            gemm(Trans::Yes, Trans::No, bc, p.Dk, br, p.scale, dP, ldt, Qi, p.q.row, 1.0f,
-                 grads.dk.data + n * grads.dk.batch + h * grads.dk.head + s0 * grads.dk.row, grads.dk.row);
-          // dQ_i += scale dS K_j   [br, Dk]
-          if (want_dq)
-            gemm(Trans::No, Trans::No, br, p.Dk, bc, p.scale, dP, ldt, Kj, p.k.row, 1.0f,
-                 dq.data + n * dq.batch + h * dq.head + t0 * dq.row, dq.row);
+    const int64_t nh = task / key_tiles, n = nh / p.NH, h = nh % p.NH;
+    const int64_t s0 = (task % key_tiles) * Bc, bc = std::min(Bc, p.S - s0);
+    const float* Kj = p.k.data + n * p.k.batch + h * p.k.head + s0 * p.k.row;  // [bc, Dk]
+    const float* Vj = p.v.data + n * p.v.batch + h * p.v.head + s0 * p.v.row;  // [bc, Dv]
+    for (int64_t t0 = 0; t0 < p.T; t0 += Br) {
+      const int64_t br = std::min(Br, p.T - t0);
+      // Limits grow with t: when the tile's last query sees no key of tile j, none does.
+      if (row_limit(p, n, t0 + br - 1) <= s0) continue;
+      const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;   // [br, Dk]
+      const float* dOi = dout.data + n * dout.batch + h * dout.head + t0 * dout.row;  // [br, Dv]
+      const float* Pij = E;  // [br, bc] (row stride ldp)
+      int64_t ldp = ldt;
+      if (probs) {
+        Pij = probs + (nh * p.T + t0) * probs_ld + s0, ldp = probs_ld;
+      } else {
+        // E = scale Q_i K_j^T   [br, bc]
+        gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, E, ldt, GemmThreads::This);
+        for (int64_t r = 0; r < br; ++r) {  // P = exp(E - lse), masked and fully masked rows 0
+          float* e = E + r * ldt;
+          if (masked) mask_scores(e, s0, bc, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
+          const float lse = row_lse[nh * p.T + t0 + r];
+          Eigen::Map<Eigen::ArrayXf> P(e, bc);
+          if (lse == kNegInf) P.setZero();
+          else if (masked) masked_exp(P, lse);
+          else P = (P - lse).exp();
         }
-      });
+      }
+      // dV_j += P^T dO_i   [bc, Dv]
+      if (grads.dv.data)
+        gemm(Trans::Yes, Trans::No, bc, p.Dv, br, 1.0f, Pij, ldp, dOi, dout.row, 1.0f,
+             grads.dv.data + n * grads.dv.batch + h * grads.dv.head + s0 * grads.dv.row, grads.dv.row, GemmThreads::This);
+      if (!want_dq && !grads.dk.data) continue;
+      // dP = dO_i V_j^T   [br, bc];  dS = P (dP - D)
+      gemm(Trans::No, Trans::Yes, br, bc, p.Dv, 1.0f, dOi, dout.row, Vj, p.v.row, 0.0f, dP, ldt, GemmThreads::This);
+      for (int64_t r = 0; r < br; ++r) {
+        Eigen::Map<Eigen::ArrayXf> dS(dP + r * ldt, bc);
+        dS = Eigen::Map<const Eigen::ArrayXf>(Pij + r * ldp, bc) * (dS - D[static_cast<size_t>(nh * p.T + t0 + r)]);
+      }
+      // dK_j += scale dS^T Q_i   [bc, Dk]
+      if (grads.dk.data)
+        gemm(Trans::Yes, Trans::No, bc, p.Dk, br, p.scale, dP, ldt, Qi, p.q.row, 1.0f,
+             grads.dk.data + n * grads.dk.batch + h * grads.dk.head + s0 * grads.dk.row, grads.dk.row, GemmThreads::This);
+      // dQ_i += scale dS K_j   [br, Dk]
+      if (want_dq)
+        gemm(Trans::No, Trans::No, br, p.Dk, bc, p.scale, dP, ldt, Kj, p.k.row, 1.0f,
+             dq.data + n * dq.batch + h * dq.head + t0 * dq.row, dq.row, GemmThreads::This);
     }
-    // implicit barrier: every partial dQ is complete
-    if (want_dq && team > 1) {
-#pragma omp for schedule(static)
-      for (int64_t row = 0; row < rows; ++row) {
-        const int64_t nh = row / p.T, n = nh / p.NH, h = nh % p.NH, t = row % p.T;
-        float* g = grads.dq.data + n * grads.dq.batch + h * grads.dq.head + t * grads.dq.row;
-        for (int th = 0; th + 1 < team; ++th) {
-          const float* src = partial.data() + static_cast<size_t>(th) * part_size + row * p.Dk;
-          for (int64_t j = 0; j < p.Dk; ++j) g[j] += src[j];
-        }
+  }
+
+  int64_t reduce_tasks() const { return want_dq && team > 1 ? row_tasks() : 0; }
+  void run_reduce(int64_t task) {
+    for (int64_t row = task * kRowBlock; row < std::min(rows, (task + 1) * kRowBlock); ++row) {
+      const int64_t nh = row / p.T, n = nh / p.NH, h = nh % p.NH, t = row % p.T;
+      float* g = grads.dq.data + n * grads.dq.batch + h * grads.dq.head + t * grads.dq.row;
+      for (int th = 0; th + 1 < team; ++th) {
+        const float* src = partial.data() + static_cast<size_t>(th) * part_size + row * p.Dk;
+        for (int64_t j = 0; j < p.Dk; ++j) g[j] += src[j];
       }
     }
   }
-  errors.rethrow();
+};
+
+TiledBackward::TiledBackward(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads,
+                             int team, const float* probs, int64_t probs_ld)
+    : impl_(std::make_unique<Impl>(p, row_lse, dout, grads, team, probs, probs_ld)) {}
+TiledBackward::~TiledBackward() = default;
+int TiledBackward::team_for_problem(const SdpaProblem& p) {
+  const int64_t Bc = std::max<int64_t>(1, std::min<int64_t>(g_tiles.key, p.S));
+  return team_for(p.N * p.NH * ((p.S + Bc - 1) / Bc), 2.5 * sdpa_flops(p));  // five products
+}
+int64_t TiledBackward::row_tasks() const { return impl_->row_tasks(); }
+void TiledBackward::run_rows(int64_t task) { impl_->run_rows(task); }
+int64_t TiledBackward::tile_tasks() const { return impl_->tasks; }
+void TiledBackward::run_tile(int thread, int64_t task) { impl_->run_tile(thread, task); }
+int64_t TiledBackward::reduce_tasks() const { return impl_->reduce_tasks(); }
+void TiledBackward::run_reduce(int64_t task) { impl_->run_reduce(task); }
+
+void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads,
+                         const float* probs, int64_t probs_ld) {
+  const int team = TiledBackward::team_for_problem(p);
+  TiledBackward b(p, row_lse, dout, grads, team, probs, probs_ld);  // allocates: before the team
+#pragma omp parallel num_threads(team) if (team > 1)
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < b.row_tasks(); ++t) b.run_rows(t);
+    // implicit barrier: D is complete
+    const int id = omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < b.tile_tasks(); ++t) b.run_tile(id, t);
+    // implicit barrier: every partial dQ is complete
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < b.reduce_tasks(); ++t) b.run_reduce(t);
+  }
 }
 
 // ---- backward reference: plain loops, double precision ----

@@ -149,7 +149,10 @@ struct SdpaGrads {
 // before the team. Memory beyond inputs and grads: two tiles per thread, [N, NH, T] for D and,
 // with more than one thread, (threads - 1) x [N, NH, T, Dk] partial dQ; never a T x S matrix.
 // Key tiles no query can see (causal, key lengths) are skipped. Threads: num_threads().
-void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads);
+// probs (may be null): the forward's probabilities [N, NH, T, S] with row stride probs_ld >= S
+// (FullWorker's weights), read tile by tile instead of recomputed (row_lse is then not read).
+void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads,
+                         const float* probs = nullptr, int64_t probs_ld = 0);
 // Plain loops in double precision (the reference the tests compare against). It recomputes the
 // softmax and the output from q, k, v itself: row_lse and p.out are not read (row_lse may be null).
 void sdpa_backward_naive(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads);
@@ -183,6 +186,49 @@ class TiledWorker {
   ~TiledWorker();
   static int64_t tasks(const SdpaProblem& p);
   void run(int64_t task, float* row_lse);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// sdpa_full as independent tasks (batch element x head x block of query rows), like TiledWorker:
+// writes the weights (probabilities) [N, NH, T, S] with row stride ld >= S (the columns past S are
+// not touched; a padded stride keeps a column walk of a block out of a few L1 sets), the output
+// and row_lse (may be null); with `scores`, also the masked scores, contiguous [N, NH, T, S].
+// One thread's worker per thread, made before the team; run() allocates nothing.
+class FullWorker {
+ public:
+  FullWorker(const SdpaProblem& p, float* weights, int64_t ld, float* scores = nullptr);
+  static int64_t tasks(const SdpaProblem& p);
+  static int64_t block_rows(const SdpaProblem& p);
+  void run(int64_t task, float* row_lse);
+
+ private:
+  SdpaProblem p_;
+  float *weights_, *scores_;
+  int64_t ld_, Br_;
+  std::vector<float> stats_;  // [2, Br] row max, row sum
+};
+
+// sdpa_backward_tiled as three stages of tasks, for callers that run them inside their own thread
+// team (nn/attention.cpp: the projections' backward and the attention's in one team): construct it
+// before the team for `team` threads (it allocates D, the tiles and the partial dQ), then stage 1:
+// run_rows (D_t = dout_t . out_t), stage 2: run_tile(thread, task) (thread < team: its own tiles and
+// partial dQ), stage 3: run_reduce (the partials into grads.dq), each stage complete before the next.
+// Nothing in the stages allocates. team_for_problem: the team sdpa_backward_tiled itself would use.
+class TiledBackward {
+ public:
+  TiledBackward(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads, int team,
+                const float* probs = nullptr, int64_t probs_ld = 0);
+  ~TiledBackward();
+  static int team_for_problem(const SdpaProblem& p);
+  int64_t row_tasks() const;
+  void run_rows(int64_t task);
+  int64_t tile_tasks() const;
+  void run_tile(int thread, int64_t task);
+  int64_t reduce_tasks() const;
+  void run_reduce(int64_t task);
 
  private:
   struct Impl;
