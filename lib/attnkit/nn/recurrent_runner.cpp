@@ -109,8 +109,11 @@ class Scratch {
       return;
     }
     thread_local std::vector<float, Eigen::aligned_allocator<float>> kept[2];
-    if (kept[slot].size() < floats) kept[slot].resize(floats);
-    data_ = kept[slot].data();
+    if (kept[slot].size() < floats + 16) kept[slot].resize(floats + 16);
+    // to a cache line (Eigen's allocator aligns to its packet size, 32 bytes with AVX2): a team's
+    // parts write runs of whole lines, never one line from two cores
+    const uintptr_t p = reinterpret_cast<uintptr_t>(kept[slot].data());
+    data_ = reinterpret_cast<float*>((p + 63) / 64 * 64);
   }
   float* data() { return data_; }
 
@@ -143,11 +146,17 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     project(0, big ? ops::GemmThreads::Policy : ops::GemmThreads::This);
   }
 
-  MatrixRM hproj(gru ? N : 0, GH);          // GRU: [N, G*H] W_hh h_prev, blocked columns
-  MatrixRM hbuf(2 * N, H), cbuf(2 * N, H);  // double-buffered state [N, H] x 2
-  MatrixRM init = MatrixRM::Zero(2 * N, H);  // h0; c0 (rows N..2N)
+  // The initial state, the double-buffered state and GRU's hidden products, each on whole cache lines.
+  const int64_t state = (2 * N * H + 15) / 16 * 16;
+  Scratch state_buf(size_t(3 * state + (gru ? N * GH : 0)), 1);
+  MapRM init(state_buf.data(), 2 * N, H);              // h0; c0 (rows N..2N)
+  MapRM hbuf(state_buf.data() + state, 2 * N, H);      // [N, H] x 2
+  MapRM cbuf(state_buf.data() + 2 * state, 2 * N, H);  // [N, H] x 2
+  MapRM hproj(state_buf.data() + 3 * state, gru ? N : 0, GH);  // GRU: [N, G*H] W_hh h_prev, blocked columns
   if (job.h0) init.topRows(N) = as_matrix(job.h0, N, H);
+  else init.topRows(N).setZero();
   if (job.c0) init.bottomRows(N) = as_matrix(job.c0, N, H);
+  else init.bottomRows(N).setZero();
 
   ops::RecurrentCache* cache = job.cache;
   if (cache) {
@@ -247,15 +256,18 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
 #pragma omp parallel num_threads(team)
     {
       const int id = omp_get_thread_num(), nt = omp_get_num_threads();  // OpenMP may give fewer
-      for (int64_t round = 0; round <= T; ++round) {
-        if (round > 0) claims.wait_round(round);
-        for (int c = id; c < team; c += nt)  // this thread's own parts
-          if (claims.claim(c, round)) run(c, round);
-        for (int c = 0; c < team; ++c)  // then any piece still unclaimed
+      auto take_unclaimed = [&](int64_t round) {  // another thread's pieces, when it is late
+        for (int c = 0; c < team; ++c)
           if (c % nt != id && claims.claim(c, round)) {
             run(c, round);
             moved.fetch_add(1, std::memory_order_relaxed);
           }
+      };
+      for (int64_t round = 0; round <= T + 1; ++round) {  // rounds 0 .. T, then the wait for round T
+        if (round > 0) claims.wait_round(round, [&] { take_unclaimed(round - 1); });
+        if (round <= T)
+          for (int c = id; c < team; c += nt)  // this thread's own parts
+            if (claims.claim(c, round)) run(c, round);
       }
       if (id == 0) loop_end = Clock::now();
     }

@@ -53,24 +53,25 @@ class StepBarrier {
 
 // StepClaims: a barrier-free schedule for a loop of rounds j = 0, 1, ... of `parts` pieces of work,
 // where every piece of round j needs every piece of round j - 1 done (a recurrent layer's time steps,
-// split into runs of hidden units). Each piece is run exactly once, by whoever claims it first: a
-// thread claims its own pieces (part c belongs to thread c: its weights stay in that core's cache),
-// then any piece of the round nobody has claimed. On an idle machine the owner has claimed its piece
-// long before another thread finishes its own, so nothing moves; when an owner is descheduled, the
-// others take its pieces instead of waiting for it at every round (a barrier there cost a sleep and
-// a late wake-up per step: 10-20 ms for a 0.5 ms loop).
+// split into runs of hidden units). Each piece is run exactly once, by whoever claims it first. A
+// thread claims its own pieces (part c belongs to thread c: its weights stay in that core's cache);
+// while it waits for a round to complete, it takes the pieces nobody has claimed once it has waited
+// a few microseconds (an owner on an idle machine claims its piece within a fraction of that, so
+// nothing moves; a descheduled owner's pieces run elsewhere instead of every round waiting for it:
+// with a barrier a 0.5 ms loop took 10-20 ms on shared cores).
 //
 //   StepClaims claims(parts);
-//   #pragma omp parallel: for (j = 0; j < rounds; ++j) { if (j) claims.wait_round(j);
-//       for (c = mine first, then the rest) if (claims.claim(c, j)) { work(c, j); claims.finish(); } }
+//   #pragma omp parallel: for (j = 0; j <= rounds; ++j) {
+//       if (j) claims.wait_round(j, [&] { for other parts c: if (claims.claim(c, j - 1)) run(c, j - 1); });
+//       if (j < rounds) for my parts c: if (claims.claim(c, j)) run(c, j); }     // run ends in finish()
 class StepClaims {
  public:
   explicit StepClaims(int parts) : parts_(parts), claimed_(new Slot[parts]) {
     for (int c = 0; c < parts; ++c) claimed_[c].round.store(-1, std::memory_order_relaxed);
   }
   int parts() const { return parts_; }
-  // Whether this thread got piece (c, round); true for exactly one caller. Call only after
-  // wait_round(round) (or for round 0).
+  // Whether this thread got piece (c, round); true for exactly one caller. Call only once every
+  // piece of round - 1 is done (wait_round(round), or within wait_round(round + 1)'s take_unclaimed).
   bool claim(int c, int64_t round) {
     std::atomic<int64_t>& r = claimed_[c].round;
     int64_t expected = round - 1;
@@ -85,14 +86,18 @@ class StepClaims {
       cv_.notify_all();
     }
   }
-  // Until every piece of the rounds before `round` is done (their writes are then visible): spins
-  // briefly, then sleeps.
-  void wait_round(int64_t round) {
+  // Until every piece of the rounds before `round` is done (their writes are then visible): spins;
+  // after kStealAfter pauses calls take_unclaimed() (which claims and runs what it can of round - 1),
+  // and again before it sleeps.
+  template <typename F>
+  void wait_round(int64_t round, F&& take_unclaimed) {
     const int64_t target = round * parts_;
     for (int i = 0; i < kSpins; ++i) {
       if (done_.load(std::memory_order_acquire) >= target) return;
+      if (i == kStealAfter) take_unclaimed();
       _mm_pause();
     }
+    take_unclaimed();
     std::unique_lock<std::mutex> lock(mutex_);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
     cv_.wait(lock, [&] { return done_.load(std::memory_order_seq_cst) >= target; });
@@ -100,7 +105,7 @@ class StepClaims {
   }
 
  private:
-  static constexpr int kSpins = 1000;
+  static constexpr int kSpins = 1000, kStealAfter = 100;  // pause: ~40-140 cycles
   struct alignas(64) Slot {  // one cache line per part: claims of different parts do not collide
     std::atomic<int64_t> round;
   };
