@@ -63,15 +63,16 @@ int team_size(int threads, int64_t N, int64_t H, int G, int64_t min_macs) {
 // region's end (milliseconds: a 0.3 ms loop took 8 ms), or its steps run on another core (StepClaims).
 // So such a loop reports how its team fared; after a bad run the next small-step loops of the
 // process run on one thread (its work is the same and gives the same bits), for a number of calls
-// that doubles with every bad run in a row (8 .. 256), then the team is tried again.
+// that doubles with every bad run in a row (2 .. 256: a single hiccup on an idle machine costs
+// little, steady load soon keeps the loops on one thread), then the team is tried again.
 struct TeamWatch {
   // Watched: steps of [2^14, 2^18) multiply-adds per thread, the ones a team runs since StepClaims
   // (smaller ones run on a team only when asked, RunOptions::min_macs_per_thread: tests do, and
   // they must see the team).
   static constexpr int64_t kWatchFrom = int64_t(1) << 14, kSmallStep = int64_t(1) << 18;
   static constexpr int64_t kMinSteps = 8;  // fewer steps of that size: one thread
-  std::atomic<int> skip{0};       // small-step loops still to run on one thread
-  std::atomic<int> penalty{4};    // the next bad run's skip is twice this (8, 16 .. 256)
+  std::atomic<int> skip{0};     // small-step loops still to run on one thread
+  std::atomic<int> penalty{1};  // the next bad run's skip is twice this (2, 4 .. 256)
   bool use_team() {
     int s = skip.load(std::memory_order_relaxed);
     while (s > 0)
@@ -80,7 +81,7 @@ struct TeamWatch {
   }
   void report(bool good) {
     if (good) {
-      penalty.store(4, std::memory_order_relaxed);
+      penalty.store(1, std::memory_order_relaxed);
       return;
     }
     const int p = std::min(128, penalty.load(std::memory_order_relaxed)) * 2;
