@@ -91,8 +91,9 @@ struct TeamWatch {
 };
 TeamWatch team_watch;
 
-// The barrier between time steps: StepBarrier (tensor/barrier.hpp) spins briefly (the threads'
-// halves of a step are even, so on an idle machine the other arrives within microseconds), then sleeps.
+// Between time steps the forward's team meets through StepClaims, the backward's at a StepBarrier
+// (tensor/barrier.hpp): both spin briefly (the threads' halves of a step are even, so on an idle
+// machine the other arrives within microseconds), then sleep.
 
 // LargeBuffer (tensor/large_buffer.hpp): the [N*T, G*H] pre-activations of a big layer are tens of
 // MB; on transparent huge pages they fault in 2 MB at a time.
@@ -229,8 +230,9 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     // One parallel region for the projection and the whole loop: round 0 projects, round i + 1 is
     // step i. Part c (a run of unit blocks) belongs to thread c, whose cache keeps its packed columns
     // of W_ih and W_hh; no barrier: StepClaims lets a thread start round j once every piece of round
-    // j - 1 is done, and take a piece whose owner has not claimed it by the time its own is done (a
-    // descheduled owner on shared cores), so one late thread never stalls the loop step after step.
+    // j - 1 is done, and, when it has waited a few microseconds for a round, run the pieces their
+    // owner has not claimed (a descheduled owner on shared cores), so one late thread does not stall
+    // the loop step after step.
     // Nothing is allocated inside the region; an exception must not leave it: the first one is kept
     // and rethrown after (the failed piece still counts as done, the rest are skipped).
     StepClaims claims(team);
