@@ -58,7 +58,9 @@ struct RunOptions {
   // A time loop uses a second thread only with this many multiply-adds a step per thread; tests
   // set 1 to exercise the threaded loop. Forward: from 2^14 on, a team pays (N = 1, H = 128: a step
   // of 2^16 is bound by streaming W_hh from L2, and two cores stream it from two L2s; the steps meet
-  // without a barrier, StepClaims in tensor/barrier.hpp). Backward: its loop meets at a barrier a
+  // without a barrier, StepClaims in tensor/barrier.hpp); steps of 2^14..2^18 use the team only
+  // for T >= 8 and not right after a team run that lost time to a descheduled thread (the next such
+  // calls of the process run on one thread: same bits). Backward: its loop meets at a barrier a
   // step (about a microsecond) and keeps 2^18.
   int64_t min_macs_per_thread = int64_t(1) << 14;
   int64_t min_macs_per_thread_backward = int64_t(1) << 18;
