@@ -329,6 +329,35 @@ TEST_CASE("recurrent: the trace of each direction is the first layer's output") 
   }
 }
 
+TEST_CASE("recurrent: one thread and a team give the same bits") {
+  // The forward may run a loop on one thread or on a team (the threads, the step size, and how
+  // recent team runs fared decide): each column is the same sum in the same order either way.
+  Rng rng(31);
+  for (CellKind cell : {CellKind::Lstm, CellKind::Gru, CellKind::RnnTanh}) {
+    CAPTURE(ops::cell_name(cell));
+    nn::RecurrentConfig cfg;
+    cfg.cell = cell, cfg.input_size = 7, cfg.hidden_size = 40;  // blocks of 16, 16, 8 units
+    Recurrent m = Recurrent::random(cfg, rng);
+    Tensor x = rand_normal({2, 12, 7}, rng), h0 = rand_normal({1, 2, 40}, rng);
+    nn::RecurrentInputs in;
+    in.x = &x, in.h0 = &h0;
+    nn::RunOptions opt;
+    opt.min_macs_per_thread = 1;
+    nn::RecurrentResult one, team;
+    {
+      ThreadsFor policy(1);
+      one = m.forward(in, opt);
+    }
+    {
+      ThreadsFor policy(2);
+      team = m.forward(in, opt);
+    }
+    check_close(team.output, one.output, "output", 0);
+    check_close(team.h_n, one.h_n, "h_n", 0);
+    if (cell == CellKind::Lstm) check_close(team.c_n, one.c_n, "c_n", 0);
+  }
+}
+
 TEST_CASE("recurrent: a batch sorted by length (the finished rows skip the hidden product)") {
   // Each sequence of a padded batch, sorted or not, equals the sequence run alone, truncated.
   Rng rng(33);

@@ -247,7 +247,7 @@ TEST_CASE("recurrent layer backward: layers, bidirectional, h0/c0, ragged length
       nn::RecurrentInputs in;
       in.x = &x, in.h0 = &h0, in.c0 = lstm ? &c0 : nullptr, in.lengths = &lengths;
       nn::RunOptions opt;
-      opt.keep_cache = true, opt.min_macs_per_thread = 1;
+      opt.keep_cache = true, opt.min_macs_per_thread = opt.min_macs_per_thread_backward = 1;
       nn::RecurrentResult r = m.forward(in, opt);
       // the fast forward agrees with the double reference
       RefResult ref = reference_layer(m, x, &h0, lstm ? &c0 : nullptr, lengths);
@@ -315,7 +315,7 @@ TEST_CASE("recurrent layer backward: PyTorch autograd golden gradients (pack_pad
     m.zero_grad();
     nn::RunOptions opt;
     opt.keep_cache = true;
-    opt.min_macs_per_thread = 1;
+    opt.min_macs_per_thread = opt.min_macs_per_thread_backward = 1;
     nn::RecurrentResult r = m.forward(in, opt);
     const io::Value& e = *f.find("expected");
     const io::Value& dyv = *f.find("dy");
@@ -418,7 +418,7 @@ TEST_CASE("recurrent layer backward: after a parameter changed (touch), backward
     const int old = num_threads();
     set_num_threads(2);
     nn::RunOptions opt;
-    opt.keep_cache = true, opt.min_macs_per_thread = 1;  // two parts of 16 and 4 units
+    opt.keep_cache = true, opt.min_macs_per_thread = opt.min_macs_per_thread_backward = 1;  // two parts of 16 and 4 units
     nn::RecurrentInputs in;
     in.x = &x;
     nn::RecurrentGradOutputs dy;

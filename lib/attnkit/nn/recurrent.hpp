@@ -55,9 +55,15 @@ struct DirectionWeights {
 struct RunOptions {
   bool trace = false;       // keep the first layer's per-step values (RecurrentResult::trace)
   bool keep_cache = false;  // keep every layer's RecurrentCache (for a backward pass)
-  // A time loop uses a second thread only with this many multiply-adds a step per thread (a
-  // barrier a step costs about a microsecond); tests set 1 to exercise the threaded loop.
-  int64_t min_macs_per_thread = int64_t(1) << 18;
+  // A time loop uses a second thread only with this many multiply-adds a step per thread; tests
+  // set 1 to exercise the threaded loop. Forward: from 2^14 on, a team pays (N = 1, H = 128: a step
+  // of 2^16 is bound by streaming W_hh from L2, and two cores stream it from two L2s; the steps meet
+  // without a barrier, StepClaims in tensor/barrier.hpp); steps of 2^14..2^18 use the team only
+  // for T >= 8 and not right after a team run that lost time to a descheduled thread (the next such
+  // calls of the process run on one thread: same bits). Backward: its loop meets at a barrier a
+  // step (about a microsecond) and keeps 2^18.
+  int64_t min_macs_per_thread = int64_t(1) << 14;
+  int64_t min_macs_per_thread_backward = int64_t(1) << 18;
 };
 
 struct RecurrentInputs {
@@ -136,7 +142,7 @@ class Recurrent : public Module {
   // The backward of forward(inputs, keep_cache = true), which gave `result`: adds d loss / d x, h0
   // and c0 into `grads` and d loss / d (every weight) into each Parameter's grad (grad_buffer()).
   // Packed-sequence semantics: a padded step carried the state and output a constant zero.
-  // Threads as forward (num_threads(); options.min_macs_per_thread); the other options are unused.
+  // Threads as forward (num_threads(); options.min_macs_per_thread_backward); the other options are unused.
   void backward(const RecurrentInputs& inputs, const RecurrentResult& result, const RecurrentGradOutputs& dy,
                 const RecurrentGradInputs& grads, const RunOptions& options = {});
 

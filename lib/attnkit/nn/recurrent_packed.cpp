@@ -18,6 +18,11 @@ void PackedColumns::multiply_add(const float* h, int64_t N, float* res, int64_t 
   ops::gemm_packed(ops::Trans::No, N, 1.0f, h, ldh, b_, 1.0f, res + c0_, ld, ops::GemmThreads::This);  // [N, nc]
 }
 
+void PackedColumns::multiply(const float* a, int64_t M, int64_t lda, float* res, int64_t ld,
+                             ops::GemmThreads threads) const {
+  ops::gemm_packed(ops::Trans::No, M, 1.0f, a, lda, b_, 0.0f, res + c0_, ld, threads);  // [M, nc]
+}
+
 TeamParts make_parts(const Recurrent::Packed& p, int64_t H, int G, int team) {
   const int64_t blocks = (H + ops::kUnitBlock - 1) / ops::kUnitBlock;
   TeamParts parts;
@@ -25,6 +30,7 @@ TeamParts make_parts(const Recurrent::Packed& p, int64_t H, int G, int team) {
     const int64_t u0 = blocks * c / team * ops::kUnitBlock, u1 = std::min(H, blocks * (c + 1) / team * ops::kUnitBlock);
     parts.units.emplace_back(u0, u1);
     parts.columns.emplace_back(p.wh.data(), H, G * H, G * u0, G * (u1 - u0));
+    parts.input.emplace_back(p.wx.data(), p.wx.dim(0), G * H, G * u0, G * (u1 - u0));
   }
   return parts;
 }

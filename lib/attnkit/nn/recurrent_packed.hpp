@@ -28,16 +28,23 @@ class PackedColumns {
   // res[n * ld + c0 + j] += sum_k h[n * ldh + k] * wh[k, c0 + j] for n < N (ldh < 0: H), on the
   // calling thread.
   void multiply_add(const float* h, int64_t N, float* res, int64_t ld, int64_t ldh = -1) const;
+  // res[n * ld + c0 + j] = sum_k a[n * lda + k] * wh[k, c0 + j] for n < M (res is not read); on the
+  // calling thread, or forking by the thread policy (ops::GemmThreads::Policy, outside a region).
+  void multiply(const float* a, int64_t M, int64_t lda, float* res, int64_t ld,
+                ops::GemmThreads threads = ops::GemmThreads::This) const;
 
  private:
   int64_t H_, c0_;
   ops::GemmPackedB b_;  // wh[:, c0:c0+nc] [H, nc]
 };
 
-// A team's split of the hidden units: part c = units [u0, u1) and their packed columns.
+// A team's split of the hidden units: part c = units [u0, u1) and their packed columns: of W_hh
+// (the per-step product) and, in the forward's parts, of W_ih (the input projection, which each
+// part computes for its own columns: it then needs nothing from the other parts before step 0).
 struct TeamParts {
   std::vector<std::pair<int64_t, int64_t>> units;
   std::vector<PackedColumns> columns;
+  std::vector<PackedColumns> input;  // forward only: wx [D_k, G*H], the same columns
 };
 TeamParts make_parts(const Recurrent::Packed& p, int64_t H, int G, int team);
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <mutex>
 #include <memory>
@@ -21,7 +22,6 @@
 #include "attnkit/tensor/barrier.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
-#include "attnkit/tensor/large_buffer.hpp"
 #include "attnkit/tensor/scratch_pool.hpp"
 #include "attnkit/tensor/threads.hpp"
 
@@ -48,6 +48,7 @@ struct DirectionJob {
   float* c_n = nullptr;
   ops::RecurrentCache* cache = nullptr;
   bool keep_pre = false;
+  bool watch_team = false;  // a small-step loop on a team: report how the team fared (TeamWatch)
 };
 
 // Threads worth using for a time loop of N x H x G*H multiply-adds a step.
@@ -58,12 +59,69 @@ int team_size(int threads, int64_t N, int64_t H, int G, int64_t min_macs) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({threads, useful, blocks})));
 }
 
-// The barrier between time steps: StepBarrier (tensor/barrier.hpp) spins briefly (the threads'
-// halves of a step are even, so on an idle machine the other arrives within microseconds), then sleeps.
+// A team pays for a loop of small steps (a few microseconds each, N = 1) only while its threads
+// run at once. On cores shared with other work a descheduled thread costs the others a wait at the
+// region's end (milliseconds: a 0.3 ms loop took 8 ms), or its steps run on another core (StepClaims).
+// So such a loop reports how its team fared; after a bad run the next small-step loops of the
+// process run on one thread (its work is the same and gives the same bits), for a number of calls
+// that doubles with every bad run in a row (2 .. 256: a single hiccup on an idle machine costs
+// little, steady load soon keeps the loops on one thread), then the team is tried again.
+struct TeamWatch {
+  // Watched: steps of [2^14, 2^18) multiply-adds per thread, the ones a team runs since StepClaims
+  // (smaller ones run on a team only when asked, RunOptions::min_macs_per_thread: tests do, and
+  // they must see the team).
+  static constexpr int64_t kWatchFrom = int64_t(1) << 14, kSmallStep = int64_t(1) << 18;
+  static constexpr int64_t kMinSteps = 8;  // fewer steps of that size: one thread
+  std::atomic<int> skip{0};     // small-step loops still to run on one thread
+  std::atomic<int> penalty{1};  // the next bad run's skip is twice this (2, 4 .. 256)
+  bool use_team() {
+    int s = skip.load(std::memory_order_relaxed);
+    while (s > 0)
+      if (skip.compare_exchange_weak(s, s - 1, std::memory_order_relaxed)) return false;
+    return true;
+  }
+  void report(bool good) {
+    if (good) {
+      penalty.store(1, std::memory_order_relaxed);
+      return;
+    }
+    const int p = std::min(128, penalty.load(std::memory_order_relaxed)) * 2;
+    penalty.store(p, std::memory_order_relaxed);
+    skip.store(p, std::memory_order_relaxed);
+  }
+};
+TeamWatch team_watch;
 
-// LargeBuffer (tensor/large_buffer.hpp): the [N*T, G*H] pre-activations of a big layer are tens of
-// MB; on transparent huge pages they fault in 2 MB at a time.
+// Between time steps the forward's team meets through StepClaims, the backward's at a StepBarrier
+// (tensor/barrier.hpp): both spin briefly (the threads' halves of a step are even, so on an idle
+// machine the other arrives within microseconds), then sleep.
 
+// A float scratch buffer (64-byte aligned, uninitialised): up to 4 MB it is this thread's buffer
+// for `slot`, kept from call to call (the latency case would otherwise map and fault fresh pages
+// every call); larger ones come from the recycling ScratchPool (tensor/scratch_pool.hpp: the 52 MB
+// pre-activations of N=64 T=100 H=512 mapped afresh cost 10% of a forward in page zeroing).
+class Scratch {
+ public:
+  Scratch(size_t floats, int slot) {
+    if (floats > kSmall) {
+      large_ = ScratchPool::get(static_cast<int64_t>(floats));
+      data_ = large_.get();
+      return;
+    }
+    thread_local std::vector<float, Eigen::aligned_allocator<float>> kept[2];
+    if (kept[slot].size() < floats + 16) kept[slot].resize(floats + 16);
+    // to a cache line (Eigen's allocator aligns to its packet size, 32 bytes with AVX2): a team's
+    // parts write runs of whole lines, never one line from two cores
+    const uintptr_t p = reinterpret_cast<uintptr_t>(kept[slot].data());
+    data_ = reinterpret_cast<float*>((p + 63) / 64 * 64);
+  }
+  float* data() { return data_; }
+
+ private:
+  static constexpr size_t kSmall = size_t(1) << 20;  // floats (4 MB)
+  std::shared_ptr<float> large_;
+  float* data_ = nullptr;
+};
 
 void run_direction(const DirectionJob& job, const TeamParts& parts) {
   const int G = gate_count(job.cell);
@@ -71,36 +129,34 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   const Recurrent::Packed& p = *job.packed;
   const bool gru = job.cell == CellKind::Gru;
 
-  // Input projection for every step at once: one GEMM, hoisted out of the time loop. For LSTM and
-  // RNN the hidden products are then added into it in place (GRU keeps them apart: r ⊙ (W_hn h)).
+  // Input projection for every step at once: one GEMM, hoisted out of the time loop, on W_ih packed
+  // once with the model (PackCache). For LSTM and RNN the hidden products are then added into it in
+  // place (GRU keeps them apart: r ⊙ (W_hn h)). A team computes it inside the time loop's parallel
+  // region, each part its own columns (those its steps read), so no fork and no barrier of its own.
   const int team = static_cast<int>(parts.units.size());
-  const std::shared_ptr<float> xproj_buf = ScratchPool::get(N * T * GH);  // recycled: no fresh pages per call
-  MapRM xproj(xproj_buf.get(), N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
-  {
-    // The team's threads take runs of rows, each running Eigen's blocked GEMM on its own (no global
-    // Eigen setting is read or touched). A small GEMM stays on one thread: forking costs more than
-    // it saves (and far more when the cores are shared with other work).
-    const int64_t rows = N * T, Din = job.Din;
-    const int gemm_team = rows * Din * GH < (int64_t(1) << 25) ? 1 : static_cast<int>(std::min<int64_t>(team, rows));
-    if (gemm_team <= 1) {
-      ops::gemm(ops::Trans::No, ops::Trans::No, rows, GH, Din, 1.0f, job.x, Din, p.wx.data(), GH, 0.0f, xproj.data(),
-                GH, ops::GemmThreads::This);  // [N*T, G*H]
-    } else {
-#pragma omp parallel num_threads(gemm_team)
-      {
-        const int64_t id = omp_get_thread_num(), nt = omp_get_num_threads();
-        const int64_t r0 = rows * id / nt, r1 = rows * (id + 1) / nt;
-        ops::gemm(ops::Trans::No, ops::Trans::No, r1 - r0, GH, Din, 1.0f, job.x + r0 * Din, Din, p.wx.data(), GH, 0.0f,
-                  xproj.data() + r0 * GH, GH, ops::GemmThreads::This);
-      }
-    }
+  Scratch xproj_buf(size_t(N * T * GH), 0);
+  MapRM xproj(xproj_buf.data(), N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
+  auto project = [&](int c, ops::GemmThreads threads) {
+    parts.input[size_t(c)].multiply(job.x, N * T, job.Din, xproj.data(), GH, threads);  // [N*T, cols of c]
+  };
+  if (team <= 1) {
+    // One thread's loop: a big projection may still fork (the thread policy decides), a small one
+    // stays on this thread: forking costs more than it saves (far more on shared cores).
+    const bool big = N * T * job.Din * GH >= (int64_t(1) << 25);
+    project(0, big ? ops::GemmThreads::Policy : ops::GemmThreads::This);
   }
 
-  MatrixRM hproj(gru ? N : 0, GH);          // GRU: [N, G*H] W_hh h_prev, blocked columns
-  MatrixRM hbuf(2 * N, H), cbuf(2 * N, H);  // double-buffered state [N, H] x 2
-  MatrixRM init = MatrixRM::Zero(2 * N, H);  // h0; c0 (rows N..2N)
+  // The initial state, the double-buffered state and GRU's hidden products, each on whole cache lines.
+  const int64_t state = (2 * N * H + 15) / 16 * 16;
+  Scratch state_buf(size_t(3 * state + (gru ? N * GH : 0)), 1);
+  MapRM init(state_buf.data(), 2 * N, H);              // h0; c0 (rows N..2N)
+  MapRM hbuf(state_buf.data() + state, 2 * N, H);      // [N, H] x 2
+  MapRM cbuf(state_buf.data() + 2 * state, 2 * N, H);  // [N, H] x 2
+  MapRM hproj(state_buf.data() + 3 * state, gru ? N : 0, GH);  // GRU: [N, G*H] W_hh h_prev, blocked columns
   if (job.h0) init.topRows(N) = as_matrix(job.h0, N, H);
+  else init.topRows(N).setZero();
   if (job.c0) init.bottomRows(N) = as_matrix(job.c0, N, H);
+  else init.bottomRows(N).setZero();
 
   ops::RecurrentCache* cache = job.cache;
   if (cache) {
@@ -169,20 +225,60 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   if (team <= 1) {
     for (int64_t i = 0; i < T; ++i) step(0, i);
   } else {
-    // One parallel region for the whole loop; part c (a run of unit blocks) belongs to thread c, its
-    // packed columns of W_hh stay in that thread's cache, and the steps meet at one barrier each.
-    // Nothing is allocated inside the region (nothing may throw there).
-    StepBarrier barrier(team);
+    // One parallel region for the projection and the whole loop: round 0 projects, round i + 1 is
+    // step i. Part c (a run of unit blocks) belongs to thread c, whose cache keeps its packed columns
+    // of W_ih and W_hh; no barrier: StepClaims lets a thread start round j once every piece of round
+    // j - 1 is done, and, when it has waited a few microseconds for a round, run the pieces their
+    // owner has not claimed (a descheduled owner on shared cores), so one late thread does not stall
+    // the loop step after step.
+    // Nothing is allocated inside the region; an exception must not leave it: the first one is kept
+    // and rethrown after (the failed piece still counts as done, the rest are skipped).
+    StepClaims claims(team);
+    std::atomic<int64_t> moved{0};  // pieces run by a thread other than their owner
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    Clock::time_point loop_end;  // when thread 0 ran out of pieces
+    std::exception_ptr failed;
+    std::atomic<bool> any_failed{false};
+    std::mutex failed_mutex;
+    auto run = [&](int c, int64_t round) {
+      if (!any_failed.load(std::memory_order_relaxed)) {
+        try {
+          if (round == 0) project(c, ops::GemmThreads::This);
+          else step(c, round - 1);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failed_mutex);
+          if (!failed) failed = std::current_exception();
+          any_failed = true;
+        }
+      }
+      claims.finish();
+    };
 #pragma omp parallel num_threads(team)
     {
       const int id = omp_get_thread_num(), nt = omp_get_num_threads();  // OpenMP may give fewer
-#pragma omp single
-      barrier.resize(nt);
-      for (int64_t i = 0; i < T; ++i) {
-        for (int c = id; c < team; c += nt) step(c, i);
-        barrier.wait();
+      auto take_unclaimed = [&](int64_t round) {  // another thread's pieces, when it is late
+        for (int c = 0; c < team; ++c)
+          if (c % nt != id && claims.claim(c, round)) {
+            run(c, round);
+            moved.fetch_add(1, std::memory_order_relaxed);
+          }
+      };
+      for (int64_t round = 0; round <= T + 1; ++round) {  // rounds 0 .. T, then the wait for round T
+        if (round > 0) claims.wait_round(round, [&] { take_unclaimed(round - 1); });
+        if (round <= T)
+          for (int c = id; c < team; c += nt)  // this thread's own parts
+            if (claims.claim(c, round)) run(c, round);
       }
+      if (id == 0) loop_end = Clock::now();
     }
+    if (job.watch_team) {
+      // bad: a quarter of the time waiting for a late thread to leave the region, or a quarter of
+      // the steps run away from their owner's cache
+      const Clock::time_point end = Clock::now();
+      team_watch.report(4 * (end - loop_end) <= end - start && 4 * moved.load() <= T);
+    }
+    if (failed) std::rethrow_exception(failed);
   }
   const float* hl = h_at(T - 1);
   std::memcpy(job.h_n, hl, sizeof(float) * N * H);
@@ -422,7 +518,14 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
     }
     // The two directions are independent: with 2 threads, one each and no barrier at all.
     const bool side_by_side = dirs == 2 && threads >= 2;
-    const int team = side_by_side ? 1 : team_size(threads, N, H, ops::gate_count(config_.cell), options.min_macs_per_thread);
+    const int G = ops::gate_count(config_.cell);
+    int team = side_by_side ? 1 : team_size(threads, N, H, G, options.min_macs_per_thread);
+    const int64_t per_thread = N * H * G * H / std::max(team, 1);
+    const bool small_steps = team > 1 && per_thread >= TeamWatch::kWatchFrom && per_thread < TeamWatch::kSmallStep;
+    // Small steps: a team's fixed cost (the fork and the join, some microseconds) pays only over
+    // several steps (not a decoder's one step a call); and not if a recent team run went badly.
+    if (small_steps && (T < TeamWatch::kMinSteps || !team_watch.use_team())) team = 1;
+    for (DirectionJob& j : jobs) j.watch_team = small_steps && team > 1;
     std::vector<const TeamParts*> parts(dirs);
     for (int d = 0; d < dirs; ++d) {
       const int idx = k * dirs + d;
@@ -509,7 +612,7 @@ void Recurrent::backward(const RecurrentInputs& in, const RecurrentResult& r, co
       j.dx = dx;
       j.dh0 = grads.h0 ? grads.h0->data() + idx * N * H : nullptr;
       j.dc0 = grads.c0 ? grads.c0->data() + idx * N * H : nullptr;
-      j.team = team_size(num_threads(), N, H, gate_count(config_.cell), options.min_macs_per_thread);
+      j.team = team_size(num_threads(), N, H, gate_count(config_.cell), options.min_macs_per_thread_backward);
       packed(idx);  // refreshes the derived copies (and drops stale packs) if a parameter changed
       j.parts = &derived_->cache.backward_parts(idx, j.team, w.w_hh.value, H);
       backward_direction(j);

@@ -1,0 +1,87 @@
+// StepClaims (tensor/barrier.hpp): every piece of a loop of rounds runs exactly once, a round only
+// after the whole previous round, and a late thread's pieces are taken by the others.
+#include <omp.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "attnkit/tensor/barrier.hpp"
+#include <doctest/doctest.h>
+
+using namespace attnkit;
+
+namespace {
+
+struct Outcome {
+  std::vector<int> runs;      // [rounds * parts] how often each piece ran
+  std::vector<int> runner;    // [rounds * parts] the thread that ran it
+  int out_of_order = 0;       // pieces that found a piece of the previous round not yet done
+  int moved = 0;              // pieces run by a thread that does not own them
+  int threads = 0;            // the team OpenMP gave
+};
+
+// `late`: thread 1 starts this long after the others (as if descheduled).
+Outcome run_loop(int parts, int threads, int64_t rounds, std::chrono::milliseconds late) {
+  StepClaims claims(parts);
+  Outcome o;
+  o.runs.assign(size_t(rounds * parts), 0);
+  o.runner.assign(size_t(rounds * parts), -1);
+  std::vector<std::atomic<int>> done(size_t(rounds * parts));
+  for (auto& d : done) d.store(0);
+  std::atomic<int> out_of_order{0}, moved{0};
+#pragma omp parallel num_threads(threads)
+  {
+    const int id = omp_get_thread_num(), nt = omp_get_num_threads();
+    if (id == 0) o.threads = nt;
+    if (id == 1) std::this_thread::sleep_for(late);
+    auto run = [&](int c, int64_t r) {
+      if (r > 0)
+        for (int d = 0; d < parts; ++d)
+          if (!done[size_t((r - 1) * parts + d)].load()) ++out_of_order;
+      ++o.runs[size_t(r * parts + c)];  // exactly one thread gets here per piece
+      o.runner[size_t(r * parts + c)] = id;
+      if (c % nt != id) ++moved;
+      done[size_t(r * parts + c)].store(1);
+      claims.finish();
+    };
+    for (int64_t r = 0; r <= rounds; ++r) {
+      if (r > 0)
+        claims.wait_round(r, [&] {
+          for (int c = 0; c < parts; ++c)
+            if (c % nt != id && claims.claim(c, r - 1)) run(c, r - 1);
+        });
+      if (r < rounds)
+        for (int c = id; c < parts; c += nt)
+          if (claims.claim(c, r)) run(c, r);
+    }
+  }
+  o.out_of_order = out_of_order.load();
+  o.moved = moved.load();
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("StepClaims: every piece once, rounds in order, a late thread's pieces taken by the others") {
+  for (int parts : {1, 2, 3}) {
+    for (int threads : {1, 2}) {
+      CAPTURE(parts);
+      CAPTURE(threads);
+      const int64_t rounds = 50;
+      const Outcome o = run_loop(parts, threads, rounds, std::chrono::milliseconds(0));
+      for (int n : o.runs) REQUIRE(n == 1);
+      CHECK(o.out_of_order == 0);
+    }
+  }
+  // Thread 1 arrives 100 ms late: thread 0 runs thread 1's pieces meanwhile (waiting a few
+  // microseconds a round) instead of waiting for it; the late thread then finds them done.
+  const Outcome o = run_loop(2, 2, 20, std::chrono::milliseconds(100));
+  for (int n : o.runs) REQUIRE(n == 1);
+  CHECK(o.out_of_order == 0);
+  if (o.threads == 2) {
+    CHECK(o.runner[1] == 0);  // round 0 of part 1: thread 1 was still asleep
+    CHECK(o.moved > 0);
+  }
+}
