@@ -155,7 +155,8 @@ MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, 
 
 // ---- backward ----
 // Gradients of multihead_attention_forward for the upstream gradient doutput (shaped like the
-// output), through ops::sdpa_backward_tiled (O(T) memory: no T x S matrix). `cache` is what the
+// output), through ops::TiledBackward (O(T) memory: no T x S matrix, unless the forward kept the
+// probabilities within MhaOptions::saved_probs_budget), all in one thread team. `cache` is what the
 // forward with the same module, inputs and options filled. Adds (+=) into dquery, dkey, dvalue
 // (shaped like the inputs; null skips one; they may be one tensor for self-attention) and into
 // the parameter gradients: dparams[i] for named_parameters()[i] (null skips one), or, with
