@@ -125,7 +125,7 @@ struct LinearJob {
   int64_t col_blocks() const { return (p.out + cols() - 1) / cols(); }
   int64_t tasks() const { return row_blocks() * col_blocks(); }
   void run(int64_t task) const {
-    const int64_t C = cols(), blocks = (p.out + C - 1) / C;
+    const int64_t C = cols(), blocks = col_blocks();
     const int64_t r0 = (task / blocks) * kRows, c0 = (task % blocks) * C;
     const int64_t br = std::min(kRows, rows - r0), bc = std::min(C, p.out - c0);
     project_rows(p, x + r0 * ldx, br, ldx, y + r0 * ldy, ldy, GemmThreads::This, c0, bc);

@@ -27,7 +27,6 @@ autograd::Var Linear::forward(const autograd::Var& x) { return forward(x, Then{}
 autograd::Var Linear::forward(const autograd::Var& x, const Then& then) {
   using autograd::Var;
   const int64_t I = in_features(), O = out_features();
-  const int64_t rows = x.shape().empty() || I == 0 ? 0 : x.value().numel() / I;
   Shape ys = x.shape();
   if (!ys.empty()) ys.back() = O;
   // (anything malformed takes the recorded path, whose ops check shapes and say what is wrong)
@@ -40,7 +39,7 @@ autograd::Var Linear::forward(const autograd::Var& x, const Then& then) {
     return y;
   }
   Tensor y(ys);  // [..., O] = act(x W^T + b) + residual
-  apply(x.value().data(), rows, y.data(), then.relu, then.residual ? then.residual->value().data() : nullptr);
+  apply(x.value().data(), x.value().numel() / I, y.data(), then.relu, then.residual ? then.residual->value().data() : nullptr);
   return Var(std::move(y));
 }
 

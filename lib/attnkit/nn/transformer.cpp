@@ -63,7 +63,6 @@ Var dropout(const Var& x, float p, const DropoutContext& d) {
   return autograd::dropout(x, o, *d.rng);
 }
 
-
 Var attend(MultiheadAttention& m, const Var& q, const Var& kv, const ops::MaskSpec& mask) {
   nn::MhaOptions o;
   o.mask = mask;

@@ -76,7 +76,9 @@ void plain_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, 
     }
 }
 
-// The epilogue as a separate pass, for the paths that do not fuse it (Eigen, K == 0, alpha == 0).
+// The epilogue as a separate pass, for the paths that do not fuse it (Eigen, K == 0, alpha == 0, the
+// plain-loop fallbacks). The kernels' own pass (gemm_kernel.inc, epilogue_pass) is compiled for AVX2 or
+// AVX-512 and cannot serve the Eigen path on a processor without them.
 void apply_epilogue(int64_t M, int64_t N, float* C, int64_t ldc, const GemmEpilogue& e) {
   if (!e.bias && !e.relu && !e.add) return;
   for (int64_t i = 0; i < M; ++i) {
@@ -207,7 +209,6 @@ GemmPackedB::GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t
     detail::avx2::pack_b_all(tb == Trans::Yes, B, ldb, K, N, data_.data());
   }
 }
-
 
 void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, const GemmPackedB& B, float beta,
                  float* C, int64_t ldc, GemmThreads threads, const GemmEpilogue& e) {
