@@ -235,3 +235,31 @@ TEST_CASE("gemm epilogue: act(alpha op(A) op(B) + beta C + bias) + add, every pa
   }
   set_num_threads(1);
 }
+
+TEST_CASE("gemm_panels: blocks of operands packed once give ops::gemm's bits, every transpose, partial panels") {
+  const ops::PanelShape shape = ops::gemm_panel_shape();
+  if (shape.mr == 0) return;  // the Eigen path has no panels (attention packs per product there)
+  Rng rng(23);
+  for (Trans ta : {Trans::No, Trans::Yes})
+    for (Trans tb : {Trans::No, Trans::Yes})
+      for (auto [M, N, K] : {std::array<int64_t, 3>{37, 70, 64}, {5, 9, 1}, {2 * shape.mr + 1, 3 * shape.nr, shape.max_depth}}) {
+        CAPTURE(M);
+        CAPTURE(N);
+        CAPTURE(K);
+        const int64_t lda = (ta == Trans::No ? K : M) + 3, ldb = (tb == Trans::No ? N : K) + 5, ldc = N + 2;
+        const Tensor A = rand_normal({ta == Trans::No ? M : K, lda}, rng), B = rand_normal({tb == Trans::No ? K : N, ldb}, rng);
+        std::vector<float> pa(static_cast<size_t>(ops::panels_size(M, K, shape.mr)));
+        std::vector<float> pb(static_cast<size_t>(ops::panels_size(N, K, shape.nr)));
+        ops::pack_a_panels(ta, M, K, A.data(), lda, pa.data());
+        ops::pack_b_panels(tb, K, N, B.data(), ldb, pb.data());
+        // a block: rows from the second A panel on, columns from the second B panel on (as attention's tiles)
+        const int64_t i0 = M > shape.mr ? shape.mr : 0, j0 = N > shape.nr ? shape.nr : 0;
+        const int64_t m = M - i0, n = N - j0;
+        std::vector<float> want(static_cast<size_t>(m * ldc), 1.5f), got = want;
+        const float* a = ta == Trans::No ? A.data() + i0 * lda : A.data() + i0;
+        const float* b = tb == Trans::No ? B.data() + j0 : B.data() + j0 * ldb;
+        ops::gemm(ta, tb, m, n, K, 0.75f, a, lda, b, ldb, 0.5f, want.data(), ldc, ops::GemmThreads::This);
+        ops::gemm_panels(m, n, K, 0.75f, pa.data() + i0 * K, pb.data() + j0 * K, 0.5f, got.data(), ldc);
+        CHECK(got == want);
+      }
+}

@@ -308,8 +308,10 @@ void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d,
     stages.push_back(std::move(out_stage));
     run_stages(stages, team);
   } else if (o.weights == HeadWeights::None && !naive) {
+    ops::TiledKeyPanels keys(p);
     std::vector<ops::TiledWorker> workers;  // allocated before the team: nothing throws inside it
-    for (int i = 0; i < team; ++i) workers.emplace_back(p);
+    for (int i = 0; i < team; ++i) workers.emplace_back(p, &keys);
+    if (keys.tasks() > 0) stages.push_back({keys.tasks(), [&](int, int64_t t) { keys.pack(t); }});
     stages.push_back({ops::TiledWorker::tasks(p),
                       [&](int id, int64_t t) { workers[static_cast<size_t>(id)].run(t, row_lse); }});
     stages.push_back(std::move(out_stage));

@@ -17,6 +17,7 @@
 #include "attnkit/ops/softmax.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/scratch_pool.hpp"
 #include "attnkit/tensor/threads.hpp"
 
 namespace attnkit::ops {
@@ -143,20 +144,48 @@ void check_mask(const MaskSpec& mask, int64_t N, int64_t NH, int64_t T, int64_t 
 }
 
 // ---- flash-attention style: query tile x key tiles, online softmax ----
+namespace {
+int64_t query_tile(const SdpaProblem& p) { return std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1)); }
+int64_t key_tile(const SdpaProblem& p) { return std::min<int64_t>(g_tiles.key, std::max<int64_t>(p.S, 1)); }
+}  // namespace
+
+// Panels where the kernel has them, K fits one block, key tiles start on panel boundaries, and a head
+// has several query tiles (with one, each key tile is packed once either way).
+TiledKeyPanels::TiledKeyPanels(const SdpaProblem& p) : p_(p) {
+  const PanelShape s = gemm_panel_shape();
+  const int64_t Bc = key_tile(p);
+  if (s.mr == 0 || p.Dk < 1 || p.Dk > s.max_depth || p.S < 1 || p.T <= query_tile(p) || (Bc % s.nr && Bc < p.S))
+    return;
+  per_head_ = panels_size(p.S, p.Dk, s.nr);
+  buf_ = ScratchPool::get(p.N * p.NH * per_head_);
+}
+
+void TiledKeyPanels::pack(int64_t task) {
+  const int64_t n = task / p_.NH, h = task % p_.NH;
+  // op(B) = K^T [Dk, S] of head (n, h)
+  pack_b_panels(Trans::Yes, p_.Dk, p_.S, p_.k.data + n * p_.k.batch + h * p_.k.head, p_.k.row,
+                buf_.get() + task * per_head_);
+}
+
 struct TiledWorker::Impl {
   const SdpaProblem& p;
+  const TiledKeyPanels* keys;  // null or without tasks: each tile packs its own operands (ops::gemm)
   int64_t Br, Bc, ldE, tiles_per_head;
   MatrixRM E, O;  // [Br, ldE] scores -> probabilities (row stride ldE = Bc + kTilePad), [Br, Dv] output
   Eigen::ArrayXf m, l, alpha;         // [Br] running max, running sum, rescale
   std::vector<int64_t> limit;         // [Br] keys [0, limit) pass causal / key length
+  std::vector<float> q_panels;        // the query tile Q_i [br, Dk] in the kernel's panels
 
-  explicit Impl(const SdpaProblem& problem)
+  Impl(const SdpaProblem& problem, const TiledKeyPanels* key_panels)
       : p(problem),
-        Br(std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1))),
-        Bc(std::min<int64_t>(g_tiles.key, std::max<int64_t>(p.S, 1))),
+        keys(key_panels && key_panels->tasks() > 0 ? key_panels : nullptr),
+        Br(query_tile(p)),
+        Bc(key_tile(p)),
         ldE(Bc + kTilePad),
         tiles_per_head((p.T + Br - 1) / Br),
-        E(Br, ldE), O(Br, p.Dv), m(Br), l(Br), alpha(Br), limit(static_cast<size_t>(Br)) {}
+        E(Br, ldE), O(Br, p.Dv), m(Br), l(Br), alpha(Br), limit(static_cast<size_t>(Br)) {
+    if (keys) q_panels.resize(static_cast<size_t>(panels_size(Br, p.Dk, gemm_panel_shape().mr)));
+  }
 
   // The tile products run on ops::gemm's own kernel on this thread (GemmThreads::This): Q K^T packs
   // K's tile once for the br rows; P V reads P in place (C is only Dv wide, see gemm_kernel.inc).
@@ -171,13 +200,15 @@ struct TiledWorker::Impl {
     auto Ot = O.topRows(br);
     Ot.setZero();
     float* e = E.data();
+    if (keys) pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, q_panels.data());
     // Keys past every row's limit are skipped whole (half the work under a causal mask).
     for (int64_t s0 = 0; s0 < max_limit; s0 += Bc) {
       const int64_t bc = std::min(Bc, p.S - s0);
       const float* Kj = p.k.data + n * p.k.batch + h * p.k.head + s0 * p.k.row;  // [bc, Dk]
       const float* Vj = p.v.data + n * p.v.batch + h * p.v.head + s0 * p.v.row;  // [bc, Dv]
       // E = scale Q_i K_j^T   [br, bc] (row stride ldE)
-      gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, e, ldE, GemmThreads::This);
+      if (keys) gemm_panels(br, bc, p.Dk, p.scale, q_panels.data(), keys->head(nh) + s0 * p.Dk, 0.0f, e, ldE);
+      else gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, e, ldE, GemmThreads::This);
       const bool masked = p.mask && p.mask->any();
       // m' = max(m, max_s e);  alpha = exp(m - m');  P = exp(e - m');  l = alpha l + sum P;  O = alpha O + P V
       // Row by row: each row (bc floats) stays in L1 through mask, max, exp and sum.
@@ -205,11 +236,11 @@ struct TiledWorker::Impl {
   }
 };
 
-TiledWorker::TiledWorker(const SdpaProblem& p) : impl_(std::make_unique<Impl>(p)) {}
+TiledWorker::TiledWorker(const SdpaProblem& p, const TiledKeyPanels* keys) : impl_(std::make_unique<Impl>(p, keys)) {}
 TiledWorker::TiledWorker(TiledWorker&&) noexcept = default;
 TiledWorker::~TiledWorker() = default;
 int64_t TiledWorker::tasks(const SdpaProblem& p) {
-  const int64_t Br = std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1));
+  const int64_t Br = query_tile(p);
   return p.N * p.NH * ((p.T + Br - 1) / Br);
 }
 void TiledWorker::run(int64_t task, float* row_lse) { impl_->run(task, row_lse); }
@@ -222,11 +253,14 @@ double sdpa_flops(const SdpaProblem& p) { return 2.0 * p.N * p.NH * p.T * p.S * 
 void sdpa_tiled(const SdpaProblem& p, float* row_lse) {
   const int64_t tasks = TiledWorker::tasks(p);
   const int team = team_for(tasks, sdpa_flops(p));
+  TiledKeyPanels keys(p);
   std::vector<TiledWorker> workers;  // allocated before the team starts: nothing throws inside it
-  for (int i = 0; i < team; ++i) workers.emplace_back(p);
-  std::atomic<int64_t> next{0};
+  for (int i = 0; i < team; ++i) workers.emplace_back(p, &keys);
+  std::atomic<int64_t> next_head{0}, next{0};
 #pragma omp parallel num_threads(team) if (team > 1)
   {
+    for (int64_t task; (task = next_head.fetch_add(1, std::memory_order_relaxed)) < keys.tasks();) keys.pack(task);
+#pragma omp barrier
     TiledWorker& w = workers[static_cast<size_t>(omp_get_thread_num())];
     for (int64_t task; (task = next.fetch_add(1, std::memory_order_relaxed)) < tasks;) w.run(task, row_lse);
   }

@@ -179,9 +179,27 @@ AttentionGrads attention_backward(const Tensor& query, const Tensor& keys, const
 // OpenMP barrier between them): make one TiledWorker per thread before the team starts (it holds
 // the thread's tiles; `p` must outlive it), then let each thread run() the tasks it takes.
 // run() allocates nothing.
+//
+// With several query tiles per head, each head's K^T is packed once into the GEMM kernel's panels
+// (TiledKeyPanels: its pack(task) for every task in [0, tasks()) as a stage of its own, after K is
+// written and before the workers run) instead of once per query tile, and each worker packs its
+// query tile once instead of once per key tile. The same sums as ops::gemm's register blocks.
+class TiledKeyPanels {
+ public:
+  explicit TiledKeyPanels(const SdpaProblem& p);  // allocates; no tasks where panels do not apply
+  int64_t tasks() const { return buf_ ? p_.N * p_.NH : 0; }
+  void pack(int64_t task);  // head task = n * NH + h
+  const float* head(int64_t task) const { return buf_.get() + task * per_head_; }
+
+ private:
+  const SdpaProblem& p_;
+  int64_t per_head_ = 0;
+  std::shared_ptr<float> buf_;  // [N * NH][panels of K^T], null when panels do not apply
+};
+
 class TiledWorker {
  public:
-  explicit TiledWorker(const SdpaProblem& p);
+  explicit TiledWorker(const SdpaProblem& p, const TiledKeyPanels* keys = nullptr);
   TiledWorker(TiledWorker&&) noexcept;
   ~TiledWorker();
   static int64_t tasks(const SdpaProblem& p);

@@ -35,6 +35,11 @@ float packed_at(const float* packed, int64_t K, int64_t N, int64_t k, int64_t j)
 bool gemm_packed(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* packed, int64_t j0, int64_t j1, float beta, float* C, int64_t ldc, const float* bias,
                  const float* add, int64_t ldadd, bool relu);
+void pack_a_panels(bool ta, const float* A, int64_t lda, int64_t M, int64_t K, float* dst);
+void pack_b_panels(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst);
+void panel_shape(int64_t* mr, int64_t* nr, int64_t* kc);
+void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
+                 int64_t ldc);
 }
 namespace avx512 {
 bool gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -46,6 +51,11 @@ float packed_at(const float* packed, int64_t K, int64_t N, int64_t k, int64_t j)
 bool gemm_packed(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* packed, int64_t j0, int64_t j1, float beta, float* C, int64_t ldc, const float* bias,
                  const float* add, int64_t ldadd, bool relu);
+void pack_a_panels(bool ta, const float* A, int64_t lda, int64_t M, int64_t K, float* dst);
+void pack_b_panels(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst);
+void panel_shape(int64_t* mr, int64_t* nr, int64_t* kc);
+void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
+                 int64_t ldc);
 }
 }  // namespace detail
 

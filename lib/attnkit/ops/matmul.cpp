@@ -277,6 +277,34 @@ void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, 
   for (char f : failed) AK_CHECK(!f, "gemm_packed: cannot allocate the packing buffer for [{}, {}]", M, K);
 }
 
+PanelShape gemm_panel_shape() {
+  static const PanelShape shape = [] {
+    PanelShape s;
+    if (gemm_kernel_auto() == GemmKernel::Avx512) detail::avx512::panel_shape(&s.mr, &s.nr, &s.max_depth);
+    else if (gemm_kernel_auto() == GemmKernel::Avx2) detail::avx2::panel_shape(&s.mr, &s.nr, &s.max_depth);
+    return s;
+  }();
+  return shape;
+}
+
+void pack_a_panels(Trans ta, int64_t M, int64_t K, const float* A, int64_t lda, float* dst) {
+  AK_CHECK(gemm_panel_shape().mr > 0, "gemm: no panel kernel on this processor");
+  if (gemm_kernel_auto() == GemmKernel::Avx512) detail::avx512::pack_a_panels(ta == Trans::Yes, A, lda, M, K, dst);
+  else detail::avx2::pack_a_panels(ta == Trans::Yes, A, lda, M, K, dst);
+}
+
+void pack_b_panels(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb, float* dst) {
+  AK_CHECK(gemm_panel_shape().mr > 0, "gemm: no panel kernel on this processor");
+  if (gemm_kernel_auto() == GemmKernel::Avx512) detail::avx512::pack_b_panels(tb == Trans::Yes, B, ldb, K, N, dst);
+  else detail::avx2::pack_b_panels(tb == Trans::Yes, B, ldb, K, N, dst);
+}
+
+void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
+                 int64_t ldc) {
+  if (gemm_kernel_auto() == GemmKernel::Avx512) detail::avx512::gemm_panels(M, N, K, alpha, pa, pb, beta, C, ldc);
+  else detail::avx2::gemm_panels(M, N, K, alpha, pa, pb, beta, C, ldc);
+}
+
 void gemm_naive(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i)

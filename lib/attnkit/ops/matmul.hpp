@@ -62,6 +62,24 @@ class GemmPackedB {
 void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, const GemmPackedB& B, float beta,
                  float* C, int64_t ldc, GemmThreads threads = GemmThreads::Policy, const GemmEpilogue& epilogue = {});
 
+// Operands packed once into the kernel's panels for many products on blocks of them: attention's
+// tiles, where a head's K^T serves every query tile and a query tile every key tile (packing them
+// per product was 8% of a T = 4096 forward). On this thread:
+//   C [M, N] = alpha * A [M, K] * B [K, N] + beta * C   from pa = pack_a_panels(op(A)), pb = pack_b_panels(op(B))
+// A block of rows [i0, ..) is pa + i0 * K (i0 a multiple of mr), of columns [j0, ..) pb + j0 * K (j0 a
+// multiple of nr). Only where gemm_panel_shape().mr > 0 (the own kernels, not Eigen's) and K <=
+// max_depth (one K block: the same bits as ops::gemm's register blocks on the same operands).
+struct PanelShape {
+  int64_t mr = 0, nr = 0, max_depth = 0;
+};
+PanelShape gemm_panel_shape();
+// Floats of the panels of `rows` rows (or columns) in panels of `panel`: ceil(rows / panel) * panel * K.
+inline int64_t panels_size(int64_t rows, int64_t K, int64_t panel) { return (rows + panel - 1) / panel * panel * K; }
+void pack_a_panels(Trans ta, int64_t M, int64_t K, const float* A, int64_t lda, float* dst);
+void pack_b_panels(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb, float* dst);
+void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
+                 int64_t ldc);
+
 // Reference: plain loops in double precision (tests compare gemm to it).
 void gemm_naive(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
