@@ -399,6 +399,12 @@ struct TiledBackward::Impl {
   std::vector<float> D;        // [N, NH, T] D_t = dout_t . out_t
   std::vector<float> tiles;    // per thread: [Br, ldt] P, [Br, ldt] dP -> dS
   std::vector<float> partial;  // per thread beyond the first: zeroed [N, NH, T, Dk] partial dQ
+  // Per thread, the GEMM kernel's panels (when it has them and every depth fits one K block): the key
+  // tile's K_j^T, V_j^T and K_j packed once per task instead of once per query tile, and the query
+  // tile's Q_i and dO_i as left operands.
+  bool panels = false;
+  int64_t kt_size = 0, vt_size = 0, k_size = 0, qa_size = 0, da_size = 0, panel_floats = 0;
+  std::vector<float> panel_buf;
   static constexpr int64_t kRowBlock = 512;
 
   Impl(const SdpaProblem& p_, const float* row_lse_, StridedIn dout_, const SdpaGrads& grads_, int team_,
@@ -422,6 +428,14 @@ struct TiledBackward::Impl {
     D.resize(static_cast<size_t>(rows));
     tiles.resize(static_cast<size_t>(team) * 2 * Br * ldt);
     partial.assign(want_dq ? static_cast<size_t>(team - 1) * part_size : 0, 0.0f);
+    const PanelShape ps = gemm_panel_shape();
+    panels = ps.mr > 0 && p.Dk <= ps.max_depth && p.Dv <= ps.max_depth && Bc <= ps.max_depth;
+    if (panels) {
+      kt_size = panels_size(Bc, p.Dk, ps.nr), vt_size = panels_size(Bc, p.Dv, ps.nr), k_size = panels_size(p.Dk, Bc, ps.nr);
+      qa_size = panels_size(Br, p.Dk, ps.mr), da_size = panels_size(Br, p.Dv, ps.mr);
+      panel_floats = kt_size + vt_size + k_size + qa_size + da_size;
+      panel_buf.resize(static_cast<size_t>(team * panel_floats));
+    }
   }
 
   int64_t row_tasks() const { return (rows + kRowBlock - 1) / kRowBlock; }
@@ -446,6 +460,16 @@ struct TiledBackward::Impl {
     const int64_t s0 = (task % key_tiles) * Bc, bc = std::min(Bc, p.S - s0);
     const float* Kj = p.k.data + n * p.k.batch + h * p.k.head + s0 * p.k.row;  // [bc, Dk]
     const float* Vj = p.v.data + n * p.v.batch + h * p.v.head + s0 * p.v.row;  // [bc, Dv]
+    float* kt_panels = panels ? panel_buf.data() + static_cast<size_t>(id) * panel_floats : nullptr;
+    float* vt_panels = kt_panels + kt_size;
+    float* k_panels = vt_panels + vt_size;
+    float* qa_panels = k_panels + k_size;
+    float* da_panels = qa_panels + qa_size;
+    if (panels) {
+      if (!probs) pack_b_panels(Trans::Yes, p.Dk, bc, Kj, p.k.row, kt_panels);   // K_j^T [Dk, bc]
+      pack_b_panels(Trans::Yes, p.Dv, bc, Vj, p.v.row, vt_panels);                // V_j^T [Dv, bc]
+      if (want_dq) pack_b_panels(Trans::No, bc, p.Dk, Kj, p.k.row, k_panels);     // K_j [bc, Dk]
+    }
     for (int64_t t0 = 0; t0 < p.T; t0 += Br) {
       const int64_t br = std::min(Br, p.T - t0);
       // Limits grow with t: when the tile's last query sees no key of tile j, none does.
@@ -458,7 +482,12 @@ struct TiledBackward::Impl {
         Pij = probs + (nh * p.T + t0) * probs_ld + s0, ldp = probs_ld;
       } else {
         // E = scale Q_i K_j^T   [br, bc]
-        gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, E, ldt, GemmThreads::This);
+        if (panels) {
+          pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, qa_panels);
+          gemm_panels(br, bc, p.Dk, p.scale, qa_panels, kt_panels, 0.0f, E, ldt);
+        } else {
+          gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, E, ldt, GemmThreads::This);
+        }
         for (int64_t r = 0; r < br; ++r) {  // P = exp(E - lse), masked and fully masked rows 0
           float* e = E + r * ldt;
           if (masked) mask_scores(e, s0, bc, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
@@ -475,7 +504,12 @@ struct TiledBackward::Impl {
              grads.dv.data + n * grads.dv.batch + h * grads.dv.head + s0 * grads.dv.row, grads.dv.row, GemmThreads::This);
       if (!want_dq && !grads.dk.data) continue;
       // dP = dO_i V_j^T   [br, bc];  dS = P (dP - D)
-      gemm(Trans::No, Trans::Yes, br, bc, p.Dv, 1.0f, dOi, dout.row, Vj, p.v.row, 0.0f, dP, ldt, GemmThreads::This);
+      if (panels) {
+        pack_a_panels(Trans::No, br, p.Dv, dOi, dout.row, da_panels);
+        gemm_panels(br, bc, p.Dv, 1.0f, da_panels, vt_panels, 0.0f, dP, ldt);
+      } else {
+        gemm(Trans::No, Trans::Yes, br, bc, p.Dv, 1.0f, dOi, dout.row, Vj, p.v.row, 0.0f, dP, ldt, GemmThreads::This);
+      }
       for (int64_t r = 0; r < br; ++r) {
         Eigen::Map<Eigen::ArrayXf> dS(dP + r * ldt, bc);
         dS = Eigen::Map<const Eigen::ArrayXf>(Pij + r * ldp, bc) * (dS - D[static_cast<size_t>(nh * p.T + t0 + r)]);
@@ -485,7 +519,10 @@ struct TiledBackward::Impl {
         gemm(Trans::Yes, Trans::No, bc, p.Dk, br, p.scale, dP, ldt, Qi, p.q.row, 1.0f,
              grads.dk.data + n * grads.dk.batch + h * grads.dk.head + s0 * grads.dk.row, grads.dk.row, GemmThreads::This);
       // dQ_i += scale dS K_j   [br, Dk]
-      if (want_dq)
+      if (want_dq && panels)
+        gemm_panels_a_in_place(Trans::No, br, p.Dk, bc, p.scale, dP, ldt, k_panels, 1.0f,
+                               dq.data + n * dq.batch + h * dq.head + t0 * dq.row, dq.row);
+      else if (want_dq)
         gemm(Trans::No, Trans::No, br, p.Dk, bc, p.scale, dP, ldt, Kj, p.k.row, 1.0f,
              dq.data + n * dq.batch + h * dq.head + t0 * dq.row, dq.row, GemmThreads::This);
     }

@@ -40,6 +40,8 @@ void pack_b_panels(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, f
 void panel_shape(int64_t* mr, int64_t* nr, int64_t* kc);
 void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
                  int64_t ldc);
+void gemm_panels_a_in_place(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                            const float* pb, float beta, float* C, int64_t ldc);
 }
 namespace avx512 {
 bool gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -56,6 +58,8 @@ void pack_b_panels(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, f
 void panel_shape(int64_t* mr, int64_t* nr, int64_t* kc);
 void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
                  int64_t ldc);
+void gemm_panels_a_in_place(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                            const float* pb, float beta, float* C, int64_t ldc);
 }
 }  // namespace detail
 

@@ -305,6 +305,14 @@ void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, 
   else detail::avx2::gemm_panels(M, N, K, alpha, pa, pb, beta, C, ldc);
 }
 
+void gemm_panels_a_in_place(Trans ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                            const float* pb, float beta, float* C, int64_t ldc) {
+  const bool t = ta == Trans::Yes;
+  if (gemm_kernel_auto() == GemmKernel::Avx512)
+    detail::avx512::gemm_panels_a_in_place(t, M, N, K, alpha, A, lda, pb, beta, C, ldc);
+  else detail::avx2::gemm_panels_a_in_place(t, M, N, K, alpha, A, lda, pb, beta, C, ldc);
+}
+
 void gemm_naive(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i)

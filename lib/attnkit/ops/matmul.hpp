@@ -79,6 +79,10 @@ void pack_a_panels(Trans ta, int64_t M, int64_t K, const float* A, int64_t lda, 
 void pack_b_panels(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb, float* dst);
 void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
                  int64_t ldc);
+// The same with op(A) [M, K] read in place (no panels: for a narrow C, N <= 64, where each element
+// of A serves few multiply-adds and packing it costs more than it saves).
+void gemm_panels_a_in_place(Trans ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                            const float* pb, float beta, float* C, int64_t ldc);
 
 // Reference: plain loops in double precision (tests compare gemm to it).
 void gemm_naive(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
