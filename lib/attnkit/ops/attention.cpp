@@ -399,12 +399,14 @@ struct TiledBackward::Impl {
   std::vector<float> D;        // [N, NH, T] D_t = dout_t . out_t
   std::vector<float> tiles;    // per thread: [Br, ldt] P, [Br, ldt] dP -> dS
   std::vector<float> partial;  // per thread beyond the first: zeroed [N, NH, T, Dk] partial dQ
-  // Per thread, the GEMM kernel's panels (when it has them and every depth fits one K block): the key
-  // tile's K_j^T, V_j^T and K_j packed once per task instead of once per query tile, and the query
-  // tile's Q_i and dO_i as left operands.
+  // The GEMM kernel's panels (when it has them and every depth fits one K block), so that nothing is
+  // packed once per tile pair: per thread, the key tile's K_j^T, V_j^T and K_j, packed once per task;
+  // shared, each query tile's Q_i and dO_i as left operands (a) and as right ones (b), packed by the
+  // row stage for every key tile's task.
   bool panels = false;
-  int64_t kt_size = 0, vt_size = 0, k_size = 0, qa_size = 0, da_size = 0, panel_floats = 0;
-  std::vector<float> panel_buf;
+  int64_t kt_size = 0, vt_size = 0, k_size = 0, panel_floats = 0;
+  int64_t query_tiles = 0, qa_size = 0, qb_size = 0, da_size = 0, db_size = 0, query_floats = 0;
+  std::vector<float> panel_buf, query_buf;
   static constexpr int64_t kRowBlock = 512;
 
   Impl(const SdpaProblem& p_, const float* row_lse_, StridedIn dout_, const SdpaGrads& grads_, int team_,
@@ -429,17 +431,39 @@ struct TiledBackward::Impl {
     tiles.resize(static_cast<size_t>(team) * 2 * Br * ldt);
     partial.assign(want_dq ? static_cast<size_t>(team - 1) * part_size : 0, 0.0f);
     const PanelShape ps = gemm_panel_shape();
-    panels = ps.mr > 0 && p.Dk <= ps.max_depth && p.Dv <= ps.max_depth && Bc <= ps.max_depth;
+    panels = ps.mr > 0 && p.Dk <= ps.max_depth && p.Dv <= ps.max_depth && Bc <= ps.max_depth && Br <= ps.max_depth;
     if (panels) {
       kt_size = panels_size(Bc, p.Dk, ps.nr), vt_size = panels_size(Bc, p.Dv, ps.nr), k_size = panels_size(p.Dk, Bc, ps.nr);
-      qa_size = panels_size(Br, p.Dk, ps.mr), da_size = panels_size(Br, p.Dv, ps.mr);
-      panel_floats = kt_size + vt_size + k_size + qa_size + da_size;
+      panel_floats = kt_size + vt_size + k_size;
       panel_buf.resize(static_cast<size_t>(team * panel_floats));
+      query_tiles = p.N * p.NH * ((p.T + Br - 1) / Br);
+      qa_size = panels_size(Br, p.Dk, ps.mr), qb_size = panels_size(p.Dk, Br, ps.nr);
+      da_size = panels_size(Br, p.Dv, ps.mr), db_size = panels_size(p.Dv, Br, ps.nr);
+      query_floats = qa_size + qb_size + da_size + db_size;
+      query_buf.resize(static_cast<size_t>(query_tiles * query_floats));
     }
   }
 
-  int64_t row_tasks() const { return (rows + kRowBlock - 1) / kRowBlock; }
+  // The row stage: D by blocks of rows, then (with panels) each query tile's panels.
+  int64_t d_tasks() const { return (rows + kRowBlock - 1) / kRowBlock; }
+  int64_t row_tasks() const { return d_tasks() + query_tiles; }
+  // Panels of query tile i of head nh: Q_i as a (rows of the left operand), Q_i as b, dO_i as a, dO_i as b.
+  float* query_panels(int64_t nh, int64_t i) {
+    return query_buf.data() + (nh * ((p.T + Br - 1) / Br) + i) * query_floats;
+  }
+  void pack_query_tile(int64_t tile) {
+    const int64_t per_head = (p.T + Br - 1) / Br, nh = tile / per_head, i = tile % per_head;
+    const int64_t n = nh / p.NH, h = nh % p.NH, t0 = i * Br, br = std::min(Br, p.T - t0);
+    const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;       // [br, Dk]
+    const float* dOi = dout.data + n * dout.batch + h * dout.head + t0 * dout.row;  // [br, Dv]
+    float* qa = query_panels(nh, i);
+    pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, qa);
+    pack_b_panels(Trans::No, br, p.Dk, Qi, p.q.row, qa + qa_size);
+    pack_a_panels(Trans::No, br, p.Dv, dOi, dout.row, qa + qa_size + qb_size);
+    pack_b_panels(Trans::No, br, p.Dv, dOi, dout.row, qa + qa_size + qb_size + da_size);
+  }
   void run_rows(int64_t task) {
+    if (task >= d_tasks()) return pack_query_tile(task - d_tasks());
     for (int64_t row = task * kRowBlock; row < std::min(rows, (task + 1) * kRowBlock); ++row) {
       const int64_t nh = row / p.T, n = nh / p.NH, h = nh % p.NH, t = row % p.T;
       const float* o = p.out.data + n * p.out.batch + h * p.out.head + t * p.out.row;
@@ -463,8 +487,6 @@ struct TiledBackward::Impl {
     float* kt_panels = panels ? panel_buf.data() + static_cast<size_t>(id) * panel_floats : nullptr;
     float* vt_panels = kt_panels + kt_size;
     float* k_panels = vt_panels + vt_size;
-    float* qa_panels = k_panels + k_size;
-    float* da_panels = qa_panels + qa_size;
     if (panels) {
       if (!probs) pack_b_panels(Trans::Yes, p.Dk, bc, Kj, p.k.row, kt_panels);   // K_j^T [Dk, bc]
       pack_b_panels(Trans::Yes, p.Dv, bc, Vj, p.v.row, vt_panels);                // V_j^T [Dv, bc]
@@ -476,18 +498,18 @@ struct TiledBackward::Impl {
       if (row_limit(p, n, t0 + br - 1) <= s0) continue;
       const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;   // [br, Dk]
       const float* dOi = dout.data + n * dout.batch + h * dout.head + t0 * dout.row;  // [br, Dv]
+      const float* qa = panels ? query_panels(nh, t0 / Br) : nullptr;  // Q_i as a, then as b
+      const float* qb = qa + (panels ? qa_size : 0);
+      const float* da = qb + (panels ? qb_size : 0);                     // dO_i as a, then as b
+      const float* db = da + (panels ? da_size : 0);
       const float* Pij = E;  // [br, bc] (row stride ldp)
       int64_t ldp = ldt;
       if (probs) {
         Pij = probs + (nh * p.T + t0) * probs_ld + s0, ldp = probs_ld;
       } else {
         // E = scale Q_i K_j^T   [br, bc]
-        if (panels) {
-          pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, qa_panels);
-          gemm_panels(br, bc, p.Dk, p.scale, qa_panels, kt_panels, 0.0f, E, ldt);
-        } else {
-          gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, E, ldt, GemmThreads::This);
-        }
+        if (panels) gemm_panels(br, bc, p.Dk, p.scale, qa, kt_panels, 0.0f, E, ldt);
+        else gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, E, ldt, GemmThreads::This);
         for (int64_t r = 0; r < br; ++r) {  // P = exp(E - lse), masked and fully masked rows 0
           float* e = E + r * ldt;
           if (masked) mask_scores(e, s0, bc, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
@@ -499,25 +521,25 @@ struct TiledBackward::Impl {
         }
       }
       // dV_j += P^T dO_i   [bc, Dv]
-      if (grads.dv.data)
-        gemm(Trans::Yes, Trans::No, bc, p.Dv, br, 1.0f, Pij, ldp, dOi, dout.row, 1.0f,
-             grads.dv.data + n * grads.dv.batch + h * grads.dv.head + s0 * grads.dv.row, grads.dv.row, GemmThreads::This);
+      float* dVj = grads.dv.data ? grads.dv.data + n * grads.dv.batch + h * grads.dv.head + s0 * grads.dv.row : nullptr;
+      if (grads.dv.data && panels)
+        gemm_panels_a_in_place(Trans::Yes, bc, p.Dv, br, 1.0f, Pij, ldp, db, 1.0f, dVj, grads.dv.row);
+      else if (grads.dv.data)
+        gemm(Trans::Yes, Trans::No, bc, p.Dv, br, 1.0f, Pij, ldp, dOi, dout.row, 1.0f, dVj, grads.dv.row, GemmThreads::This);
       if (!want_dq && !grads.dk.data) continue;
       // dP = dO_i V_j^T   [br, bc];  dS = P (dP - D)
-      if (panels) {
-        pack_a_panels(Trans::No, br, p.Dv, dOi, dout.row, da_panels);
-        gemm_panels(br, bc, p.Dv, 1.0f, da_panels, vt_panels, 0.0f, dP, ldt);
-      } else {
-        gemm(Trans::No, Trans::Yes, br, bc, p.Dv, 1.0f, dOi, dout.row, Vj, p.v.row, 0.0f, dP, ldt, GemmThreads::This);
-      }
+      if (panels) gemm_panels(br, bc, p.Dv, 1.0f, da, vt_panels, 0.0f, dP, ldt);
+      else gemm(Trans::No, Trans::Yes, br, bc, p.Dv, 1.0f, dOi, dout.row, Vj, p.v.row, 0.0f, dP, ldt, GemmThreads::This);
       for (int64_t r = 0; r < br; ++r) {
         Eigen::Map<Eigen::ArrayXf> dS(dP + r * ldt, bc);
         dS = Eigen::Map<const Eigen::ArrayXf>(Pij + r * ldp, bc) * (dS - D[static_cast<size_t>(nh * p.T + t0 + r)]);
       }
       // dK_j += scale dS^T Q_i   [bc, Dk]
-      if (grads.dk.data)
-        gemm(Trans::Yes, Trans::No, bc, p.Dk, br, p.scale, dP, ldt, Qi, p.q.row, 1.0f,
-             grads.dk.data + n * grads.dk.batch + h * grads.dk.head + s0 * grads.dk.row, grads.dk.row, GemmThreads::This);
+      float* dKj = grads.dk.data ? grads.dk.data + n * grads.dk.batch + h * grads.dk.head + s0 * grads.dk.row : nullptr;
+      if (grads.dk.data && panels)
+        gemm_panels_a_in_place(Trans::Yes, bc, p.Dk, br, p.scale, dP, ldt, qb, 1.0f, dKj, grads.dk.row);
+      else if (grads.dk.data)
+        gemm(Trans::Yes, Trans::No, bc, p.Dk, br, p.scale, dP, ldt, Qi, p.q.row, 1.0f, dKj, grads.dk.row, GemmThreads::This);
       // dQ_i += scale dS K_j   [br, Dk]
       if (want_dq && panels)
         gemm_panels_a_in_place(Trans::No, br, p.Dk, bc, p.scale, dP, ldt, k_panels, 1.0f,
@@ -528,7 +550,7 @@ struct TiledBackward::Impl {
     }
   }
 
-  int64_t reduce_tasks() const { return want_dq && team > 1 ? row_tasks() : 0; }
+  int64_t reduce_tasks() const { return want_dq && team > 1 ? d_tasks() : 0; }
   void run_reduce(int64_t task) {
     for (int64_t row = task * kRowBlock; row < std::min(rows, (task + 1) * kRowBlock); ++row) {
       const int64_t nh = row / p.T, n = nh / p.NH, h = nh % p.NH, t = row % p.T;
