@@ -5,8 +5,10 @@
 //   build/bench/attention_bench --T 4096 --E 512 --heads 8 --threads 2 --reps 3
 //   --ops        the op-by-op path (nn::multihead_attention_forward_ops) instead of the fused one
 //   --backward   forward (keeping the cache) + nn::multihead_attention_backward for d out.sum()
-//                (dY = 1; gradients of the input and every weight), timed together; also reports the
-//                best forward and backward CPU times apart
+//                (dY = 1; gradients of the input and every weight), timed together, under training's
+//                allocator policy (retain_freed_memory, as seq2seq-train and lstm_bench --backward run);
+//                also reports the best forward and backward CPU times apart
+//   --malloc-default  with --backward: glibc's default allocator policy instead (to measure what it costs)
 //   --probs-budget B  MhaOptions::saved_probs_budget (bytes; 0: the O(T) path that recomputes the
 //                probabilities in the backward; default: the library's)
 //   --sgemm-peak only time ops::gemm [1024 x 1024] x [1024 x 1024] (the GFLOP/s ceiling)
@@ -26,6 +28,7 @@
 
 #include "attnkit/nn/attention.hpp"
 #include "attnkit/ops/matmul.hpp"
+#include "attnkit/tensor/memory.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/threads.hpp"
 
@@ -33,7 +36,7 @@ using namespace attnkit;
 
 int main(int argc, char** argv) {
   int64_t N = 1, T = 1024, E = 512, NH = 8, threads = 2, reps = 3, tq = 0, tk = 0, probs_budget = -1;
-  bool causal = false, weights = false, by_ops = false, backward = false, sgemm = false;
+  bool causal = false, weights = false, by_ops = false, backward = false, sgemm = false, malloc_default = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::atoll(argv[++i]) : 0LL; };
@@ -51,14 +54,16 @@ int main(int argc, char** argv) {
     else if (a == "--ops") by_ops = true;
     else if (a == "--backward") backward = true;
     else if (a == "--sgemm-peak") sgemm = true;
+    else if (a == "--malloc-default") malloc_default = true;
     else {
       std::fprintf(stderr, "usage: attention_bench [--N 1] [--T 1024] [--E 512] [--heads 8] [--threads 2] [--reps 3] "
-                           "[--causal] [--need-weights] [--ops] [--backward] [--probs-budget BYTES] [--sgemm-peak] "
-                           "[--tile-q Q --tile-k K]\n");
+                           "[--causal] [--need-weights] [--ops] [--backward [--malloc-default]] [--probs-budget BYTES] "
+                           "[--sgemm-peak] [--tile-q Q --tile-k K]\n");
       return 2;
     }
   }
   set_num_threads(static_cast<int>(threads));
+  if (backward && !malloc_default) retain_freed_memory();  // training's allocator policy (tensor/memory.hpp)
   if (tq > 0 && tk > 0) ops::set_tile_sizes({tq, tk});
   Rng rng(1);
   if (sgemm) {
