@@ -25,42 +25,31 @@ namespace detail {
 // One thread's product by attnkit's own kernels (gemm_avx2.cpp, gemm_avx512.cpp): C = act(alpha op(A) op(B)
 // + beta C + bias) + add for K >= 1 (ops::GemmEpilogue's fields: bias, add, ldadd, relu; nullptr / false
 // for none). false when its packing buffers could not be allocated (nothing written).
+// The same entries in both builds' namespaces.
+#define ATTNKIT_GEMM_KERNEL_ENTRIES \
+  bool gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, \
+    const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias, const float* add, \
+    int64_t ldadd, bool relu); \
+  int64_t packed_size(int64_t K, int64_t N); \
+  void pack_b_all(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst); \
+  float packed_at(const float* packed, int64_t K, int64_t N, int64_t k, int64_t j); \
+  bool gemm_packed(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, \
+    const float* packed, int64_t j0, int64_t j1, float beta, float* C, int64_t ldc, const float* bias, \
+    const float* add, int64_t ldadd, bool relu); \
+  void pack_a_panels(bool ta, const float* A, int64_t lda, int64_t M, int64_t K, float* dst); \
+  void pack_b_panels(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst); \
+  void panel_shape(int64_t* mr, int64_t* nr, int64_t* kc); \
+  void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C, \
+    int64_t ldc); \
+  void gemm_panels_a_in_place(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, \
+    const float* pb, float beta, float* C, int64_t ldc);
 namespace avx2 {
-bool gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias, const float* add,
-          int64_t ldadd, bool relu);
-int64_t packed_size(int64_t K, int64_t N);
-void pack_b_all(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst);
-float packed_at(const float* packed, int64_t K, int64_t N, int64_t k, int64_t j);
-bool gemm_packed(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* packed, int64_t j0, int64_t j1, float beta, float* C, int64_t ldc, const float* bias,
-                 const float* add, int64_t ldadd, bool relu);
-void pack_a_panels(bool ta, const float* A, int64_t lda, int64_t M, int64_t K, float* dst);
-void pack_b_panels(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst);
-void panel_shape(int64_t* mr, int64_t* nr, int64_t* kc);
-void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
-                 int64_t ldc);
-void gemm_panels_a_in_place(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                            const float* pb, float beta, float* C, int64_t ldc);
+ATTNKIT_GEMM_KERNEL_ENTRIES
 }
 namespace avx512 {
-bool gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias, const float* add,
-          int64_t ldadd, bool relu);
-int64_t packed_size(int64_t K, int64_t N);
-void pack_b_all(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst);
-float packed_at(const float* packed, int64_t K, int64_t N, int64_t k, int64_t j);
-bool gemm_packed(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* packed, int64_t j0, int64_t j1, float beta, float* C, int64_t ldc, const float* bias,
-                 const float* add, int64_t ldadd, bool relu);
-void pack_a_panels(bool ta, const float* A, int64_t lda, int64_t M, int64_t K, float* dst);
-void pack_b_panels(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst);
-void panel_shape(int64_t* mr, int64_t* nr, int64_t* kc);
-void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
-                 int64_t ldc);
-void gemm_panels_a_in_place(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                            const float* pb, float beta, float* C, int64_t ldc);
+ATTNKIT_GEMM_KERNEL_ENTRIES
 }
+#undef ATTNKIT_GEMM_KERNEL_ENTRIES
 }  // namespace detail
 
 }  // namespace attnkit::ops
