@@ -187,8 +187,9 @@ struct TiledWorker::Impl {
     if (keys) q_panels.resize(static_cast<size_t>(panels_size(Br, p.Dk, gemm_panel_shape().mr)));
   }
 
-  // The tile products run on ops::gemm's own kernel on this thread (GemmThreads::This): Q K^T packs
-  // K's tile once for the br rows; P V reads P in place (C is only Dv wide, see gemm_kernel.inc).
+  // The tile products run on ops::gemm's own kernel on this thread: Q K^T on panels packed once (the
+  // head's K^T by TiledKeyPanels, Q_i once per task) or, without them, packed by ops::gemm per tile;
+  // P V reads P in place (C is only Dv wide, see gemm_kernel.inc).
   void run(int64_t task, float* row_lse) {
     const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
     const int64_t t0 = (task % tiles_per_head) * Br, br = std::min(Br, p.T - t0);
@@ -457,7 +458,7 @@ struct TiledBackward::Impl {
     const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;       // [br, Dk]
     const float* dOi = dout.data + n * dout.batch + h * dout.head + t0 * dout.row;  // [br, Dv]
     float* qa = query_panels(nh, i);
-    pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, qa);
+    if (!probs) pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, qa);  // for E = scale Q_i K_j^T, unless P is kept
     pack_b_panels(Trans::No, br, p.Dk, Qi, p.q.row, qa + qa_size);
     pack_a_panels(Trans::No, br, p.Dv, dOi, dout.row, qa + qa_size + qb_size);
     pack_b_panels(Trans::No, br, p.Dv, dOi, dout.row, qa + qa_size + qb_size + da_size);
