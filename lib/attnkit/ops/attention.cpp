@@ -407,6 +407,7 @@ struct TiledBackward::Impl {
   bool panels = false;
   int64_t kt_size = 0, vt_size = 0, k_size = 0, panel_floats = 0;
   int64_t query_tiles = 0, qa_size = 0, qb_size = 0, da_size = 0, db_size = 0, query_floats = 0;
+  int64_t query_tiles_per_head = 0;
   std::vector<float> panel_buf, query_buf;
   static constexpr int64_t kRowBlock = 512;
 
@@ -437,7 +438,8 @@ struct TiledBackward::Impl {
       kt_size = panels_size(Bc, p.Dk, ps.nr), vt_size = panels_size(Bc, p.Dv, ps.nr), k_size = panels_size(p.Dk, Bc, ps.nr);
       panel_floats = kt_size + vt_size + k_size;
       panel_buf.resize(static_cast<size_t>(team * panel_floats));
-      query_tiles = p.N * p.NH * ((p.T + Br - 1) / Br);
+      query_tiles_per_head = (p.T + Br - 1) / Br;
+      query_tiles = p.N * p.NH * query_tiles_per_head;
       qa_size = panels_size(Br, p.Dk, ps.mr), qb_size = panels_size(p.Dk, Br, ps.nr);
       da_size = panels_size(Br, p.Dv, ps.mr), db_size = panels_size(p.Dv, Br, ps.nr);
       query_floats = qa_size + qb_size + da_size + db_size;
@@ -450,10 +452,10 @@ struct TiledBackward::Impl {
   int64_t row_tasks() const { return d_tasks() + query_tiles; }
   // Panels of query tile i of head nh: Q_i as a (rows of the left operand), Q_i as b, dO_i as a, dO_i as b.
   float* query_panels(int64_t nh, int64_t i) {
-    return query_buf.data() + (nh * ((p.T + Br - 1) / Br) + i) * query_floats;
+    return query_buf.data() + (nh * query_tiles_per_head + i) * query_floats;
   }
   void pack_query_tile(int64_t tile) {
-    const int64_t per_head = (p.T + Br - 1) / Br, nh = tile / per_head, i = tile % per_head;
+    const int64_t nh = tile / query_tiles_per_head, i = tile % query_tiles_per_head;
     const int64_t n = nh / p.NH, h = nh % p.NH, t0 = i * Br, br = std::min(Br, p.T - t0);
     const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;       // [br, Dk]
     const float* dOi = dout.data + n * dout.batch + h * dout.head + t0 * dout.row;  // [br, Dv]

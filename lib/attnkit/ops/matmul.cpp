@@ -277,40 +277,58 @@ void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, 
   for (char f : failed) AK_CHECK(!f, "gemm_packed: cannot allocate the packing buffer for [{}, {}]", M, K);
 }
 
-PanelShape gemm_panel_shape() {
-  static const PanelShape shape = [] {
-    PanelShape s;
-    if (gemm_kernel_auto() == GemmKernel::Avx512) detail::avx512::panel_shape(&s.mr, &s.nr, &s.max_depth);
-    else if (gemm_kernel_auto() == GemmKernel::Avx2) detail::avx2::panel_shape(&s.mr, &s.nr, &s.max_depth);
-    return s;
+namespace {
+// The panel entries of the kernel ops::gemm picks (gemm_kernel_auto()), chosen once.
+struct PanelKernel {
+  PanelShape shape;  // mr = 0: no panel kernel (the Eigen path)
+  void (*pack_a)(bool, const float*, int64_t, int64_t, int64_t, float*) = nullptr;
+  void (*pack_b)(bool, const float*, int64_t, int64_t, int64_t, float*) = nullptr;
+  void (*product)(int64_t, int64_t, int64_t, float, const float*, const float*, float, float*, int64_t) = nullptr;
+  void (*product_a_in_place)(bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, float, float*,
+                             int64_t) = nullptr;
+};
+
+const PanelKernel& panel_kernel() {
+  static const PanelKernel kernel = [] {
+    PanelKernel k;
+    if (gemm_kernel_auto() == GemmKernel::Avx512) {
+      namespace d = detail::avx512;
+      d::panel_shape(&k.shape.mr, &k.shape.nr, &k.shape.max_depth);
+      k.pack_a = &d::pack_a_panels, k.pack_b = &d::pack_b_panels, k.product = &d::gemm_panels;
+      k.product_a_in_place = &d::gemm_panels_a_in_place;
+    } else if (gemm_kernel_auto() == GemmKernel::Avx2) {
+      namespace d = detail::avx2;
+      d::panel_shape(&k.shape.mr, &k.shape.nr, &k.shape.max_depth);
+      k.pack_a = &d::pack_a_panels, k.pack_b = &d::pack_b_panels, k.product = &d::gemm_panels;
+      k.product_a_in_place = &d::gemm_panels_a_in_place;
+    }
+    return k;
   }();
-  return shape;
+  AK_CHECK(kernel.shape.mr > 0, "gemm: no panel kernel on this processor (check gemm_panel_shape() first)");
+  return kernel;
+}
+}  // namespace
+
+PanelShape gemm_panel_shape() {
+  return gemm_kernel_auto() == GemmKernel::Eigen ? PanelShape{} : panel_kernel().shape;
 }
 
 void pack_a_panels(Trans ta, int64_t M, int64_t K, const float* A, int64_t lda, float* dst) {
-  AK_CHECK(gemm_panel_shape().mr > 0, "gemm: no panel kernel on this processor");
-  if (gemm_kernel_auto() == GemmKernel::Avx512) detail::avx512::pack_a_panels(ta == Trans::Yes, A, lda, M, K, dst);
-  else detail::avx2::pack_a_panels(ta == Trans::Yes, A, lda, M, K, dst);
+  panel_kernel().pack_a(ta == Trans::Yes, A, lda, M, K, dst);
 }
 
 void pack_b_panels(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb, float* dst) {
-  AK_CHECK(gemm_panel_shape().mr > 0, "gemm: no panel kernel on this processor");
-  if (gemm_kernel_auto() == GemmKernel::Avx512) detail::avx512::pack_b_panels(tb == Trans::Yes, B, ldb, K, N, dst);
-  else detail::avx2::pack_b_panels(tb == Trans::Yes, B, ldb, K, N, dst);
+  panel_kernel().pack_b(tb == Trans::Yes, B, ldb, K, N, dst);
 }
 
 void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
                  int64_t ldc) {
-  if (gemm_kernel_auto() == GemmKernel::Avx512) detail::avx512::gemm_panels(M, N, K, alpha, pa, pb, beta, C, ldc);
-  else detail::avx2::gemm_panels(M, N, K, alpha, pa, pb, beta, C, ldc);
+  panel_kernel().product(M, N, K, alpha, pa, pb, beta, C, ldc);
 }
 
 void gemm_panels_a_in_place(Trans ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                             const float* pb, float beta, float* C, int64_t ldc) {
-  const bool t = ta == Trans::Yes;
-  if (gemm_kernel_auto() == GemmKernel::Avx512)
-    detail::avx512::gemm_panels_a_in_place(t, M, N, K, alpha, A, lda, pb, beta, C, ldc);
-  else detail::avx2::gemm_panels_a_in_place(t, M, N, K, alpha, A, lda, pb, beta, C, ldc);
+  panel_kernel().product_a_in_place(ta == Trans::Yes, M, N, K, alpha, A, lda, pb, beta, C, ldc);
 }
 
 void gemm_naive(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
