@@ -12,9 +12,13 @@
 //   --probs-budget B  MhaOptions::saved_probs_budget (bytes; 0: the O(T) path that recomputes the
 //                probabilities in the backward; default: the library's)
 //   --sgemm-peak only time ops::gemm [1024 x 1024] x [1024 x 1024] (the GFLOP/s ceiling)
+//   --fma-peak   only time a loop of independent vector FMAs in registers on every thread (the
+//                processor's arithmetic peak as this VM delivers it now: what no sgemm can exceed)
 // Prints one JSON line: {"T":..,"E":..,"heads":..,"threads":..,"times_s":[..],"best_s":..,"best_cpu_s":..,
 // "peak_rss_mb":..} (--backward adds "best_forward_cpu_s", "best_backward_cpu_s"); best_cpu_s: the smallest process CPU time of a rep (on a loaded machine, compare
 // one-thread runs by it).
+#include <immintrin.h>
+#include <omp.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -34,9 +38,67 @@
 
 using namespace attnkit;
 
+namespace {
+
+// kChains independent FMA chains (enough to cover the FMA latency times the FMA ports of Zen 3/4 and
+// Sapphire Rapids); returns the sum so nothing is optimised away. FLOPs: iters * kChains * lanes * 2.
+constexpr int kChains = 12;
+
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(int64_t iters) {
+  __m256 acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = _mm256_set1_ps(0.001f * j);
+  const __m256 a = _mm256_set1_ps(0.9999999f), b = _mm256_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < kChains; ++j) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
+  float sum = 0, lane[8];
+  for (int j = 0; j < kChains; ++j) {
+    _mm256_storeu_ps(lane, acc[j]);
+    for (float v : lane) sum += v;
+  }
+  return sum;
+}
+
+__attribute__((target("avx512f"))) float fma_chains_avx512(int64_t iters) {
+  __m512 acc[kChains];
+  for (int j = 0; j < kChains; ++j) acc[j] = _mm512_set1_ps(0.001f * j);
+  const __m512 a = _mm512_set1_ps(0.9999999f), b = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < kChains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+  float sum = 0, lane[16];
+  for (int j = 0; j < kChains; ++j) {
+    _mm512_storeu_ps(lane, acc[j]);
+    for (float v : lane) sum += v;
+  }
+  return sum;
+}
+
+// {"fma_peak_gflops":..}: the best of reps wall-clock runs of every thread's chains at once.
+int fma_peak(int64_t threads, int64_t reps) {
+  const bool wide = __builtin_cpu_supports("avx512f");
+  if (!wide && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) {
+    std::fprintf(stderr, "attention_bench: --fma-peak needs AVX2 + FMA or AVX-512F\n");
+    return 1;
+  }
+  const int64_t iters = 20'000'000, lanes = wide ? 16 : 8;
+  double best = 1e30, sink = 0;
+  for (int64_t r = 0; r < std::max<int64_t>(reps, 3); ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(static_cast<int>(threads)) reduction(+ : sink)
+    sink += wide ? fma_chains_avx512(iters) : fma_chains_avx2(iters);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::printf("{\"fma_peak_gflops\":%.1f,\"threads\":%lld,\"vector_bits\":%lld,\"best_s\":%.6f,\"sink\":%g}\n",
+              2.0 * iters * kChains * lanes * threads / best / 1e9, (long long)threads, (long long)(32 * lanes), best,
+              sink);
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   int64_t N = 1, T = 1024, E = 512, NH = 8, threads = 2, reps = 3, tq = 0, tk = 0, probs_budget = -1;
-  bool causal = false, weights = false, by_ops = false, backward = false, sgemm = false, malloc_default = false;
+  bool causal = false, weights = false, by_ops = false, backward = false, sgemm = false, malloc_default = false,
+       fma = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::atoll(argv[++i]) : 0LL; };
@@ -54,17 +116,19 @@ int main(int argc, char** argv) {
     else if (a == "--ops") by_ops = true;
     else if (a == "--backward") backward = true;
     else if (a == "--sgemm-peak") sgemm = true;
+    else if (a == "--fma-peak") fma = true;
     else if (a == "--malloc-default") malloc_default = true;
     else {
       std::fprintf(stderr, "usage: attention_bench [--N 1] [--T 1024] [--E 512] [--heads 8] [--threads 2] [--reps 3] "
                            "[--causal] [--need-weights] [--ops] [--backward [--malloc-default]] [--probs-budget BYTES] "
-                           "[--sgemm-peak] [--tile-q Q --tile-k K]\n");
+                           "[--sgemm-peak] [--fma-peak] [--tile-q Q --tile-k K]\n");
       return 2;
     }
   }
   set_num_threads(static_cast<int>(threads));
   if (backward && !malloc_default) retain_freed_memory();  // training's allocator policy (tensor/memory.hpp)
   if (tq > 0 && tk > 0) ops::set_tile_sizes({tq, tk});
+  if (fma) return fma_peak(threads, reps);
   Rng rng(1);
   if (sgemm) {
     const int64_t M = 1024;

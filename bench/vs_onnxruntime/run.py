@@ -19,6 +19,12 @@ and length) into BUILD/vs_onnxruntime/, with its state_dict as JSON and one inpu
    of --reps session.run calls after a warm-up, intraOpNumThreads = --threads, interOpNumThreads 1,
    sequential, all graph optimizations). Printed: per round and the median ratio attnkit / ONNX Runtime
    with its range, beside the load average.
+3. The machine's ceiling, measured in the same rounds (right after each pair of timings): the sgemm
+   (attention_bench --sgemm-peak: ops::gemm 1024^3, same threads) and the arithmetic peak (attention_bench
+   --fma-peak: independent FMAs in registers on every thread). Printed per workload: the GFLOP/s of
+   attnkit and ONNX Runtime (the workload's multiply-adds: GEMMs and attention products, elementwise work
+   not counted), the same as a share of the round's sgemm, and the rate the target ratio would need:
+   above the sgemm, the target is beyond this machine (no sgemm reaches it: docs/benchmarks.md).
 """
 import argparse
 import json
@@ -29,14 +35,25 @@ import subprocess
 import sys
 
 WORKLOADS = {
-    # name: (kind, shape)
-    "lstm64": ("lstm", dict(N=64, T=100, D=512, H=512)),
-    "lstm1": ("lstm", dict(N=1, T=100, D=128, H=128)),
-    "gru64": ("gru", dict(N=64, T=100, D=512, H=512)),
-    "attn1024": ("attn", dict(T=1024, E=512, heads=8)),
-    "attn4096": ("attn", dict(T=4096, E=512, heads=8)),
-    "encoder": ("encoder", dict(N=16, T=256, E=512, ff=2048, heads=8)),
+    # name: (kind, shape, target ratio attnkit / ONNX Runtime (issue 11))
+    "lstm64": ("lstm", dict(N=64, T=100, D=512, H=512), 0.85),
+    "lstm1": ("lstm", dict(N=1, T=100, D=128, H=128), 0.5),
+    "gru64": ("gru", dict(N=64, T=100, D=512, H=512), 0.85),
+    "attn1024": ("attn", dict(T=1024, E=512, heads=8), 0.8),
+    "attn4096": ("attn", dict(T=4096, E=512, heads=8), 0.8),
+    "encoder": ("encoder", dict(N=16, T=256, E=512, ff=2048, heads=8), 0.9),
 }
+
+
+def flops(kind, s):
+    """The workload's GEMM FLOPs (2 per multiply-add): projections, recurrent products, attention products."""
+    if kind in ("lstm", "gru"):
+        G = 4 if kind == "lstm" else 3
+        return 2 * s["N"] * s["T"] * (s["D"] + s["H"]) * G * s["H"]
+    if kind == "attn":  # Q, K, V and output projections; Q K^T and P V
+        return 8 * s["T"] * s["E"] ** 2 + 4 * s["T"] ** 2 * s["E"]
+    rows = s["N"] * s["T"]  # encoder: projections, FFN, attention products per sequence
+    return rows * (8 * s["E"] ** 2 + 4 * s["E"] * s["ff"]) + 4 * s["N"] * s["T"] ** 2 * s["E"]
 
 
 def describe(kind, s):
@@ -143,6 +160,16 @@ def bench_args(build, kind, s, threads, reps):
             "--H", str(s["H"]), "--threads", str(threads), "--reps", str(reps), "--cell", kind]
 
 
+def ceiling(build, threads):
+    """(sgemm GFLOP/s, FMA peak GFLOP/s) measured now with the same threads."""
+    def run(flag):
+        out = subprocess.run([os.path.join(build, "bench", "attention_bench"), flag, "--threads", str(threads),
+                              "--reps", "5"], check=True, capture_output=True, text=True).stdout
+        return json.loads(out)
+
+    return run("--sgemm-peak")["gflops"], run("--fma-peak")["fma_peak_gflops"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -169,7 +196,7 @@ def main():
     print(f"torch {torch.__version__} (export only); threads {a.threads}; {a.rounds} interleaved rounds, "
           f"best of {a.reps} calls each; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
     for name in a.only.split(","):
-        kind, s = WORKLOADS[name]
+        kind, s, target = WORKLOADS[name]
         x, ref = export(torch, kind, s, work, name)
         version = ort(cmd="load", name=name, model=os.path.join(work, name + ".onnx"), threads=a.threads)["version"]
         ort(cmd="input", name=name, path=os.path.join(work, name + ".x.f32"), dims=list(x.shape))
@@ -203,14 +230,26 @@ def main():
                 m, t = ours(), theirs_t()
             else:
                 t, m = theirs_t(), ours()
-            rows.append((m, t))
-            print(f"  round {rnd + 1}: attnkit {m * 1e3:9.3f} ms   onnxruntime {t * 1e3:9.3f} ms   ratio {m / t:.3f}",
-                  flush=True)
-        ratios = [m / t for m, t in rows]
-        print(f"{describe(kind, s)} median: attnkit {statistics.median(m for m, _ in rows) * 1e3:.3f} ms, "
-              f"onnxruntime {statistics.median(t for _, t in rows) * 1e3:.3f} ms, ratio attnkit/ORT "
+            sgemm, fma = ceiling(build, a.threads)
+            rows.append((m, t, sgemm, fma))
+            gf = flops(kind, s) / 1e9
+            print(f"  round {rnd + 1}: attnkit {m * 1e3:9.3f} ms   onnxruntime {t * 1e3:9.3f} ms   ratio {m / t:.3f}   "
+                  f"GFLOP/s: attnkit {gf / m:.1f}, ORT {gf / t:.1f}, sgemm {sgemm:.1f}, FMA peak {fma:.1f}", flush=True)
+        ratios = [m / t for m, t, _, _ in rows]
+        med = {k: statistics.median(r[i] for r in rows) for i, k in enumerate(("ours", "ort", "sgemm", "fma"))}
+        print(f"{describe(kind, s)} median: attnkit {med['ours'] * 1e3:.3f} ms, "
+              f"onnxruntime {med['ort'] * 1e3:.3f} ms, ratio attnkit/ORT "
               f"{statistics.median(ratios):.3f} (range {min(ratios):.3f} .. {max(ratios):.3f}); load average "
               f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
+        # the target's rate against the round's sgemm, median over the rounds
+        gf = flops(kind, s) / 1e9
+        need = [gf / (target * t) / sg for _, t, sg, _ in rows]
+        print(f"{describe(kind, s)} ceiling: {gf:.3f} GFLOP; attnkit {gf / med['ours']:.1f} GFLOP/s "
+              f"({statistics.median(gf / m / sg for m, _, sg, _ in rows):.0%} of the round's sgemm), ORT "
+              f"{gf / med['ort']:.1f} ({statistics.median(gf / t / sg for _, t, sg, _ in rows):.0%}); sgemm "
+              f"{med['sgemm']:.1f} GFLOP/s = {med['sgemm'] / med['fma']:.0%} of the FMA peak {med['fma']:.1f}; "
+              f"ratio {target} needs {statistics.median(need):.0%} of the round's sgemm (range {min(need):.0%} .. "
+              f"{max(need):.0%})", flush=True)
     ort.p.stdin.close()
     ort.p.wait()
     sys.exit(1 if disagree else 0)
