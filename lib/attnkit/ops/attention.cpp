@@ -15,6 +15,7 @@
 
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/ops/softmax.hpp"
+#include "attnkit/ops/vector_exp.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/scratch_pool.hpp"
@@ -79,13 +80,6 @@ const float* mask_row(const SdpaProblem& p, int64_t n, int64_t h, int64_t t) {
 
 StridedMap out_map(const StridedOut& a, int64_t n, int64_t h, int64_t r0, int64_t rows, int64_t cols) {
   return StridedMap(a.data + n * a.batch + h * a.head + r0 * a.row, rows, cols, StrideRM(a.row));
-}
-
-// x = exp(x - shift) with masked entries (-inf) exactly 0: Eigen 3.4's vectorised exp(-inf) is
-// 2.9e-39, not 0, which summed over a fully masked row made its weights a mean of the values.
-template <typename Row>
-void masked_exp(Row&& x, float shift) {
-  x = (x == kNegInf).select(0.0f, (x - shift).exp());
 }
 
 // Sets masked entries of a score row (keys s0 .. s0+len) to -inf.
@@ -218,10 +212,10 @@ struct TiledWorker::Impl {
         if (masked) mask_scores(row.data(), s0, bc, limit[r], mask_row(p, n, h, t0 + r));
         const float mt = std::max(m[r], row.maxCoeff());
         alpha[r] = mt == kNegInf ? 1.0f : std::exp(m[r] - mt);
+        float sum = 0.0f;
         if (mt == kNegInf) row.setZero();  // a row masked so far: zero weights
-        else if (masked) masked_exp(row, mt);
-        else row = (row - mt).exp();
-        l[r] = alpha[r] * l[r] + row.sum();
+        else sum = detail::exp_shifted_sum(row.data(), bc, mt);  // masked entries (-inf) give 0
+        l[r] = alpha[r] * l[r] + sum;
         m[r] = mt;
       }
       Ot.array().colwise() *= alpha.head(br);
@@ -517,10 +511,8 @@ struct TiledBackward::Impl {
           float* e = E + r * ldt;
           if (masked) mask_scores(e, s0, bc, row_limit(p, n, t0 + r), mask_row(p, n, h, t0 + r));
           const float lse = row_lse[nh * p.T + t0 + r];
-          Eigen::Map<Eigen::ArrayXf> P(e, bc);
-          if (lse == kNegInf) P.setZero();
-          else if (masked) masked_exp(P, lse);
-          else P = (P - lse).exp();
+          if (lse == kNegInf) std::fill(e, e + bc, 0.0f);
+          else detail::exp_shifted_sum(e, bc, lse);  // masked entries (-inf) give 0
         }
       }
       // dV_j += P^T dO_i   [bc, Dv]
@@ -995,7 +987,7 @@ void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, c
             gemm(Trans::No, Trans::Yes, 1, d.S, A, 1.0f, w.v.data(), A, Z.data(), A, 0.0f, e.data(), d.S,
                  GemmThreads::This);
             mask_scores(e.data(), 0, d.S, row_limit(p, n, t), mask_row(p, n, 0, t));
-            masked_exp(e, lse);
+            detail::exp_shifted_sum(e.data(), d.S, lse);  // masked entries (-inf) give 0
           }
           std::copy(e.data(), e.data() + d.S, Pall.data() + nt * d.S);
         }

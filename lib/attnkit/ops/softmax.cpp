@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "attnkit/ops/row_loop.hpp"
+#include "attnkit/ops/vector_exp.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
 
@@ -30,14 +31,9 @@ void softmax_rows(float* x, int64_t rows, int64_t cols, float* row_max, float* r
     if (m == kNegInf) {
       row.setZero();  // every entry masked: zero weights, not 0/0
     } else {
-      // vectorised exp, every value in (0, 1]; a masked entry (-inf) gives exactly 0 (Eigen's
-      // packet exp(-inf) is 2.9e-39, not 0). The select runs a scalar exp per entry (libm's,
-      // a third of an unmasked attention forward's softmax time), so only rows with a -inf take it.
-      // (minCoeff is vectorised; a loop comparing each entry with -inf was not)
-      if (row.minCoeff() == kNegInf) row = (row == kNegInf).select(0.0f, (row - m).exp());
-      else row = (row - m).exp();
-      const float* p = row.data();
-      l = detail::fixed_sum(cols, [p](int64_t i) { return p[i]; });  // fixed order: bits independent of alignment
+      // every value in (0, 1]; a masked entry (-inf) gives exactly 0; the sum in an order fixed by
+      // cols alone: bits independent of alignment
+      l = detail::exp_shifted_sum(row.data(), cols, m);
       row *= 1.0f / l;
     }
     if (row_max) row_max[r] = m;

@@ -1,0 +1,83 @@
+// The softmax's exponential (ops/vector_exp.hpp): accuracy against double exp over the range a
+// shifted score takes, the edges (-inf, NaN, below the normal floats), the tail of a row, and a sum
+// whose bits do not depend on where the row lies.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "attnkit/ops/vector_exp.hpp"
+
+using attnkit::ops::detail::exp_shifted_sum;
+
+namespace {
+// |y - exp(x)| in units of the float spacing at exp(x)
+double ulps(float y, double x) {
+  const double e = std::exp(x);
+  const float f = static_cast<float>(e);
+  return std::fabs(y - e) / (std::nextafter(f, std::numeric_limits<float>::infinity()) - f);
+}
+}  // namespace
+
+TEST_CASE("exp_shifted_sum: within 1.1 ulp of exp over [-87.33, 0] and a little above, 0 below; the sum of what it wrote") {
+  const int n = 1 << 20;
+  std::vector<float> x(n), y;
+  for (int i = 0; i < n; ++i) x[i] = -87.3f + 88.0f * static_cast<float>(i) / n;  // up to +0.7: lse rounding
+  for (float shift : {0.0f, 3.5f, -2.0f}) {
+    y = x;
+    const float sum = exp_shifted_sum(y.data(), n, shift);
+    double worst = 0, total = 0;
+    int64_t flushed_wrong = 0;
+    for (int i = 0; i < n; ++i) {
+      const float t = x[i] - shift;
+      if (t < -87.33f) flushed_wrong += y[i] != 0.0f;  // below the normal floats: 0
+      else worst = std::max(worst, ulps(y[i], double(t)));
+      total += y[i];
+    }
+    CAPTURE(shift);
+    CHECK(worst <= 1.1);
+    CHECK(flushed_wrong == 0);
+    CHECK(std::fabs(sum - total) <= 1e-5 * total);
+  }
+}
+
+TEST_CASE("exp_shifted_sum: -inf and anything below -87.33 give exactly 0, NaN stays NaN, values past n untouched") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = {-inf, -1000.0f, -86.4f, -86.0f, 0.0f, nan, -inf, 1.0f, -0.5f, -inf, 7.0f};
+  const int64_t n = 10;  // x[10] is past the row
+  const float sum = exp_shifted_sum(x.data(), n, 1.0f);
+  CHECK(x[0] == 0.0f);
+  CHECK(x[1] == 0.0f);
+  CHECK(x[2] == 0.0f);
+  CHECK(x[3] > 0.0f);
+  CHECK(ulps(x[3], double(-86.0f - 1.0f)) <= 1.1);  // 1.6e-38, just above FLT_MIN
+  CHECK(ulps(x[4], -1.0) <= 1.1);
+  CHECK(std::isnan(x[5]));
+  CHECK(x[6] == 0.0f);
+  CHECK(x[7] == 1.0f);
+  CHECK(ulps(x[8], -1.5) <= 1.1);
+  CHECK(x[9] == 0.0f);
+  CHECK(x[10] == 7.0f);
+  CHECK(std::isnan(sum));
+  // a fully masked row: every entry 0, sum 0
+  std::vector<float> masked(13, -inf);
+  CHECK(exp_shifted_sum(masked.data(), 13, 0.0f) == 0.0f);
+  for (float v : masked) CHECK(v == 0.0f);
+}
+
+TEST_CASE("exp_shifted_sum: the same row at any offset gives the same bits, values and sum") {
+  std::vector<float> row(37);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = -0.37f * static_cast<float>((i * 7) % 23);
+  std::vector<float> first = row;
+  const float sum0 = exp_shifted_sum(first.data(), 37, 0.25f);
+  for (int offset = 1; offset < 8; ++offset) {
+    std::vector<float> buf(64, 0.0f);
+    std::copy(row.begin(), row.end(), buf.begin() + offset);
+    const float sum = exp_shifted_sum(buf.data() + offset, 37, 0.25f);
+    CAPTURE(offset);
+    CHECK(std::memcmp(&sum, &sum0, sizeof sum) == 0);
+    CHECK(std::memcmp(buf.data() + offset, first.data(), 37 * sizeof(float)) == 0);
+  }
+}
