@@ -9,6 +9,7 @@ namespace {
 // 8 floats: one AVX register, two SSE ones in the portable build (GCC's vector extensions).
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));  // bit arithmetic that wraps (NaN's bits)
 
 v8f load(const float* p) {
   v8f v;
@@ -36,15 +37,15 @@ inline v8f exp8(v8f t) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  v8i bits;
+  v8u bits;
   std::memcpy(&bits, &z, sizeof bits);
-  const v8i scale_bits = ((bits - 0x4B400000) + 127) << 23;  // 0x4B400000: kShifter's bits; the difference is n
+  const v8u scale_bits = ((bits - 0x4B400000u) + 127u) << 23;  // 0x4B400000: kShifter's bits; the difference is n
   v8f scale;
   std::memcpy(&scale, &scale_bits, sizeof scale);
   const v8f y = p * scale;
-  v8i ybits;
+  v8u ybits;
   std::memcpy(&ybits, &y, sizeof ybits);
-  ybits &= ~below;
+  ybits &= ~(v8u)below;  // a vector cast reinterprets the bits
   v8f out;
   std::memcpy(&out, &ybits, sizeof out);
   return out;
