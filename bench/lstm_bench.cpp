@@ -1,5 +1,5 @@
 // lstm_bench: times attnkit's LSTM forward (nn::Recurrent, inference: no cache) in-process, and
-// the bare Eigen sgemms of the same shapes (the GEMM bound and the machine's sgemm peak).
+// the bare Eigen sgemms of the same shapes (the GEMM bound), and the machine's sgemm peak (ops::gemm 1024^3).
 // With --backward 1 it times training's forward + backward instead: forward keeping the cache,
 // then Recurrent::backward for loss = output.sum() with the input's gradient wanted (PyTorch's
 // `out.sum().backward()` with x.requires_grad), every weight gradient included, under training's
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "attnkit/nn/recurrent.hpp"
+#include "attnkit/ops/matmul.hpp"
 #include "attnkit/tensor/memory.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/threads.hpp"
@@ -128,9 +129,13 @@ int main(int argc, char** argv) {
     hidden_gemms = times(reps, [&] {
       for (int64_t t = 0; t < T; ++t) hp.noalias() = h * Wh;
     });
-    // sgemm peak: a large square product with the same threads.
+    // sgemm peak: a large square product with the same threads, on the library's GEMM (ops::gemm, as
+    // attention_bench --sgemm-peak): Eigen's runs at about 60% of it, and a share of Eigen's
+    // peak read above 100%.
     MatrixRM A = MatrixRM::Random(S, S), B = MatrixRM::Random(S, S), C(S, S);
-    peak = times(reps, [&] { C.noalias() = A * B; });
+    peak = times(reps, [&] {
+      ops::gemm(ops::Trans::No, ops::Trans::No, S, S, S, 1.0f, A.data(), S, B.data(), S, 0.0f, C.data(), S);
+    });
   }
 
   // forward: the input and hidden products; backward: twice that (d x and d W_ih, d h and d W_hh)
