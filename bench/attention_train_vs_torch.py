@@ -13,8 +13,8 @@ a warm-up) and records the ratio attnkit / PyTorch; the summary is the median ov
 
 GFLOP/s count the useful work of forward + backward without recomputation: projections
 3 x 8 T E^2 (forward 8 T E^2: Q, K, V and output; backward twice that), attention 3 x 4 T^2 E
-(forward QK^T and PV; backward dV, dP, dQ, dK). They are compared with the sgemm peak measured by
-attention_bench --sgemm-peak (ops::gemm, 1024^3, same threads).
+(forward QK^T and PV; backward dV, dP, dQ, dK). They are compared with the sgemm measured right after
+each round's pair (attention_bench --sgemm-peak: ops::gemm, 1024^3, same threads).
 --long T runs attnkit alone at T under /usr/bin/time -v and reports its time and peak memory.
 """
 import argparse
@@ -50,8 +50,11 @@ def main():
     ap.add_argument("--long", type=int, default=0, help="also run attnkit alone at this T (peak memory)")
     a = ap.parse_args()
     binary = bench_binary(a.build, "attention_bench")
-    peak = ours(binary, 0, a.E, a.heads, a.threads, 3, "--sgemm-peak")["gflops"]
-    print(f"sgemm peak (ops::gemm 1024^3, {a.threads} threads): {peak:.1f} GFLOP/s", flush=True)
+    def sgemm_peak():  # measured again in every round: this VM's speed drifts by up to 1.5x within minutes
+        return ours(binary, 0, a.E, a.heads, a.threads, 3, "--sgemm-peak")["gflops"]
+
+    print(f"sgemm peak (ops::gemm 1024^3, {a.threads} threads): {sgemm_peak():.1f} GFLOP/s now, again in every round",
+          flush=True)
     torch = import_torch(a.threads)
     if torch is not None:
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; attnkit {a.threads} threads; "
@@ -74,13 +77,16 @@ def main():
             theirs = None
             if torch is not None:
                 theirs = best_time(step, a.reps)
-            rows.append((mine, theirs))
+            peak = sgemm_peak()
+            rows.append((mine, theirs, peak))
             ratio = f"  ratio {mine / theirs:.3f}" if theirs else ""
-            print(f"T={T:5d} round {r + 1}: attnkit {mine * 1e3:9.1f} ms ({flops(T, a.E) / mine / 1e9:5.1f} GFLOP/s)   "
-                  f"torch {theirs * 1e3 if theirs else float('nan'):9.1f} ms{ratio}", flush=True)
+            print(f"T={T:5d} round {r + 1}: attnkit {mine * 1e3:9.1f} ms ({flops(T, a.E) / mine / 1e9:5.1f} GFLOP/s, "
+                  f"sgemm {peak:.1f})   torch {theirs * 1e3 if theirs else float('nan'):9.1f} ms{ratio}", flush=True)
         med = statistics.median(x[0] for x in rows)
         gf = flops(T, a.E) / med / 1e9
-        line = f"T={T:5d} median: attnkit {med * 1e3:.1f} ms = {gf:.1f} GFLOP/s ({gf / peak:.0%} of the sgemm peak)"
+        share = statistics.median(flops(T, a.E) / x[0] / 1e9 / x[2] for x in rows)
+        line = (f"T={T:5d} median: attnkit {med * 1e3:.1f} ms = {gf:.1f} GFLOP/s ({share:.0%} of the round's sgemm, "
+                f"median {statistics.median(x[2] for x in rows):.1f} GFLOP/s)")
         if torch is not None:
             med_t = statistics.median(x[1] for x in rows)
             ratios = [x[0] / x[1] for x in rows]
