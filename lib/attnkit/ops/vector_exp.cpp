@@ -1,5 +1,9 @@
 #include "attnkit/ops/vector_exp.hpp"
 
+// The 8-float vectors pass between this file's own internal functions only: the portable build's
+// note that their ABI differs without AVX does not concern any caller.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 #include <cstring>
 #include <limits>
 
@@ -53,7 +57,7 @@ inline v8f exp8(v8f t) {
   v8f r = t - n * kLn2Hi;
   r = r - n * kLn2Lo;
   // exp(r) = 1 + r + r^2 P(r), P of degree 5 by Estrin's scheme: three short chains, not one of five FMAs
-  // (a Horner chain left the loop waiting on latency: ~17 cycles per 8 floats against ~11)
+  // (with Horner's chain the loop waited on latency: 13.8 TSC cycles per 8 floats against 10.2)
   const v8f r2 = r * r, r4 = r2 * r2;
   const v8f c01 = r * 1.6666665459e-1f + 5.0000001201e-1f;   // p5 + p4 r
   const v8f c23 = r * 8.3334519073e-3f + 4.1665795894e-2f;   // p3 + p2 r
