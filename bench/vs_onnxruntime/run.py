@@ -217,6 +217,7 @@ def main():
               f"max |attnkit - torch| {d_ours:.2e} (tolerance {tol:.1e}); onnxruntime-node {version}", flush=True)
         # 2. interleaved timing
         rows = []
+        gf = flops(kind, s) / 1e9
         for rnd in range(a.rounds):
             def ours():
                 out = subprocess.run(bench_args(build, kind, s, a.threads, a.reps), check=True, capture_output=True,
@@ -232,7 +233,6 @@ def main():
                 t, m = theirs_t(), ours()
             sgemm, fma = ceiling(build, a.threads)
             rows.append((m, t, sgemm, fma))
-            gf = flops(kind, s) / 1e9
             print(f"  round {rnd + 1}: attnkit {m * 1e3:9.3f} ms   onnxruntime {t * 1e3:9.3f} ms   ratio {m / t:.3f}   "
                   f"GFLOP/s: attnkit {gf / m:.1f}, ORT {gf / t:.1f}, sgemm {sgemm:.1f}, FMA peak {fma:.1f}", flush=True)
         ratios = [m / t for m, t, _, _ in rows]
@@ -242,7 +242,6 @@ def main():
               f"{statistics.median(ratios):.3f} (range {min(ratios):.3f} .. {max(ratios):.3f}); load average "
               f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}", flush=True)
         # the target's rate against the round's sgemm, median over the rounds
-        gf = flops(kind, s) / 1e9
         need = [gf / (target * t) / sg for _, t, sg, _ in rows]
         print(f"{describe(kind, s)} ceiling: {gf:.3f} GFLOP; attnkit {gf / med['ours']:.1f} GFLOP/s "
               f"({statistics.median(gf / m / sg for m, _, sg, _ in rows):.0%} of the round's sgemm), ORT "
