@@ -170,10 +170,40 @@ TEST_CASE("sdpa_backward_tiled: equals the naive backward on ragged tiles, every
         check_close(out_full, h.out, "full forward's output", 2e-5);
         check_close(lse_full, h.lse, "full forward's row_lse", 2e-5);
         Tensor pq = sq, pk = sk, pv = sv;
-        ops::sdpa_backward_tiled(pf, nullptr, h.dout_in(), h.grads(pq, pk, pv), probs.data(), ld);
+        ops::sdpa_backward_tiled(pf, nullptr, h.dout_in(), h.grads(pq, pk, pv), {probs.data(), ld});
         check_close(pq, nq, "dq from kept probabilities", 2e-5), check_close(pk, nk, "dk from kept probabilities", 2e-5),
             check_close(pv, nv, "dv from kept probabilities", 2e-5);
+        // from the tiled forward's kept tiles exp(E - m_j) and maxes m_j (NaN wherever the forward
+        // writes nothing: a tile it skipped must not be read either)
+        const int64_t rows = h.N * h.NH * h.T, key_tiles = ops::TiledWorker::key_tiles(pf);
+        std::vector<float> tiled(static_cast<size_t>(rows * ld), std::nanf("")),
+            tile_max(static_cast<size_t>(rows * key_tiles), std::nanf(""));
+        Tensor out_tiled(h.out.shape()), lse_tiled(h.lse.shape());
+        ops::SdpaProblem pt = h.problem();
+        pt.out.data = out_tiled.data();
+        ops::TiledKeyPanels keys(pt);
+        for (int64_t t = 0; t < keys.tasks(); ++t) keys.pack(t);
+        ops::TiledWorker tw(pt, &keys, tiled.data(), ld, tile_max.data());
+        for (int64_t t = 0; t < ops::TiledWorker::tasks(pt); ++t) tw.run(t, lse_tiled.data());
+        CHECK(out_tiled.values() == h.out.values());  // keeping them changes no bit of the forward
+        CHECK(lse_tiled.values() == h.lse.values());
+        Tensor tq = sq, tk = sk, tv = sv;
+        const ops::KeptProbs kept{tiled.data(), ld, tile_max.data(), ops::TiledWorker::key_width(pt)};
+        ops::sdpa_backward_tiled(pt, lse_tiled.data(), h.dout_in(), h.grads(tq, tk, tv), kept);
+        check_close(tq, nq, "dq from kept tiles", 2e-5), check_close(tk, nk, "dk from kept tiles", 2e-5),
+            check_close(tv, nv, "dv from kept tiles", 2e-5);
       }
+  {  // kept tiles read with other key tiles than they were written with: refused, never misread
+    Rng rng(4);
+    Heads h(1, 1, 4, 8, 2, 2, rng);
+    TileGuard guard(ops::TileSizes{2, 4});
+    ops::sdpa_tiled(h.problem(), h.lse.data());
+    std::vector<float> probs(32, 0.0f), tile_max(8, 0.0f);
+    Tensor dq(h.q.shape()), dk(h.k.shape()), dv(h.v.shape());
+    CHECK_THROWS_WITH(ops::sdpa_backward_tiled(h.problem(), h.lse.data(), h.dout_in(), h.grads(dq, dk, dv),
+                                               {probs.data(), 8, tile_max.data(), 2}),
+                      doctest::Contains("key tiles of 2, this backward's are 4"));
+  }
   // a null gradient is skipped; dv alone still right
   Rng rng(9);
   Heads h(2, 3, 5, 6, 2, 4, rng);

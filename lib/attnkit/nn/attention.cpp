@@ -283,34 +283,31 @@ Stage backward_stage(std::vector<ProjBackward> jobs) {
 // Attention on Q, K, V buffers into ctx, then (if given) the output projection from ctx into
 // r.output: one team for the lot when no weights are asked for (the tiled kernel), else the
 // weights kernels between the projections. Without an output projection ctx is r.output's data.
-// With `cache` and the probabilities within o.saved_probs_budget, the attention stage is
-// ops::FullWorker's, writing them into cache->probs for the backward.
+// With `cache` and the probabilities within o.saved_probs_budget, the tiled attention stage also
+// writes them (its tiles exp(E - m_j) and their row maxes) into cache->probs for the backward.
 void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d, const MhaOptions& o, bool naive,
             const float* ctx, const Projection& out, MhaResult& r, float* row_lse, std::string_view op,
             MhaCache* cache) {
   ops::check_mask(o.mask, d.N, p.NH, d.T, d.S, op);
   Stage out_stage;
   if (!out.empty()) out_stage = linear_stage({LinearJob{ctx, d.N * d.T, p.NH * p.Dv, out, r.output.data(), out.out}});
-  // Rows of a multiple of 64 floats get 16 more: the backward walks tiles of P down their columns.
-  const int64_t ld = d.S % 64 == 0 ? d.S + 16 : d.S;
+  const int64_t ld = d.S;
   const bool keep = cache && o.weights == HeadWeights::None && !naive && d.N * d.T * d.S > 0 &&
-                    double(d.N) * p.NH * d.T * ld * sizeof(float) <= double(o.saved_probs_budget);
-  const int64_t attention_tasks = keep ? ops::FullWorker::tasks(p) : ops::TiledWorker::tasks(p);
-  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), attention_tasks)));
-  if (keep) {
-    std::shared_ptr<float> buf = ScratchPool::get(d.N * p.NH * d.T * ld);  // [N, NH, T, ld], every row written
-    float* probs = buf.get();
-    cache->probs = std::move(buf), cache->probs_ld = ld;
-    std::vector<ops::FullWorker> workers;  // allocated before the team: nothing throws inside it
-    for (int i = 0; i < team; ++i) workers.emplace_back(p, probs, ld);
-    stages.push_back({ops::FullWorker::tasks(p),
-                      [&](int id, int64_t t) { workers[static_cast<size_t>(id)].run(t, row_lse); }});
-    stages.push_back(std::move(out_stage));
-    run_stages(stages, team);
-  } else if (o.weights == HeadWeights::None && !naive) {
+                    double(d.N) * p.NH * d.T * (ld + ops::TiledWorker::key_tiles(p)) * sizeof(float) <=
+                        double(o.saved_probs_budget);
+  const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), ops::TiledWorker::tasks(p))));
+  if (o.weights == HeadWeights::None && !naive) {
+    float *probs = nullptr, *tile_max = nullptr;
+    if (keep) {  // [N, NH, T, ld] then [N, NH, T, key tiles]; the tiles no row sees stay unwritten
+      const int64_t rows = d.N * p.NH * d.T;
+      std::shared_ptr<float> buf = ScratchPool::get(rows * (ld + ops::TiledWorker::key_tiles(p)));
+      probs = buf.get(), tile_max = probs + rows * ld;
+      cache->probs = std::move(buf), cache->probs_ld = ld;
+      cache->probs_tile_max = tile_max, cache->probs_key_width = ops::TiledWorker::key_width(p);
+    }
     ops::TiledKeyPanels keys(p);
     std::vector<ops::TiledWorker> workers;  // allocated before the team: nothing throws inside it
-    for (int i = 0; i < team; ++i) workers.emplace_back(p, &keys);
+    for (int i = 0; i < team; ++i) workers.emplace_back(p, &keys, probs, ld, tile_max);
     if (keys.tasks() > 0) stages.push_back({keys.tasks(), [&](int, int64_t t) { keys.pack(t); }});
     stages.push_back({ops::TiledWorker::tasks(p),
                       [&](int id, int64_t t) { workers[static_cast<size_t>(id)].run(t, row_lse); }});
@@ -356,7 +353,7 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
   MhaResult r = make_output(d, m.output_dim());
   std::shared_ptr<float> ctx_buf = has_out && !cache ? ScratchPool::get(d.N * d.T * Ev) : nullptr;
   if (cache) {
-    cache->probs.reset(), cache->probs_ld = 0;
+    cache->probs.reset(), cache->probs_ld = 0, cache->probs_tile_max = nullptr, cache->probs_key_width = 0;
     cache->row_lse = Tensor({d.N, NH, d.T});
     cache->context = has_out ? Tensor({d.N, d.T, Ev}) : Tensor();
   }
@@ -681,7 +678,7 @@ MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, 
   MhaResult r = heads_attention_forward(query, key, value, num_heads, options, cache ? &cache->row_lse : nullptr, op);
   if (cache) {
     cache->Q = cache->K = cache->V = Tensor();
-    cache->probs.reset(), cache->probs_ld = 0;  // recomputed from row_lse by the backward
+    cache->probs.reset(), cache->probs_ld = 0, cache->probs_tile_max = nullptr, cache->probs_key_width = 0;
     cache->context = r.output.reshaped({d.N, d.T, value.dim(-1)});
   }
   return r;
@@ -698,7 +695,7 @@ void check_grad_buffer(const Tensor* g, const Tensor& x, const char* name, std::
 // The sdpa backward behind both layers: tiled, reading the probabilities the forward kept (cache.probs)
 // or recomputing them tile by tile from row_lse (never a T x S matrix: O(T) memory).
 void sdpa_backward(const ops::SdpaProblem& p, const MhaCache& cache, ops::StridedIn dout, const ops::SdpaGrads& g) {
-  ops::sdpa_backward_tiled(p, cache.row_lse.data(), dout, g, cache.probs.get(), cache.probs_ld);
+  ops::sdpa_backward_tiled(p, cache.row_lse.data(), dout, g, cache.kept_probs());
 }
 
 ops::StridedOut strided(float* data, int64_t L, int64_t HS, int64_t ld) { return {data, L * ld, HS, ld}; }
@@ -812,7 +809,7 @@ void multihead_attention_backward(MultiheadAttention& m, const Tensor& q, const 
   for (const ProjBackward& j : in_jobs) work += j.flops();
   const int team = std::max(ops::TiledBackward::team_for_problem(p), team_for(8, work));
   ops::TiledBackward attention(p, cache.row_lse.data(), ops::StridedIn{dctx, T * Ev, HSv, Ev}, g, team,
-                               cache.probs.get(), cache.probs_ld);  // allocated before the team
+                               cache.kept_probs());  // allocated before the team
   stages.push_back({attention.row_tasks(), [&](int, int64_t t) { attention.run_rows(t); }});
   stages.push_back({attention.tile_tasks(), [&](int id, int64_t t) { attention.run_tile(id, t); }});
   stages.push_back({attention.reduce_tasks(), [&](int, int64_t t) { attention.run_reduce(t); }});

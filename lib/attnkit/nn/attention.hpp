@@ -27,7 +27,8 @@
 // (project, heads_attention_forward). Without weights requested the tiled kernel runs: no
 // NH x T x S matrix is ever held, in the forward or (sdpa_backward_tiled) in the backward, except
 // in training when the probabilities fit MhaOptions::saved_probs_budget (kept from the forward for
-// the backward: T = 1024 with 8 heads, 34 MB; T = 4096 and longer stay O(T)).
+// the backward, as PyTorch keeps its softmax's output: T = 4096 with 8 heads, 514 MB; T = 8192 and
+// longer stay O(T)).
 #pragma once
 #include <memory>
 #include <string_view>
@@ -96,11 +97,12 @@ struct MhaOptions {
   // (1 = attend; [T, S], [N, T, S] or [N, NH, T, S]); see ops/attention.hpp.
   ops::MaskSpec mask;
   // Training (a forward given a cache, no weights asked for): when the heads' probabilities
-  // [N, NH, T, S] fit in this many bytes, the forward keeps them (ops::FullWorker) and the backward
-  // reads them instead of recomputing Q K^T and the exps; above it both stay O(T) in memory
-  // (tiled forward, FlashAttention-2 style backward from row_lse). 0: never keep them. The default
-  // keeps T = S = 1024 with 8 heads (34 MB) and gives up at T = 2048 (136 MB).
-  int64_t saved_probs_budget = int64_t{64} << 20;
+  // [N, NH, T, S] (with their tile maxes, see MhaCache) fit in this many bytes, the forward keeps them
+  // and the backward reads them instead of recomputing Q K^T and the exps (a seventh of the
+  // attention's products); above it the backward recomputes them (FlashAttention-2 style, from
+  // row_lse) and memory stays O(T). 0: never keep them. The default keeps T = S = 4096 with 8 heads
+  // (514 MB; PyTorch keeps as much at any T) and gives up at N = 2 or T = 8192 (O(T) from there).
+  int64_t saved_probs_budget = int64_t{1} << 30;
 };
 
 struct MhaResult {
@@ -116,9 +118,13 @@ struct MhaCache {
   Tensor context;  // [N, T, Ev] heads concatenated, before the output projection
   Tensor row_lse;  // [N, NH, T] log-sum-exp of each query's scores (ops::sdpa_*)
   // The heads' probabilities [N, NH, T, S] with row stride probs_ld >= S when they fit the options'
-  // saved_probs_budget, else null.
+  // saved_probs_budget, else null: the tiled forward's tiles exp(E - m_j), with their row maxes
+  // (probs_tile_max, in the same buffer) in key tiles of probs_key_width (ops::KeptProbs).
   std::shared_ptr<const float> probs;
   int64_t probs_ld = 0;
+  const float* probs_tile_max = nullptr;
+  int64_t probs_key_width = 0;
+  ops::KeptProbs kept_probs() const { return {probs.get(), probs_ld, probs_tile_max, probs_key_width}; }
 };
 
 // query [T, Dq] / [N, T, Dq]; key [S, Dk] / [N, S, Dk]; value [S, Dv] / [N, S, Dv].

@@ -164,21 +164,30 @@ void TiledKeyPanels::pack(int64_t task) {
 struct TiledWorker::Impl {
   const SdpaProblem& p;
   const TiledKeyPanels* keys;  // null or without tasks: each tile packs its own operands (ops::gemm)
-  int64_t Br, Bc, ldE, tiles_per_head;
+  float* kept_probs;           // null, or [N, NH, T, kept_ld]: exp(E - m_j) of every tile computed
+  int64_t kept_ld;
+  float* kept_tile_max;        // [N, NH, T, key_tiles]: m_j
+  int64_t Br, Bc, ldE, tiles_per_head, key_tiles;
   MatrixRM E, O;  // [Br, ldE] scores -> probabilities (row stride ldE = Bc + kTilePad), [Br, Dv] output
   Eigen::ArrayXf m, l, alpha;         // [Br] running max, running sum, rescale
   std::vector<int64_t> limit;         // [Br] keys [0, limit) pass causal / key length
   std::vector<float> q_panels;        // the query tile Q_i [br, Dk] in the kernel's panels
 
-  Impl(const SdpaProblem& problem, const TiledKeyPanels* key_panels)
+  Impl(const SdpaProblem& problem, const TiledKeyPanels* key_panels, float* probs, int64_t ld, float* tile_max)
       : p(problem),
         keys(key_panels && key_panels->tasks() > 0 ? key_panels : nullptr),
+        kept_probs(probs),
+        kept_ld(ld),
+        kept_tile_max(tile_max),
         Br(query_tile(p)),
         Bc(key_tile(p)),
         ldE(Bc + kTilePad),
         tiles_per_head((p.T + Br - 1) / Br),
+        key_tiles((p.S + Bc - 1) / Bc),
         E(Br, ldE), O(Br, p.Dv), m(Br), l(Br), alpha(Br), limit(static_cast<size_t>(Br)) {
     if (keys) q_panels.resize(static_cast<size_t>(panels_size(Br, p.Dk, gemm_panel_shape().mr)));
+    AK_CHECK(!kept_probs || (kept_ld >= p.S && kept_tile_max),
+             "attention: kept probabilities need rows of at least S = {} and their tile maxes", p.S);
   }
 
   // The tile products run on ops::gemm's own kernel on this thread: Q K^T on panels packed once (the
@@ -218,6 +227,13 @@ struct TiledWorker::Impl {
         l[r] = alpha[r] * l[r] + sum;
         m[r] = mt;
       }
+      if (kept_probs) {
+        const int64_t row0 = nh * p.T + t0;
+        for (int64_t r = 0; r < br; ++r) {
+          std::copy(e + r * ldE, e + r * ldE + bc, kept_probs + (row0 + r) * kept_ld + s0);
+          kept_tile_max[(row0 + r) * key_tiles + s0 / Bc] = m[r];
+        }
+      }
       Ot.array().colwise() *= alpha.head(br);
       // O += P V_j   [br, Dv]
       gemm(Trans::No, Trans::No, br, p.Dv, bc, 1.0f, e, ldE, Vj, p.v.row, 1.0f, O.data(), p.Dv, GemmThreads::This);
@@ -231,13 +247,17 @@ struct TiledWorker::Impl {
   }
 };
 
-TiledWorker::TiledWorker(const SdpaProblem& p, const TiledKeyPanels* keys) : impl_(std::make_unique<Impl>(p, keys)) {}
+TiledWorker::TiledWorker(const SdpaProblem& p, const TiledKeyPanels* keys, float* kept_probs, int64_t kept_ld,
+                         float* kept_tile_max)
+    : impl_(std::make_unique<Impl>(p, keys, kept_probs, kept_ld, kept_tile_max)) {}
 TiledWorker::TiledWorker(TiledWorker&&) noexcept = default;
 TiledWorker::~TiledWorker() = default;
 int64_t TiledWorker::tasks(const SdpaProblem& p) {
   const int64_t Br = query_tile(p);
   return p.N * p.NH * ((p.T + Br - 1) / Br);
 }
+int64_t TiledWorker::key_width(const SdpaProblem& p) { return key_tile(p); }
+int64_t TiledWorker::key_tiles(const SdpaProblem& p) { return (p.S + key_tile(p) - 1) / key_tile(p); }
 void TiledWorker::run(int64_t task, float* row_lse) { impl_->run(task, row_lse); }
 
 // Multiply-adds of the two products (Q K^T, P V), times 2: what decides whether a team pays.
@@ -379,15 +399,15 @@ void sdpa_naive(const SdpaProblem& p, float* scores, float* weights, float* row_
 //   dQ_i += scale dS_ij K_j  (into the thread's own partial dQ; summed after the team)
 // Memory: two [Br, Bc] tiles per thread, D [N, NH, T], and one partial dQ [N, NH, T, Dk] per
 // thread beyond the first (O(T), never T x S).
-// With the forward's probabilities (probs [N, NH, T, probs_ld], FullWorker's), P_ij is read in place
-// instead: no Q_i K_j^T, no exp (a seventh of the products).
+// With the forward's probabilities (KeptProbs), P_ij is read instead: in place when they are P
+// itself (FullWorker's), scaled into the tile by exp(m_j - lse) per row when they are the tiled
+// forward's exp(E - m_j). No Q_i K_j^T, no exp (a seventh of the products).
 struct TiledBackward::Impl {
   SdpaProblem p;
   const float* row_lse;
   StridedIn dout;
   SdpaGrads grads;
-  const float* probs;
-  int64_t probs_ld;
+  KeptProbs kept;
   int team;
   int64_t Br, Bc, ldt, key_tiles, tasks, rows, part_size;
   bool masked, want_dq;
@@ -406,15 +426,19 @@ struct TiledBackward::Impl {
   static constexpr int64_t kRowBlock = 512;
 
   Impl(const SdpaProblem& p_, const float* row_lse_, StridedIn dout_, const SdpaGrads& grads_, int team_,
-       const float* probs_, int64_t probs_ld_)
-      : p(p_), row_lse(row_lse_), dout(dout_), grads(grads_), probs(probs_), probs_ld(probs_ld_), team(std::max(team_, 1)) {
-    AK_CHECK(row_lse != nullptr || probs != nullptr,
+       const KeptProbs& kept_)
+      : p(p_), row_lse(row_lse_), dout(dout_), grads(grads_), kept(kept_), team(std::max(team_, 1)) {
+    AK_CHECK(row_lse != nullptr || (kept.probs != nullptr && kept.tile_max == nullptr),
              "attention backward: the tiled kernel needs the forward's row log-sum-exp or its probabilities");
-    AK_CHECK(!probs || probs_ld >= p.S, "attention backward: the probabilities' row stride {} is less than S = {}",
-             probs_ld, p.S);
+    AK_CHECK(!kept.probs || kept.ld >= p.S, "attention backward: the probabilities' row stride {} is less than S = {}",
+             kept.ld, p.S);
     const bool empty = p.N * p.NH * p.T == 0 || p.S == 0;
     Br = std::max<int64_t>(1, std::min<int64_t>(g_tiles.query, p.T));
     Bc = std::max<int64_t>(1, std::min<int64_t>(g_tiles.key, p.S));
+    // Kept tiles of exp(E - m_j) are read tile for tile: the same key tiles as the forward's.
+    if (kept.tile_max)
+      AK_CHECK(kept.key_width == Bc, "attention backward: the kept probabilities come in key tiles of {}, this "
+               "backward's are {} (tile sizes changed between forward and backward)", kept.key_width, Bc);
     ldt = Bc + kTilePad;
     key_tiles = (p.S + Bc - 1) / Bc;
     tasks = empty ? 0 : p.N * p.NH * key_tiles;
@@ -454,7 +478,7 @@ struct TiledBackward::Impl {
     const float* Qi = p.q.data + n * p.q.batch + h * p.q.head + t0 * p.q.row;       // [br, Dk]
     const float* dOi = dout.data + n * dout.batch + h * dout.head + t0 * dout.row;  // [br, Dv]
     float* qa = query_panels(nh, i);
-    if (!probs) pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, qa);  // for E = scale Q_i K_j^T, unless P is kept
+    if (!kept.probs) pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, qa);  // for E = scale Q_i K_j^T, unless P is kept
     pack_b_panels(Trans::No, br, p.Dk, Qi, p.q.row, qa + qa_size);
     pack_a_panels(Trans::No, br, p.Dv, dOi, dout.row, qa + qa_size + qb_size);
     pack_b_panels(Trans::No, br, p.Dv, dOi, dout.row, qa + qa_size + qb_size + da_size);
@@ -485,7 +509,7 @@ struct TiledBackward::Impl {
     float* vt_panels = kt_panels + kt_size;
     float* k_panels = vt_panels + vt_size;
     if (panels) {
-      if (!probs) pack_b_panels(Trans::Yes, p.Dk, bc, Kj, p.k.row, kt_panels);   // K_j^T [Dk, bc]
+      if (!kept.probs) pack_b_panels(Trans::Yes, p.Dk, bc, Kj, p.k.row, kt_panels);  // K_j^T [Dk, bc]
       pack_b_panels(Trans::Yes, p.Dv, bc, Vj, p.v.row, vt_panels);                // V_j^T [Dv, bc]
       if (want_dq) pack_b_panels(Trans::No, bc, p.Dk, Kj, p.k.row, k_panels);     // K_j [bc, Dk]
     }
@@ -501,8 +525,15 @@ struct TiledBackward::Impl {
       const float* db = da + (panels ? da_size : 0);
       const float* Pij = E;  // [br, bc] (row stride ldp)
       int64_t ldp = ldt;
-      if (probs) {
-        Pij = probs + (nh * p.T + t0) * probs_ld + s0, ldp = probs_ld;
+      if (kept.probs && !kept.tile_max) {
+        Pij = kept.probs + (nh * p.T + t0) * kept.ld + s0, ldp = kept.ld;
+      } else if (kept.probs) {
+        for (int64_t r = 0; r < br; ++r) {  // P = exp(E - m_j) exp(m_j - lse); fully masked rows 0
+          const int64_t row = nh * p.T + t0 + r;
+          const float lse = row_lse[row];
+          const float c = lse == kNegInf ? 0.0f : std::exp(kept.tile_max[row * key_tiles + s0 / Bc] - lse);
+          Eigen::Map<Eigen::ArrayXf>(E + r * ldt, bc) = Eigen::Map<const Eigen::ArrayXf>(kept.probs + row * kept.ld + s0, bc) * c;
+        }
       } else {
         // E = scale Q_i K_j^T   [br, bc]
         if (panels) gemm_panels(br, bc, p.Dk, p.scale, qa, kt_panels, 0.0f, E, ldt);
@@ -559,8 +590,8 @@ struct TiledBackward::Impl {
 };
 
 TiledBackward::TiledBackward(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads,
-                             int team, const float* probs, int64_t probs_ld)
-    : impl_(std::make_unique<Impl>(p, row_lse, dout, grads, team, probs, probs_ld)) {}
+                             int team, const KeptProbs& kept)
+    : impl_(std::make_unique<Impl>(p, row_lse, dout, grads, team, kept)) {}
 TiledBackward::~TiledBackward() = default;
 int TiledBackward::team_for_problem(const SdpaProblem& p) {
   const int64_t Bc = std::max<int64_t>(1, std::min<int64_t>(g_tiles.key, p.S));
@@ -574,9 +605,9 @@ int64_t TiledBackward::reduce_tasks() const { return impl_->reduce_tasks(); }
 void TiledBackward::run_reduce(int64_t task) { impl_->run_reduce(task); }
 
 void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads,
-                         const float* probs, int64_t probs_ld) {
+                         const KeptProbs& kept) {
   const int team = TiledBackward::team_for_problem(p);
-  TiledBackward b(p, row_lse, dout, grads, team, probs, probs_ld);  // allocates: before the team
+  TiledBackward b(p, row_lse, dout, grads, team, kept);  // allocates: before the team
 #pragma omp parallel num_threads(team) if (team > 1)
   {
 #pragma omp for schedule(static)

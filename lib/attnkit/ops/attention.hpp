@@ -149,10 +149,20 @@ struct SdpaGrads {
 // before the team. Memory beyond inputs and grads: two tiles per thread, [N, NH, T] for D and,
 // with more than one thread, (threads - 1) x [N, NH, T, Dk] partial dQ; never a T x S matrix.
 // Key tiles no query can see (causal, key lengths) are skipped. Threads: num_threads().
-// probs (may be null): the forward's probabilities [N, NH, T, S] with row stride probs_ld >= S
-// (FullWorker's weights), read tile by tile instead of recomputed (row_lse is then not read).
+// Probabilities a forward keeps for its backward, [N, NH, T, S] with row stride ld >= S, so that the
+// backward reads them instead of recomputing Q K^T and its exponentials.
+// Without tile_max they are P itself (FullWorker's weights; row_lse is then not read). With it they
+// are the tiled forward's exp(E - m_j), m_j the row's running max after key tile j (tiles of
+// key_width keys), tile_max [N, NH, T, ceil(S / key_width)] those maxes: P = probs exp(m_j - lse).
+// Tiles the forward skipped (past every row's causal / key-length limit) are never read.
+struct KeptProbs {
+  const float* probs = nullptr;
+  int64_t ld = 0;
+  const float* tile_max = nullptr;
+  int64_t key_width = 0;
+};
 void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads,
-                         const float* probs = nullptr, int64_t probs_ld = 0);
+                         const KeptProbs& kept = {});
 // Plain loops in double precision (the reference the tests compare against). It recomputes the
 // softmax and the output from q, k, v itself: row_lse and p.out are not read (row_lse may be null).
 void sdpa_backward_naive(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads);
@@ -197,12 +207,18 @@ class TiledKeyPanels {
   std::shared_ptr<float> buf_;  // [N * NH][panels of K^T], null when panels do not apply
 };
 
+// With kept_probs ([N, NH, T, kept_ld]) and kept_tile_max ([N, NH, T, key_tiles(p)]) each worker also
+// writes the tiles of exp(E - m_j) and their row maxes m_j for the backward (KeptProbs with
+// key_width(p)).
 class TiledWorker {
  public:
-  explicit TiledWorker(const SdpaProblem& p, const TiledKeyPanels* keys = nullptr);
+  explicit TiledWorker(const SdpaProblem& p, const TiledKeyPanels* keys = nullptr, float* kept_probs = nullptr,
+                       int64_t kept_ld = 0, float* kept_tile_max = nullptr);
   TiledWorker(TiledWorker&&) noexcept;
   ~TiledWorker();
   static int64_t tasks(const SdpaProblem& p);
+  static int64_t key_width(const SdpaProblem& p);  // keys per tile
+  static int64_t key_tiles(const SdpaProblem& p);  // tiles per row: ceil(S / key_width)
   void run(int64_t task, float* row_lse);
 
  private:
@@ -238,7 +254,7 @@ class FullWorker {
 class TiledBackward {
  public:
   TiledBackward(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads, int team,
-                const float* probs = nullptr, int64_t probs_ld = 0);
+                const KeptProbs& kept = {});
   ~TiledBackward();
   static int team_for_problem(const SdpaProblem& p);
   int64_t row_tasks() const;
