@@ -5,10 +5,10 @@
 //   build/bench/attention_bench --T 4096 --E 512 --heads 8 --threads 2 --reps 3
 //   --ops        the op-by-op path (nn::multihead_attention_forward_ops) instead of the fused one
 //   --backward   forward (keeping the cache) + nn::multihead_attention_backward for d out.sum()
-//                (dY = 1; gradients of the input and every weight), timed together, under training's
-//                allocator policy (retain_freed_memory, as seq2seq-train and lstm_bench --backward run);
-//                also reports the best forward and backward CPU times apart
-//   --malloc-default  with --backward: glibc's default allocator policy instead (to measure what it costs)
+//                (dY = 1; gradients of the input and every weight), timed together; also reports the
+//                best forward and backward CPU times apart
+//   --malloc-default  glibc's default allocator policy instead of the tools' (retain_freed_memory, as
+//                tools::run sets it), to measure what the policy saves
 //   --probs-budget B  MhaOptions::saved_probs_budget (bytes; 0: the O(T) path that recomputes the
 //                probabilities in the backward; default: the library's)
 //   --sgemm-peak only time ops::gemm [1024 x 1024] x [1024 x 1024] (the GFLOP/s ceiling)
@@ -120,13 +120,13 @@ int main(int argc, char** argv) {
     else if (a == "--malloc-default") malloc_default = true;
     else {
       std::fprintf(stderr, "usage: attention_bench [--N 1] [--T 1024] [--E 512] [--heads 8] [--threads 2] [--reps 3] "
-                           "[--causal] [--need-weights] [--ops] [--backward [--malloc-default]] [--probs-budget BYTES] "
+                           "[--causal] [--need-weights] [--ops] [--backward] [--malloc-default] [--probs-budget BYTES] "
                            "[--sgemm-peak] [--fma-peak] [--tile-q Q --tile-k K]\n");
       return 2;
     }
   }
   set_num_threads(static_cast<int>(threads));
-  if (backward && !malloc_default) retain_freed_memory();  // training's allocator policy (tensor/memory.hpp)
+  if (!malloc_default) retain_freed_memory();  // the tools' allocator policy (tools::run, tensor/memory.hpp)
   if (tq > 0 && tk > 0) ops::set_tile_sizes({tq, tk});
   if (fma) return fma_peak(threads, reps);
   Rng rng(1);

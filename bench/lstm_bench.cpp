@@ -2,11 +2,12 @@
 // the bare Eigen sgemms of the same shapes (the GEMM bound), and the machine's sgemm peak (ops::gemm 1024^3).
 // With --backward 1 it times training's forward + backward instead: forward keeping the cache,
 // then Recurrent::backward for loss = output.sum() with the input's gradient wanted (PyTorch's
-// `out.sum().backward()` with x.requires_grad), every weight gradient included, under training's
-// allocator policy (retain_freed_memory, as seq2seq-train runs).
+// `out.sum().backward()` with x.requires_grad), every weight gradient included.
+// Both under the tools' allocator policy (retain_freed_memory, as tools::run sets it; --malloc-default 1:
+// glibc's default, to measure what the policy saves).
 // Prints one JSON object; bench/lstm_vs_torch.py and bench/lstm_backward_vs_torch.py run it
 // interleaved with PyTorch.
-//   lstm_bench --N 64 --T 100 --D 512 --H 512 --threads 2 --reps 5 [--cell lstm] [--backward 1] [--gemms 0]
+//   lstm_bench --N 64 --T 100 --D 512 --H 512 --threads 2 --reps 5 [--cell lstm] [--backward 1] [--gemms 0] [--malloc-default 1]
 // best_cpu_s: the best rep's process CPU time (robust on a loaded machine with --threads 1);
 // --gemms 0 skips the bare GEMM timings (their fields are then 0).
 // Legend: N batch, T steps, D input size, H hidden size, G gates.
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
   int threads = 2, reps = 5;
   std::string cell = "lstm";
   bool backward = false;
-  bool gemms = true;
+  bool gemms = true, malloc_default = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--N") N = std::atoll(v.c_str());
@@ -78,12 +79,14 @@ int main(int argc, char** argv) {
     else if (k == "--cell") cell = v;
     else if (k == "--backward") backward = v == "1";
     else if (k == "--gemms") gemms = v != "0";
+    else if (k == "--malloc-default") malloc_default = v == "1";
     else {
       std::fprintf(stderr, "lstm_bench: unknown option %s\n", k.c_str());
       return 2;
     }
   }
   set_num_threads(threads);
+  if (!malloc_default) retain_freed_memory();  // the tools' allocator policy (tools::run, tensor/memory.hpp)
   nn::RecurrentConfig cfg;
   cfg.cell = cell == "gru" ? ops::CellKind::Gru : cell == "rnn" ? ops::CellKind::RnnTanh : ops::CellKind::Lstm;
   cfg.input_size = D, cfg.hidden_size = H;
@@ -99,7 +102,6 @@ int main(int argc, char** argv) {
   if (!backward) {
     ours = times(reps, [&] { sink = sink + model.forward(in, opt).h_n[0]; });
   } else {
-    retain_freed_memory();  // training's allocator policy, as seq2seq-train sets it (tensor/memory.hpp)
     opt.keep_cache = true;
     Tensor ones = Tensor::filled({N, T, H}, 1.0f);  // d out.sum() / d out
     Tensor dx({N, T, D});

@@ -5,6 +5,8 @@
 // With --weights STATE_DICT.json (nn.TransformerEncoderLayer's names: self_attn.in_proj_weight, linear1.weight,
 // norm1.weight ...) --input X.json --output Y.json it loads those weights, runs X [N, T, E] once and writes Y:
 // bench/vs_onnxruntime/run.py checks that output against PyTorch's and ONNX Runtime's.
+// Runs under the tools' allocator policy (retain_freed_memory, as tools::run sets it); --malloc-default:
+// glibc's default instead, to measure what the policy saves.
 // Prints one JSON line: {"best_s":.., "gflop":.. (the layer's multiply-adds x 2), "gflops":..,
 //   "sgemm_gflops":.. ([N*T, E] x [E, F], best of reps), "checksum":..}
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "attnkit/nn/state_dict.hpp"
 #include "attnkit/nn/transformer.hpp"
 #include "attnkit/ops/matmul.hpp"
+#include "attnkit/tensor/memory.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/threads.hpp"
 
@@ -26,7 +29,7 @@ using namespace attnkit;
 
 int main(int argc, char** argv) {
   int64_t N = 16, T = 256, E = 512, F = 2048, NH = 8, threads = 2, reps = 5;
-  bool norm_first = false;
+  bool norm_first = false, malloc_default = false;
   std::string weights, input, output;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -43,13 +46,15 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = next();
     else if (a == "--reps") reps = next();
     else if (a == "--norm-first") norm_first = true;
+    else if (a == "--malloc-default") malloc_default = true;
     else {
       std::fprintf(stderr, "usage: transformer_layer_bench [--batch 16] [--len 256] [--d 512] [--ff 2048] [--heads 8] "
-                           "[--threads 2] [--reps 5] [--norm-first] [--weights W.json --input X.json --output Y.json]\n");
+                           "[--threads 2] [--reps 5] [--norm-first] [--malloc-default] [--weights W.json --input X.json --output Y.json]\n");
       return 2;
     }
   }
   set_num_threads(static_cast<int>(threads));
+  if (!malloc_default) retain_freed_memory();  // the tools' allocator policy (tools::run, tensor/memory.hpp)
   Rng rng(1);
   nn::TransformerLayerOptions o;
   o.d_model = E;

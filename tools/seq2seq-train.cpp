@@ -10,7 +10,6 @@
 
 #include "attnkit/models/seq2seq.hpp"
 #include "attnkit/tensor/error.hpp"
-#include "attnkit/tensor/memory.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "attnkit/train/report.hpp"
 #include "attnkit/train/trainer.hpp"
@@ -143,7 +142,6 @@ int main(int argc, char** argv) {
     if (!valid_path.empty() && train_path.empty()) throw UsageError("--valid goes with --train");
     if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn|transformer");
     set_num_threads(threads);
-    retain_freed_memory();  // each step reuses the last one's pages (tensor/memory.hpp)
 
     train::DataSpec spec;
     if (!task.empty()) {

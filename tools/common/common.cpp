@@ -13,6 +13,7 @@
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/io/tensor_file.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/memory.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "attnkit/version.hpp"
 
@@ -250,6 +251,7 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) 
     return 2;
   }
   try {
+    retain_freed_memory();  // record after record (or step after step) reuses the same pages (tensor/memory.hpp)
     return body();
   } catch (const UsageError& e) {
     std::cerr << name << ": " << e.what() << "\n(run " << name << " --help for usage)\n";
