@@ -183,7 +183,7 @@ struct TiledWorker::Impl {
         Bc(key_tile(p)),
         ldE(Bc + kTilePad),
         tiles_per_head((p.T + Br - 1) / Br),
-        key_tiles((p.S + Bc - 1) / Bc),
+        key_tiles(TiledWorker::key_tiles(p)),
         E(Br, ldE), O(Br, p.Dv), m(Br), l(Br), alpha(Br), limit(static_cast<size_t>(Br)) {
     if (keys) q_panels.resize(static_cast<size_t>(panels_size(Br, p.Dk, gemm_panel_shape().mr)));
     AK_CHECK(!kept_probs || (kept_ld >= p.S && kept_tile_max),
@@ -433,14 +433,14 @@ struct TiledBackward::Impl {
     AK_CHECK(!kept.probs || kept.ld >= p.S, "attention backward: the probabilities' row stride {} is less than S = {}",
              kept.ld, p.S);
     const bool empty = p.N * p.NH * p.T == 0 || p.S == 0;
-    Br = std::max<int64_t>(1, std::min<int64_t>(g_tiles.query, p.T));
-    Bc = std::max<int64_t>(1, std::min<int64_t>(g_tiles.key, p.S));
+    Br = query_tile(p);
+    Bc = key_tile(p);
     // Kept tiles of exp(E - m_j) are read tile for tile: the same key tiles as the forward's.
     if (kept.tile_max)
       AK_CHECK(kept.key_width == Bc, "attention backward: the kept probabilities come in key tiles of {}, this "
                "backward's are {} (tile sizes changed between forward and backward)", kept.key_width, Bc);
     ldt = Bc + kTilePad;
-    key_tiles = (p.S + Bc - 1) / Bc;
+    key_tiles = TiledWorker::key_tiles(p);
     tasks = empty ? 0 : p.N * p.NH * key_tiles;
     rows = empty ? 0 : p.N * p.NH * p.T;
     masked = p.mask && p.mask->any();
@@ -594,8 +594,7 @@ TiledBackward::TiledBackward(const SdpaProblem& p, const float* row_lse, Strided
     : impl_(std::make_unique<Impl>(p, row_lse, dout, grads, team, kept)) {}
 TiledBackward::~TiledBackward() = default;
 int TiledBackward::team_for_problem(const SdpaProblem& p) {
-  const int64_t Bc = std::max<int64_t>(1, std::min<int64_t>(g_tiles.key, p.S));
-  return team_for(p.N * p.NH * ((p.S + Bc - 1) / Bc), 2.5 * sdpa_flops(p));  // five products
+  return team_for(p.N * p.NH * TiledWorker::key_tiles(p), 2.5 * sdpa_flops(p));  // five products
 }
 int64_t TiledBackward::row_tasks() const { return impl_->row_tasks(); }
 void TiledBackward::run_rows(int64_t task) { impl_->run_rows(task); }
