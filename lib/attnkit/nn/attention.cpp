@@ -291,22 +291,23 @@ void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d,
   ops::check_mask(o.mask, d.N, p.NH, d.T, d.S, op);
   Stage out_stage;
   if (!out.empty()) out_stage = linear_stage({LinearJob{ctx, d.N * d.T, p.NH * p.Dv, out, r.output.data(), out.out}});
-  const int64_t kept_row = d.S + ops::TiledWorker::key_tiles(p);  // floats kept per query: P's row, its tile maxes
+  const int64_t kept_ld = ops::TiledWorker::kept_stride(p);
+  const int64_t kept_row = kept_ld + ops::TiledWorker::key_tiles(p);  // floats kept per query: P's row, its tile maxes
   const bool keep = cache && o.weights == HeadWeights::None && !naive && d.N * d.T * d.S > 0 &&
                     double(d.N) * p.NH * d.T * kept_row * sizeof(float) <= double(o.saved_probs_budget);
   const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), ops::TiledWorker::tasks(p))));
   if (o.weights == HeadWeights::None && !naive) {
     float *probs = nullptr, *tile_max = nullptr;
-    if (keep) {  // [N, NH, T, S] then [N, NH, T, key tiles]; the tiles no row sees stay unwritten
+    if (keep) {  // [N, NH, T, kept_ld] then [N, NH, T, key tiles]; the tiles no row sees stay unwritten
       const int64_t rows = d.N * p.NH * d.T;
       std::shared_ptr<float> buf = ScratchPool::get(rows * kept_row);
-      probs = buf.get(), tile_max = probs + rows * d.S;
-      cache->probs = std::move(buf), cache->probs_ld = d.S;
+      probs = buf.get(), tile_max = probs + rows * kept_ld;
+      cache->probs = std::move(buf), cache->probs_ld = kept_ld;
       cache->probs_tile_max = tile_max, cache->probs_key_width = ops::TiledWorker::key_width(p);
     }
     ops::TiledKeyPanels keys(p);
     std::vector<ops::TiledWorker> workers;  // allocated before the team: nothing throws inside it
-    for (int i = 0; i < team; ++i) workers.emplace_back(p, &keys, probs, d.S, tile_max);
+    for (int i = 0; i < team; ++i) workers.emplace_back(p, &keys, probs, kept_ld, tile_max);
     if (keys.tasks() > 0) stages.push_back({keys.tasks(), [&](int, int64_t t) { keys.pack(t); }});
     stages.push_back({ops::TiledWorker::tasks(p),
                       [&](int id, int64_t t) { workers[static_cast<size_t>(id)].run(t, row_lse); }});

@@ -203,21 +203,23 @@ struct TiledWorker::Impl {
     l.head(br).setZero();
     auto Ot = O.topRows(br);
     Ot.setZero();
-    float* e = E.data();
     if (keys) pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, q_panels.data());
+    const int64_t row0 = nh * p.T + t0;  // the tile's first row among the kept ones
+    const int64_t ld = kept_probs ? kept_ld : ldE;
     // Keys past every row's limit are skipped whole (half the work under a causal mask).
     for (int64_t s0 = 0; s0 < max_limit; s0 += Bc) {
       const int64_t bc = std::min(Bc, p.S - s0);
       const float* Kj = p.k.data + n * p.k.batch + h * p.k.head + s0 * p.k.row;  // [bc, Dk]
       const float* Vj = p.v.data + n * p.v.batch + h * p.v.head + s0 * p.v.row;  // [bc, Dv]
-      // E = scale Q_i K_j^T   [br, bc] (row stride ldE)
-      if (keys) gemm_panels(br, bc, p.Dk, p.scale, q_panels.data(), keys->head(nh) + s0 * p.Dk, 0.0f, e, ldE);
-      else gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, e, ldE, GemmThreads::This);
+      // E = scale Q_i K_j^T   [br, bc] (row stride ld): in the worker's tile, or where it is kept
+      float* e = kept_probs ? kept_probs + row0 * kept_ld + s0 : E.data();
+      if (keys) gemm_panels(br, bc, p.Dk, p.scale, q_panels.data(), keys->head(nh) + s0 * p.Dk, 0.0f, e, ld);
+      else gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, e, ld, GemmThreads::This);
       const bool masked = p.mask && p.mask->any();
       // m' = max(m, max_s e);  alpha = exp(m - m');  P = exp(e - m');  l = alpha l + sum P;  O = alpha O + P V
       // Row by row: each row (bc floats) stays in L1 through mask, max, exp and sum.
       for (int64_t r = 0; r < br; ++r) {
-        Eigen::Map<Eigen::ArrayXf> row(e + r * ldE, bc);
+        Eigen::Map<Eigen::ArrayXf> row(e + r * ld, bc);
         if (masked) mask_scores(row.data(), s0, bc, limit[r], mask_row(p, n, h, t0 + r));
         const float mt = std::max(m[r], row.maxCoeff());
         alpha[r] = mt == kNegInf ? 1.0f : std::exp(m[r] - mt);
@@ -227,16 +229,11 @@ struct TiledWorker::Impl {
         l[r] = alpha[r] * l[r] + sum;
         m[r] = mt;
       }
-      if (kept_probs) {
-        const int64_t row0 = nh * p.T + t0;
-        for (int64_t r = 0; r < br; ++r) {
-          std::copy(e + r * ldE, e + r * ldE + bc, kept_probs + (row0 + r) * kept_ld + s0);
-          kept_tile_max[(row0 + r) * key_tiles + s0 / Bc] = m[r];
-        }
-      }
+      if (kept_probs)
+        for (int64_t r = 0; r < br; ++r) kept_tile_max[(row0 + r) * key_tiles + s0 / Bc] = m[r];
       Ot.array().colwise() *= alpha.head(br);
       // O += P V_j   [br, Dv]
-      gemm(Trans::No, Trans::No, br, p.Dv, bc, 1.0f, e, ldE, Vj, p.v.row, 1.0f, O.data(), p.Dv, GemmThreads::This);
+      gemm(Trans::No, Trans::No, br, p.Dv, bc, 1.0f, e, ld, Vj, p.v.row, 1.0f, O.data(), p.Dv, GemmThreads::This);
     }
     auto out = out_map(p.out, n, h, t0, br, p.Dv);
     for (int64_t r = 0; r < br; ++r) {
@@ -258,6 +255,7 @@ int64_t TiledWorker::tasks(const SdpaProblem& p) {
 }
 int64_t TiledWorker::key_width(const SdpaProblem& p) { return key_tile(p); }
 int64_t TiledWorker::key_tiles(const SdpaProblem& p) { return (p.S + key_tile(p) - 1) / key_tile(p); }
+int64_t TiledWorker::kept_stride(const SdpaProblem& p) { return p.S + kTilePad; }
 void TiledWorker::run(int64_t task, float* row_lse) { impl_->run(task, row_lse); }
 
 // Multiply-adds of the two products (Q K^T, P V), times 2: what decides whether a team pays.
