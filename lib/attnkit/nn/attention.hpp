@@ -27,7 +27,7 @@
 // (project, heads_attention_forward). Without weights requested the tiled kernel runs: no
 // NH x T x S matrix is ever held, in the forward or (sdpa_backward_tiled) in the backward, except
 // in training when the probabilities fit MhaOptions::saved_probs_budget (kept from the forward for
-// the backward, as PyTorch keeps its softmax's output: T = 4096 with 8 heads, 514 MB; T = 8192 and
+// the backward, as PyTorch keeps its softmax's output: T = 4096 with 8 heads, 516 MiB; T = 8192 and
 // longer stay O(T)).
 #pragma once
 #include <memory>
@@ -101,7 +101,7 @@ struct MhaOptions {
   // and the backward reads them instead of recomputing Q K^T and the exps (a seventh of the
   // attention's products); above it the backward recomputes them (FlashAttention-2 style, from
   // row_lse) and memory stays O(T). 0: never keep them. The default keeps T = S = 4096 with 8 heads
-  // (514 MB; PyTorch keeps as much at any T) and gives up at N = 2 or T = 8192 (O(T) from there).
+  // (516 MiB; PyTorch keeps as much at any T) and gives up at N = 2 or T = 8192 (O(T) from there).
   int64_t saved_probs_budget = int64_t{1} << 30;
 };
 
