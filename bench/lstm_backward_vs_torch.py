@@ -67,6 +67,10 @@ def main():
             ratios = [x[0]["best_s"] / x[1] for x in rows]
             line += (f", torch {statistics.median(x[1] for x in rows) * 1e3:.1f} ms; ratio attnkit/torch "
                      f"{statistics.median(ratios):.3f} (range {min(ratios):.3f} .. {max(ratios):.3f}; target <= 0.3)")
+            # the rate the target asks of attnkit against each round's sgemm: above 100% it is beyond the machine
+            need = [flops / (0.3 * x[1]) / 1e9 / x[0]["sgemm_peak_gflops"] for x in rows]
+            line += (f"; ratio 0.3 needs {statistics.median(need):.0%} of the round's sgemm (range {min(need):.0%} .. "
+                     f"{max(need):.0%})")
         print(line, flush=True)
 
 
