@@ -255,7 +255,11 @@ int64_t TiledWorker::tasks(const SdpaProblem& p) {
 }
 int64_t TiledWorker::key_width(const SdpaProblem& p) { return key_tile(p); }
 int64_t TiledWorker::key_tiles(const SdpaProblem& p) { return (p.S + key_tile(p) - 1) / key_tile(p); }
-int64_t TiledWorker::kept_stride(const SdpaProblem& p) { return p.S + kTilePad; }
+int64_t TiledWorker::kept_stride(const SdpaProblem& p) {
+  int64_t ld = p.S + kTilePad;
+  while (ld % 512 == 0) ld += kTilePad;  // rows 2 KB multiples apart would share L1 sets
+  return ld;
+}
 void TiledWorker::run(int64_t task, float* row_lse) { impl_->run(task, row_lse); }
 
 // Multiply-adds of the two products (Q K^T, P V), times 2: what decides whether a team pays.

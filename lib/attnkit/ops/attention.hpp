@@ -211,7 +211,7 @@ class TiledKeyPanels {
 // writes the tiles of exp(E - m_j) and their row maxes m_j for the backward (KeptProbs with
 // key_width(p)): it computes each tile where it is kept (Q K^T stored there, softmaxed in place, read
 // there by P V), not in its own tile and then copied. kept_stride(p) is a row stride for them that
-// keeps rows off multiples of 4 KB (L1 set conflicts in the products' register blocks).
+// keeps rows off multiples of 2 KB (L1 set conflicts in the products' register blocks).
 class TiledWorker {
  public:
   explicit TiledWorker(const SdpaProblem& p, const TiledKeyPanels* keys = nullptr, float* kept_probs = nullptr,
@@ -221,7 +221,7 @@ class TiledWorker {
   static int64_t tasks(const SdpaProblem& p);
   static int64_t key_width(const SdpaProblem& p);  // keys per tile
   static int64_t key_tiles(const SdpaProblem& p);  // tiles per row: ceil(S / key_width)
-  static int64_t kept_stride(const SdpaProblem& p);  // S and a pad
+  static int64_t kept_stride(const SdpaProblem& p);  // S and a pad: rows off multiples of 2 KB
   void run(int64_t task, float* row_lse);
 
  private:
