@@ -413,9 +413,11 @@ struct TiledBackward::Impl {
   int team;
   int64_t Br, Bc, ldt, key_tiles, tasks, rows, part_size;
   bool masked, want_dq;
-  std::vector<float> D;        // [N, NH, T] D_t = dout_t . out_t
-  std::vector<float> tiles;    // per thread: [Br, ldt] P, [Br, ldt] dP -> dS
-  std::vector<float> partial;  // per thread beyond the first: zeroed [N, NH, T, Dk] partial dQ
+  // Buffers uninitialised (ScratchPool), each written before it is read: zero-filling them cost a
+  // serial memset before the team (2-3% of a T = 1024 MHA backward on 2 threads).
+  std::shared_ptr<float> D;        // [N, NH, T] D_t = dout_t . out_t
+  std::shared_ptr<float> tiles;    // per thread: [Br, ldt] P, [Br, ldt] dP -> dS
+  std::shared_ptr<float> partial;  // per thread beyond the first: [N, NH, T, Dk] partial dQ, zeroed by the row stage
   // The GEMM kernel's panels (when it has them and every depth fits one K block), so that nothing is
   // packed once per tile pair: per thread, the key tile's K_j^T, V_j^T and K_j, packed once per task;
   // shared, each query tile's Q_i and dO_i as left operands (a) and as right ones (b), packed by the
@@ -424,7 +426,7 @@ struct TiledBackward::Impl {
   int64_t kt_size = 0, vt_size = 0, k_size = 0, panel_floats = 0;
   int64_t query_tiles = 0, qa_size = 0, qb_size = 0, da_size = 0, db_size = 0, query_floats = 0;
   int64_t query_tiles_per_head = 0;
-  std::vector<float> panel_buf, query_buf;
+  std::shared_ptr<float> panel_buf, query_buf;
   static constexpr int64_t kRowBlock = 512;
 
   Impl(const SdpaProblem& p_, const float* row_lse_, StridedIn dout_, const SdpaGrads& grads_, int team_,
@@ -449,30 +451,31 @@ struct TiledBackward::Impl {
     want_dq = grads.dq.data != nullptr;
     part_size = p.N * p.NH * p.T * p.Dk;
     if (empty) return;
-    D.resize(static_cast<size_t>(rows));
-    tiles.resize(static_cast<size_t>(team) * 2 * Br * ldt);
-    partial.assign(want_dq ? static_cast<size_t>(team - 1) * part_size : 0, 0.0f);
+    D = ScratchPool::get(rows);
+    tiles = ScratchPool::get(team * 2 * Br * ldt);
+    if (want_dq && team > 1) partial = ScratchPool::get((team - 1) * part_size);
     const PanelShape ps = gemm_panel_shape();
     panels = ps.mr > 0 && p.Dk <= ps.max_depth && p.Dv <= ps.max_depth && Bc <= ps.max_depth && Br <= ps.max_depth;
     if (panels) {
       kt_size = panels_size(Bc, p.Dk, ps.nr), vt_size = panels_size(Bc, p.Dv, ps.nr), k_size = panels_size(p.Dk, Bc, ps.nr);
       panel_floats = kt_size + vt_size + k_size;
-      panel_buf.resize(static_cast<size_t>(team * panel_floats));
+      panel_buf = ScratchPool::get(team * panel_floats);
       query_tiles_per_head = (p.T + Br - 1) / Br;
       query_tiles = p.N * p.NH * query_tiles_per_head;
       qa_size = panels_size(Br, p.Dk, ps.mr), qb_size = panels_size(p.Dk, Br, ps.nr);
       da_size = panels_size(Br, p.Dv, ps.mr), db_size = panels_size(p.Dv, Br, ps.nr);
       query_floats = qa_size + qb_size + da_size + db_size;
-      query_buf.resize(static_cast<size_t>(query_tiles * query_floats));
+      query_buf = ScratchPool::get(query_tiles * query_floats);
     }
   }
 
-  // The row stage: D by blocks of rows, then (with panels) each query tile's panels.
+  // The row stage: D (and the partial dQ's rows zeroed) by blocks of rows, then (with panels) each
+  // query tile's panels.
   int64_t d_tasks() const { return (rows + kRowBlock - 1) / kRowBlock; }
   int64_t row_tasks() const { return d_tasks() + query_tiles; }
   // Panels of query tile i of head nh: Q_i as a (rows of the left operand), Q_i as b, dO_i as a, dO_i as b.
   float* query_panels(int64_t nh, int64_t i) {
-    return query_buf.data() + (nh * query_tiles_per_head + i) * query_floats;
+    return query_buf.get() + (nh * query_tiles_per_head + i) * query_floats;
   }
   void pack_query_tile(int64_t tile) {
     const int64_t nh = tile / query_tiles_per_head, i = tile % query_tiles_per_head;
@@ -487,27 +490,31 @@ struct TiledBackward::Impl {
   }
   void run_rows(int64_t task) {
     if (task >= d_tasks()) return pack_query_tile(task - d_tasks());
-    for (int64_t row = task * kRowBlock; row < std::min(rows, (task + 1) * kRowBlock); ++row) {
+    const int64_t row0 = task * kRowBlock, row1 = std::min(rows, row0 + kRowBlock);
+    if (partial)
+      for (int th = 0; th + 1 < team; ++th)
+        std::fill(partial.get() + th * part_size + row0 * p.Dk, partial.get() + th * part_size + row1 * p.Dk, 0.0f);
+    for (int64_t row = row0; row < row1; ++row) {
       const int64_t nh = row / p.T, n = nh / p.NH, h = nh % p.NH, t = row % p.T;
       const float* o = p.out.data + n * p.out.batch + h * p.out.head + t * p.out.row;
       const float* g = dout.data + n * dout.batch + h * dout.head + t * dout.row;
       float acc = 0;
       for (int64_t j = 0; j < p.Dv; ++j) acc += o[j] * g[j];
-      D[static_cast<size_t>(row)] = acc;
+      D.get()[row] = acc;
     }
   }
 
   void run_tile(int id, int64_t task) {
-    float* E = tiles.data() + static_cast<size_t>(id) * 2 * Br * ldt;  // [Br, Bc] P (row stride ldt)
+    float* E = tiles.get() + static_cast<size_t>(id) * 2 * Br * ldt;  // [Br, Bc] P (row stride ldt)
     float* dP = E + Br * ldt;                                           // [Br, Bc] dP -> dS
     StridedOut dq = grads.dq;
     if (id > 0 && want_dq)
-      dq = {partial.data() + static_cast<size_t>(id - 1) * part_size, p.NH * p.T * p.Dk, p.T * p.Dk, p.Dk};
+      dq = {partial.get() + static_cast<size_t>(id - 1) * part_size, p.NH * p.T * p.Dk, p.T * p.Dk, p.Dk};
     const int64_t nh = task / key_tiles, n = nh / p.NH, h = nh % p.NH;
     const int64_t s0 = (task % key_tiles) * Bc, bc = std::min(Bc, p.S - s0);
     const float* Kj = p.k.data + n * p.k.batch + h * p.k.head + s0 * p.k.row;  // [bc, Dk]
     const float* Vj = p.v.data + n * p.v.batch + h * p.v.head + s0 * p.v.row;  // [bc, Dv]
-    float* kt_panels = panels ? panel_buf.data() + static_cast<size_t>(id) * panel_floats : nullptr;
+    float* kt_panels = panels ? panel_buf.get() + static_cast<size_t>(id) * panel_floats : nullptr;
     float* vt_panels = kt_panels + kt_size;
     float* k_panels = vt_panels + vt_size;
     if (panels) {
@@ -560,7 +567,7 @@ struct TiledBackward::Impl {
       else gemm(Trans::No, Trans::Yes, br, bc, p.Dv, 1.0f, dOi, dout.row, Vj, p.v.row, 0.0f, dP, ldt, GemmThreads::This);
       for (int64_t r = 0; r < br; ++r) {
         Eigen::Map<Eigen::ArrayXf> dS(dP + r * ldt, bc);
-        dS = Eigen::Map<const Eigen::ArrayXf>(Pij + r * ldp, bc) * (dS - D[static_cast<size_t>(nh * p.T + t0 + r)]);
+        dS = Eigen::Map<const Eigen::ArrayXf>(Pij + r * ldp, bc) * (dS - D.get()[nh * p.T + t0 + r]);
       }
       // dK_j += scale dS^T Q_i   [bc, Dk]
       float* dKj = grads.dk.data ? grads.dk.data + n * grads.dk.batch + h * grads.dk.head + s0 * grads.dk.row : nullptr;
@@ -584,7 +591,7 @@ struct TiledBackward::Impl {
       const int64_t nh = row / p.T, n = nh / p.NH, h = nh % p.NH, t = row % p.T;
       float* g = grads.dq.data + n * grads.dq.batch + h * grads.dq.head + t * grads.dq.row;
       for (int th = 0; th + 1 < team; ++th) {
-        const float* src = partial.data() + static_cast<size_t>(th) * part_size + row * p.Dk;
+        const float* src = partial.get() + static_cast<size_t>(th) * part_size + row * p.Dk;
         for (int64_t j = 0; j < p.Dk; ++j) g[j] += src[j];
       }
     }
