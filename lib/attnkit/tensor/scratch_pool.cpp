@@ -8,17 +8,26 @@ std::shared_ptr<float> ScratchPool::get(int64_t floats) {
   int64_t size = floats;
   {
     std::lock_guard<std::mutex> lock(pool->mutex_);
-    for (size_t i = 0; i < pool->free_.size(); ++i)
-      if (pool->free_[i].floats >= floats && pool->free_[i].floats <= 2 * floats) {
-        buf = std::move(pool->free_[i].buf), size = pool->free_[i].floats;
-        pool->held_ -= size;
-        pool->free_.erase(pool->free_.begin() + static_cast<std::ptrdiff_t>(i));
-        break;
-      }
+    std::vector<int64_t> sizes;
+    for (const Entry& e : pool->free_) sizes.push_back(e.floats);
+    const std::ptrdiff_t i = best_fit(sizes, floats);
+    if (i >= 0) {
+      buf = std::move(pool->free_[size_t(i)].buf), size = pool->free_[size_t(i)].floats;
+      pool->held_ -= size;
+      pool->free_.erase(pool->free_.begin() + i);
+    }
   }
   if (!buf) buf = std::make_unique<LargeBuffer>(floats);
   LargeBuffer* raw = buf.release();
   return std::shared_ptr<float>(raw->data(), [raw, size](float*) { pool->put(raw, size); });
+}
+
+std::ptrdiff_t ScratchPool::best_fit(const std::vector<int64_t>& sizes, int64_t floats) {
+  std::ptrdiff_t best = -1;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (sizes[i] >= floats && sizes[i] <= 2 * floats && (best < 0 || sizes[i] < sizes[size_t(best)]))
+      best = static_cast<std::ptrdiff_t>(i);
+  return best;
 }
 
 void ScratchPool::put(LargeBuffer* raw, int64_t floats) {
