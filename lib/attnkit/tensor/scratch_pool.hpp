@@ -4,7 +4,8 @@
 // (perf: 5-6% of its time), 10% of an LSTM N=64 T=100 H=512 forward for its 52 MB of pre-activations,
 // the FFN hidden of a Transformer layer every call. A training step frees its buffers after the
 // backward and the next step asks for the same sizes again; an inference loop does the same per call.
-// Up to kKeep freed buffers, kBytes in all, wait for a request they fit (at most twice its size);
+// Up to kKeep freed buffers, kBytes in all, wait for a request they fit (at most twice its size; the
+// smallest that fits serves it);
 // buffers under 256 KB are not kept. Contents are uninitialised. The price: up to kBytes stay resident
 // between calls (as ONNX Runtime's arena keeps its own). kBytes holds the probabilities an MHA training
 // step keeps at T = 4096 (516 MiB, nn::MhaOptions::saved_probs_budget): fresh, their pages cost 0.5 s
