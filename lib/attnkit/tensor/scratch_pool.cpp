@@ -8,9 +8,10 @@ std::shared_ptr<float> ScratchPool::get(int64_t floats) {
   int64_t size = floats;
   {
     std::lock_guard<std::mutex> lock(pool->mutex_);
-    std::vector<int64_t> sizes;
-    for (const Entry& e : pool->free_) sizes.push_back(e.floats);
-    const std::ptrdiff_t i = best_fit(sizes, floats);
+    int64_t sizes[kKeep];  // put() keeps at most kKeep: nothing allocated under the lock
+    size_t count = 0;
+    for (const Entry& e : pool->free_) sizes[count++] = e.floats;
+    const std::ptrdiff_t i = best_fit(sizes, count, floats);
     if (i >= 0) {
       buf = std::move(pool->free_[size_t(i)].buf), size = pool->free_[size_t(i)].floats;
       pool->held_ -= size;
@@ -22,9 +23,9 @@ std::shared_ptr<float> ScratchPool::get(int64_t floats) {
   return std::shared_ptr<float>(raw->data(), [raw, size](float*) { pool->put(raw, size); });
 }
 
-std::ptrdiff_t ScratchPool::best_fit(const std::vector<int64_t>& sizes, int64_t floats) {
+std::ptrdiff_t ScratchPool::best_fit(const int64_t* sizes, size_t count, int64_t floats) {
   std::ptrdiff_t best = -1;
-  for (size_t i = 0; i < sizes.size(); ++i)
+  for (size_t i = 0; i < count; ++i)
     if (sizes[i] >= floats && sizes[i] <= 2 * floats && (best < 0 || sizes[i] < sizes[size_t(best)]))
       best = static_cast<std::ptrdiff_t>(i);
   return best;

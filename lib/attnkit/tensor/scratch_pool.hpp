@@ -26,11 +26,11 @@ class ScratchPool {
  public:
   // A buffer of at least `floats` floats (uninitialised); throws std::bad_alloc like new.
   static std::shared_ptr<float> get(int64_t floats);
-  // Which of the free buffers (their sizes in floats) a request for `floats` takes: the smallest that
+  // Which of `count` free buffers (their sizes in floats) a request for `floats` takes: the smallest that
   // fits (at least `floats`, at most twice), the first of equals; -1 if none. Not the first that fits:
   // that one may be the bigger buffer a later request of the same step needs, which then comes fresh
   // (an MHA training step's second call took the backward's 8.4 MB panels for its 6.3 MB gradients).
-  static std::ptrdiff_t best_fit(const std::vector<int64_t>& sizes, int64_t floats);
+  static std::ptrdiff_t best_fit(const int64_t* sizes, size_t count, int64_t floats);
 
  private:
   static constexpr size_t kKeep = 8;
