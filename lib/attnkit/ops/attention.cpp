@@ -168,7 +168,8 @@ struct TiledWorker::Impl {
   int64_t kept_ld;
   float* kept_tile_max;        // [N, NH, T, key_tiles]: m_j
   int64_t Br, Bc, ldE, tiles_per_head, key_tiles;
-  MatrixRM E, O;  // [Br, ldE] scores -> probabilities (row stride ldE = Bc + kTilePad), [Br, Dv] output
+  MatrixRM E, O;  // [Br, ldE] scores -> probabilities (row stride ldE = Bc + kTilePad; none when the
+                  // tiles are computed where they are kept), [Br, Dv] output
   Eigen::ArrayXf m, l, alpha;         // [Br] running max, running sum, rescale
   std::vector<int64_t> limit;         // [Br] keys [0, limit) pass causal / key length
   std::vector<float> q_panels;        // the query tile Q_i [br, Dk] in the kernel's panels
@@ -184,7 +185,7 @@ struct TiledWorker::Impl {
         ldE(Bc + kTilePad),
         tiles_per_head((p.T + Br - 1) / Br),
         key_tiles(TiledWorker::key_tiles(p)),
-        E(Br, ldE), O(Br, p.Dv), m(Br), l(Br), alpha(Br), limit(static_cast<size_t>(Br)) {
+        E(kept_probs ? 0 : Br, ldE), O(Br, p.Dv), m(Br), l(Br), alpha(Br), limit(static_cast<size_t>(Br)) {
     if (keys) q_panels.resize(static_cast<size_t>(panels_size(Br, p.Dk, gemm_panel_shape().mr)));
     AK_CHECK(!kept_probs || (kept_ld >= p.S && kept_tile_max),
              "attention: kept probabilities need rows of at least S = {} and their tile maxes", p.S);
