@@ -24,7 +24,7 @@ import re
 import statistics
 import subprocess
 
-from bench_common import bench_binary, best_time, import_torch
+from bench_common import bench_binary, best_time, import_torch, target_needs
 
 
 def ours(binary, T, E, NH, threads, reps, *flags):
@@ -92,10 +92,7 @@ def main():
             ratios = [x[0] / x[1] for x in rows]
             line += (f", torch {med_t * 1e3:.1f} ms = {flops(T, a.E) / med_t / 1e9:.1f} GFLOP/s; ratio attnkit/torch "
                      f"{statistics.median(ratios):.3f} (range {min(ratios):.3f} .. {max(ratios):.3f}; target <= 0.4)")
-            # the rate the target asks of attnkit against each round's sgemm: above 100% it is beyond the machine
-            need = [flops(T, a.E) / (0.4 * x[1]) / 1e9 / x[2] for x in rows]
-            line += (f"; ratio 0.4 needs {statistics.median(need):.0%} of the round's sgemm (range {min(need):.0%} .. "
-                     f"{max(need):.0%})")
+            line += "; " + target_needs(0.4, flops(T, a.E) / 1e9, [x[1] for x in rows], [x[2] for x in rows])
         print(line, flush=True)
     if a.long:
         p = subprocess.run(["/usr/bin/time", "-v", binary, "--T", str(a.long), "--E", str(a.E), "--heads", str(a.heads),

@@ -80,3 +80,13 @@ def best_wall_and_cpu(call, reps):
         wall = min(wall, time.perf_counter() - t0)
         cpu = min(cpu, time.process_time() - c0)
     return wall, cpu
+
+
+def target_needs(target, gflop, theirs_s, sgemm_gflops):
+    """'ratio T needs X% of the round's sgemm (range ..)': the rate the target ratio asks of attnkit against
+    each round's sgemm (gflop of work, the peer's seconds and the sgemm's GFLOP/s per round); above 100% the
+    target is beyond the machine."""
+    import statistics
+    need = [gflop / (target * t) / sg for t, sg in zip(theirs_s, sgemm_gflops)]
+    return (f"ratio {target} needs {statistics.median(need):.0%} of the round's sgemm (range {min(need):.0%} .. "
+            f"{max(need):.0%})")

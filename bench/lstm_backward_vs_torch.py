@@ -17,7 +17,7 @@ import argparse
 import os
 import statistics
 
-from bench_common import bench_binary, best_time, import_torch, run_json
+from bench_common import bench_binary, best_time, import_torch, run_json, target_needs
 
 
 def main():
@@ -67,10 +67,8 @@ def main():
             ratios = [x[0]["best_s"] / x[1] for x in rows]
             line += (f", torch {statistics.median(x[1] for x in rows) * 1e3:.1f} ms; ratio attnkit/torch "
                      f"{statistics.median(ratios):.3f} (range {min(ratios):.3f} .. {max(ratios):.3f}; target <= 0.3)")
-            # the rate the target asks of attnkit against each round's sgemm: above 100% it is beyond the machine
-            need = [flops / (0.3 * x[1]) / 1e9 / x[0]["sgemm_peak_gflops"] for x in rows]
-            line += (f"; ratio 0.3 needs {statistics.median(need):.0%} of the round's sgemm (range {min(need):.0%} .. "
-                     f"{max(need):.0%})")
+            line += "; " + target_needs(0.3, flops / 1e9, [x[1] for x in rows],
+                                        [x[0]["sgemm_peak_gflops"] for x in rows])
         print(line, flush=True)
 
 
