@@ -71,6 +71,7 @@ TEST_CASE("gemm kernels: transposes, strides, alpha/beta, edge tiles and cache b
       {1, 1, 1},    {5, 7, 3},      {6, 16, 1},   {7, 17, 2},    {12, 32, 9},  {13, 33, 5},   {1, 300, 40},
       {24, 50, 257}, {25, 40, 300}, {49, 100, 20}, {130, 70, 300}, {241, 35, 385}, {3, 4100, 2}, {150, 9, 11},
       {2, 67, 37},  {4, 9, 1000},   {2, 64, 16},  {1, 130, 19},  {2, 200, 260},
+      {61, 70, 1030}, {53, 35, 600},  // several K blocks of every kernel (AVX-512 KC 512) with op(A) packed, and read in place
       {1, 600, 450}, {3, 1030, 260}};  // the last two: few rows times a B of >= 2^18 floats, split over threads
   for (GemmKernel kernel : kernels())
     for (int threads : {1, 2}) {
