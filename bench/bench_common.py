@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 
 def bench_binary(build, name):
@@ -36,6 +37,16 @@ def import_torch(threads):
     # seq2seq step: 420-540 ms with it unset, 194-203 ms with OPENBLAS_NUM_THREADS=1, 2 threads, quiet).
     print(f"PyTorch: {threads} OpenMP threads; OpenBLAS threads: "
           f"{blas if blas else 'unset (one per core)'} (set OPENBLAS_NUM_THREADS to change)", file=sys.stderr)
+    # OpenBLAS 0.3.21 picks its kernel from the processor unless OPENBLAS_CORETYPE names one; on processors
+    # newer than it knows (an Emerald Rapids Xeon) it falls back to a generic kernel, 20 GFLOP/s a thread
+    # instead of ~100 with SkylakeX: PyTorch's matmul rate, printed here, tells which ran.
+    a = torch.randn(1024, 1024)
+    a @ a
+    start = time.perf_counter()
+    a @ a
+    rate = 2 * 1024 ** 3 / (time.perf_counter() - start) / 1e9
+    print(f"PyTorch's BLAS: OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "
+          f"torch.mm 1024^3 {rate:.0f} GFLOP/s", file=sys.stderr)
     return torch
 
 
