@@ -12,7 +12,7 @@ namespace attnkit::ops::detail {
 // x[i] = exp(x[i] - shift) for i < n, in place; returns the sum of the results.
 // -inf (a masked score) gives exactly 0, as does anything below about -87.68 (2^n under 2^-126);
 // NaN stays NaN; above 88 the result is exp(88) (a softmax's x - shift is <= 0 up to a rounding).
-// The sum's order is fixed by n alone (8 lanes from x[0], then a fixed tree), never by x's
+// The sum's order is fixed by n alone (8 lanes from x[0], 16 with AVX-512, then a fixed tree), never by x's
 // alignment. Each x[i]'s result depends on x[i] and shift only.
 float exp_shifted_sum(float* x, int64_t n, float shift);
 
