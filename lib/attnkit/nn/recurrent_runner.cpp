@@ -108,7 +108,7 @@ class Scratch {
       data_ = large_.get();
       return;
     }
-    thread_local std::vector<float, Eigen::aligned_allocator<float>> kept[2];
+    thread_local std::vector<float, Eigen::aligned_allocator<float>> kept[3];
     if (kept[slot].size() < floats + 16) kept[slot].resize(floats + 16);
     // to a cache line (Eigen's allocator aligns to its packet size, 32 bytes with AVX2): a team's
     // parts write runs of whole lines, never one line from two cores
@@ -322,9 +322,12 @@ void backward_direction(const DirectionBackJob& job) {
   const bool gru = job.cell == CellKind::Gru, lstm = job.cell == CellKind::Lstm;
   const ops::RecurrentCache& cache = *job.cache;
   // d loss / d gate arguments of every step, batch-first like x: row n*T + t.
-  Tensor dA({N * T, GH});                  // [N*T, G*H] the W_ih x + b_ih part
-  Tensor dAh(gru ? Shape{N * T, GH} : Shape{0});  // [N*T, G*H] GRU's W_hh h_prev + b_hh part
-  const float* dah = gru ? dAh.data() : dA.data();
+  // Uninitialised (scratch, not zero-filled by one thread while the team waits): each step zeroes its
+  // rows' columns below, in the team, before the cell backward adds into them.
+  Scratch dA_buf(size_t(N * T * GH), 0), dAh_buf(gru ? size_t(N * T * GH) : 0, 1);
+  float* dA = dA_buf.data();                      // [N*T, G*H] the W_ih x + b_ih part
+  float* dAh = gru ? dAh_buf.data() : nullptr;    // [N*T, G*H] GRU's W_hh h_prev + b_hh part
+  const float* dah = gru ? dAh : dA;
   // d h and d c double-buffered by step parity: step i reads buffer (T-1-i) & 1 and writes the other.
   Tensor dhb[2] = {Tensor({N, H}), Tensor({N, H})}, dcb[2] = {Tensor({N, H}), Tensor({N, H})};  // [N, H]
   Tensor zeros({N, H});
@@ -364,6 +367,11 @@ void backward_direction(const DirectionBackJob& job) {
       std::fill(dh_next + n * H + u0, dh_next + n * H + u1, 0.0f);
       std::fill(dc_next + n * H + u0, dc_next + n * H + u1, 0.0f);
     }
+    for (int64_t n = 0; n < N; ++n)  // this part's columns of rows n*T + t (a padded step adds nothing)
+      for (int g = 0; g < G; ++g) {
+        std::fill_n(dA + (n * T + t) * GH + g * H + u0, u1 - u0, 0.0f);
+        if (gru) std::fill_n(dAh + (n * T + t) * GH + g * H + u0, u1 - u0, 0.0f);
+      }
     ops::CellBackStep s;
     s.cell = job.cell, s.rows = N, s.hidden = H, s.unit_begin = u0, s.unit_end = u1;
     s.lengths = job.lengths, s.t = t;
@@ -378,10 +386,10 @@ void backward_direction(const DirectionBackJob& job) {
     }
     if (gru) {
       s.hn = cache.hn.data() + t * N * H, s.hn_stride = H;
-      s.dha = dAh.data() + t * GH, s.dha_stride = T * GH;
+      s.dha = dAh + t * GH, s.dha_stride = T * GH;
     }
     s.dh = dh, s.dh_stride = H;
-    s.da = dA.data() + t * GH, s.da_stride = T * GH;
+    s.da = dA + t * GH, s.da_stride = T * GH;
     s.dh_prev = dh_next, s.dh_prev_stride = H;
     ops::cell_backward(s);
   };
@@ -437,24 +445,32 @@ void backward_direction(const DirectionBackJob& job) {
     for (int64_t k = 0; k < N * H; ++k) job.dc0[k] += dc[k];
 
   // h_prev of every step, batch-first: row n*T + t   [N*T, H]
-  Tensor hprev({N * T, H});
+  Scratch hprev_buf(size_t(N * T * H), 2);  // every row written below
+  float* hprev = hprev_buf.data();
   for (int64_t i = 0; i < T; ++i) {
     const int64_t t = time_of(i);
     const float* src = h_before(i);
-    for (int64_t n = 0; n < N; ++n) std::memcpy(hprev.data() + (n * T + t) * H, src + n * H, sizeof(float) * H);
+    for (int64_t n = 0; n < N; ++n) std::memcpy(hprev + (n * T + t) * H, src + n * H, sizeof(float) * H);
   }
   // xproj = x W_ih^T + b_ih:  d W_ih [G*H, Din] += dA^T [G*H, N*T] x [N*T, Din];  d b_ih += sum of dA's rows
-  ops::gemm(Trans::Yes, Trans::No, GH, Din, N * T, 1.0f, dA.data(), GH, job.x, Din, 1.0f, job.g_w_ih->data(), Din);
+  ops::gemm(Trans::Yes, Trans::No, GH, Din, N * T, 1.0f, dA, GH, job.x, Din, 1.0f, job.g_w_ih->data(), Din);
   // hproj = h_prev W_hh^T + b_hh:  d W_hh [G*H, H] += dA_h^T [G*H, N*T] h_prev [N*T, H]
-  ops::gemm(Trans::Yes, Trans::No, GH, H, N * T, 1.0f, dah, GH, hprev.data(), H, 1.0f, job.g_w_hh->data(), H);
-  for (int64_t row = 0; row < N * T; ++row)
-    for (int64_t j = 0; j < GH; ++j) {
-      (*job.g_b_ih)[j] += dA[row * GH + j];
-      (*job.g_b_hh)[j] += dah[row * GH + j];
-    }
+  ops::gemm(Trans::Yes, Trans::No, GH, H, N * T, 1.0f, dah, GH, hprev, H, 1.0f, job.g_w_hh->data(), H);
+  // d b_ih and d b_hh: the column sums of dA (once for both unless GRU keeps dA_h apart)
+  auto add_column_sums = [&](const float* m, float* dst) {
+    std::vector<float> sum(size_t(GH), 0.0f);
+    for (int64_t row = 0; row < N * T; ++row)
+      for (int64_t j = 0; j < GH; ++j) sum[size_t(j)] += m[row * GH + j];
+    for (int64_t j = 0; j < GH; ++j) dst[j] += sum[size_t(j)];
+    return sum;
+  };
+  const std::vector<float> db = add_column_sums(dA, job.g_b_ih->data());
+  if (gru) add_column_sums(dAh, job.g_b_hh->data());
+  else
+    for (int64_t j = 0; j < GH; ++j) (*job.g_b_hh)[j] += db[size_t(j)];
   // dx [N*T, Din] += dA [N*T, G*H] W_ih [G*H, Din]
   if (job.dx)
-    ops::gemm(Trans::No, Trans::No, N * T, Din, GH, 1.0f, dA.data(), GH, job.w->w_ih.value.data(), Din, 1.0f, job.dx,
+    ops::gemm(Trans::No, Trans::No, N * T, Din, GH, 1.0f, dA, GH, job.w->w_ih.value.data(), Din, 1.0f, job.dx,
               Din);
 }
 
