@@ -22,6 +22,7 @@
 #include "attnkit/tensor/barrier.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/ops/linear.hpp"
 #include "attnkit/tensor/scratch_pool.hpp"
 #include "attnkit/tensor/threads.hpp"
 
@@ -456,18 +457,14 @@ void backward_direction(const DirectionBackJob& job) {
   ops::gemm(Trans::Yes, Trans::No, GH, Din, N * T, 1.0f, dA, GH, job.x, Din, 1.0f, job.g_w_ih->data(), Din);
   // hproj = h_prev W_hh^T + b_hh:  d W_hh [G*H, H] += dA_h^T [G*H, N*T] h_prev [N*T, H]
   ops::gemm(Trans::Yes, Trans::No, GH, H, N * T, 1.0f, dah, GH, hprev, H, 1.0f, job.g_w_hh->data(), H);
-  // d b_ih and d b_hh: the column sums of dA (once for both unless GRU keeps dA_h apart)
-  auto add_column_sums = [&](const float* m, float* dst) {
-    std::vector<float> sum(size_t(GH), 0.0f);
-    for (int64_t row = 0; row < N * T; ++row)
-      for (int64_t j = 0; j < GH; ++j) sum[size_t(j)] += m[row * GH + j];
-    for (int64_t j = 0; j < GH; ++j) dst[j] += sum[size_t(j)];
-    return sum;
-  };
-  const std::vector<float> db = add_column_sums(dA, job.g_b_ih->data());
-  if (gru) add_column_sums(dAh, job.g_b_hh->data());
-  else
-    for (int64_t j = 0; j < GH; ++j) (*job.g_b_hh)[j] += db[size_t(j)];
+  // d b_ih and d b_hh: the column sums of dA (one sum for both unless GRU keeps dA_h apart)
+  std::vector<float> db(static_cast<size_t>(GH)), dbh(gru ? static_cast<size_t>(GH) : 0);
+  ops::column_sums(dA, N * T, GH, db.data());
+  if (gru) ops::column_sums(dAh, N * T, GH, dbh.data());
+  for (int64_t j = 0; j < GH; ++j) {
+    (*job.g_b_ih)[j] += db[size_t(j)];
+    (*job.g_b_hh)[j] += (gru ? dbh : db)[size_t(j)];
+  }
   // dx [N*T, Din] += dA [N*T, G*H] W_ih [G*H, Din]
   if (job.dx)
     ops::gemm(Trans::No, Trans::No, N * T, Din, GH, 1.0f, dA, GH, job.w->w_ih.value.data(), Din, 1.0f, job.dx,

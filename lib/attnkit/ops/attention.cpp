@@ -18,6 +18,7 @@
 #include "attnkit/ops/vector_exp.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/ops/linear.hpp"
 #include "attnkit/tensor/scratch_pool.hpp"
 #include "attnkit/tensor/threads.hpp"
 
@@ -955,16 +956,6 @@ void sdpa_backward_from_weights(const SdpaProblem& p, const float* weights, Stri
     if (g.dk.data)
       gemm(Trans::Yes, Trans::No, p.S, p.Dk, p.T, p.scale, dE.data(), p.S, Q, p.q.row, 1.0f, g.dk.data + n * g.dk.batch, g.dk.row);
   }
-}
-
-// out [C] = the sums of the columns of x [R, C] (row-major), row after row: the same bits wherever the
-// buffers are. (Eigen's colwise().sum() into an unaligned destination sums the columns before the
-// destination's first 32-byte boundary in another order than the others, so a gradient's last bits
-// depended on where the heap had put it, and a resumed training run drifted from an uninterrupted one.)
-void column_sums(const float* x, int64_t R, int64_t C, float* out) {
-  std::fill(out, out + C, 0.0f);
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) out[c] += x[r * C + c];
 }
 
 // Bahdanau: forward e[t, s] = v . tanh(Qp[t] + Kp[s]), Qp = q W_q [N*T, A], Kp = k W_k + b [N*S, A].

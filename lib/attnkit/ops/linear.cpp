@@ -1,6 +1,8 @@
 // Legend: M rows, I in features, O out features.
 #include "attnkit/ops/linear.hpp"
 
+#include <algorithm>
+
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/tensor/error.hpp"
 
@@ -23,6 +25,15 @@ void linear_backward(const float* dy, const float* x, const float* W, int64_t M,
   if (db)
     for (int64_t m = 0; m < M; ++m)
       for (int64_t o = 0; o < O; ++o) db[o] += dy[m * O + o];
+}
+
+// (Not Eigen's colwise().sum(): into an unaligned destination it sums the columns before the
+// destination's first 32-byte boundary in another order than the others, so a gradient's last bits
+// depended on where the heap had put it, and a resumed training run drifted from an uninterrupted one.)
+void column_sums(const float* x, int64_t R, int64_t C, float* out) {
+  std::fill(out, out + C, 0.0f);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) out[c] += x[r * C + c];
 }
 
 namespace {

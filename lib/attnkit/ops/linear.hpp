@@ -13,6 +13,9 @@ namespace attnkit::ops {
 void linear_forward(const float* x, int64_t M, int64_t I, const float* W, int64_t O, const float* b, float* y);
 void linear_backward(const float* dy, const float* x, const float* W, int64_t M, int64_t I, int64_t O, float* dx,
                      float* dW, float* db);
+// out [C] = the sums of the columns of x [R, C] (row-major), row after row (a bias's gradient): the
+// same bits wherever the buffers are.
+void column_sums(const float* x, int64_t R, int64_t C, float* out);
 
 // Tensor forms: x [..., I] -> [..., O]. b may be empty (no bias). Checks shapes; `what` names the
 // layer in messages ("linear1").
