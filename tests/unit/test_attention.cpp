@@ -506,3 +506,39 @@ TEST_CASE("fused multi-head forward = op by op (project, heads attention, projec
   m.out_proj_weight.value[3] += 0.01f;
   CHECK_FALSE(compare(nn::multihead_attention_forward(m, x, x, x, {}).output, y, Tolerance{1e-5, 1e-6}).close);
 }
+
+TEST_CASE("fused multi-head forward after an in-place weight change (touched) runs on the new weights, in a copy too") {
+  Rng rng(29);
+  const int64_t N = 2, T = 37, E = 16, NH = 4;
+  io::Value in = io::Value::bundle();
+  in.set("in_proj_weight", rand_normal({3 * E, E}, rng, 0, 0.3f)).set("in_proj_bias", rand_normal({3 * E}, rng, 0, 0.1f));
+  in.set("out_proj.weight", rand_normal({E, E}, rng, 0, 0.3f)).set("out_proj.bias", rand_normal({E}, rng, 0, 0.1f));
+  io::Value doc = io::Value::bundle();
+  doc.set("W_Q", rand_normal({E, 12}, rng, 0, 0.3f)).set("W_K", rand_normal({E, 12}, rng, 0, 0.3f));
+  doc.set("W_V", rand_normal({E, 8}, rng, 0, 0.3f)).set("W_O", rand_normal({8, 5}, rng, 0, 0.3f));
+  const Tensor x = rand_normal({N, T, E}, rng), m_in = rand_normal({N, 23, E}, rng);
+  for (const io::Value* w : {&in, &doc}) {
+    nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(*w, NH);
+    for (const Tensor* kv : {&x, &m_in}) {  // self-attention (Q | K | V joined) and cross-attention
+      auto fused_matches_ops = [&](const nn::MultiheadAttention& a, const char* what) {
+        const Tensor y = nn::multihead_attention_forward(a, x, *kv, *kv, {}).output;  // packed weights
+        check_close(y, nn::multihead_attention_forward_ops(a, x, *kv, *kv, {}).output, what, 1e-5, 1e-6);
+        nn::MhaCache cache;  // training's forward packs per task: the same products, the same bits
+        CHECK(nn::multihead_attention_forward(a, x, *kv, *kv, {}, &cache).output.values() == y.values());
+      };
+      fused_matches_ops(m, "before");  // packs the weights
+      for (nn::Parameter* p : m.named_parameters()) {  // as an optimizer step does
+        for (float& v : p->value.values()) v = 0.5f * v + 0.01f;
+        p->touch();
+      }
+      fused_matches_ops(m, "after the change");
+      nn::MultiheadAttention copy = m;
+      for (nn::Parameter* p : copy.named_parameters()) {
+        for (float& v : p->value.values()) v *= -1.5f;
+        p->touch();
+      }
+      fused_matches_ops(copy, "the changed copy");
+      fused_matches_ops(m, "the original after its copy changed");
+    }
+  }
+}

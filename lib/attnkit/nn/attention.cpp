@@ -30,6 +30,14 @@
 #include "attnkit/tensor/threads.hpp"
 
 namespace attnkit::nn {
+
+struct MultiheadAttention::PackedWeights {
+  ops::GemmPackedB qkv;         // the joined Q | K | V projection (self-attention with in_proj_weight), or empty
+  ops::GemmPackedB q, k, v;     // apart (empty when qkv holds them)
+  ops::GemmPackedB out;         // empty without an output projection
+  const ops::GemmPackedB* of(const ops::GemmPackedB& b) const { return b.cols() > 0 && b.rows() > 0 ? &b : nullptr; }
+};
+
 namespace {
 
 using ops::GemmThreads;
@@ -109,15 +117,28 @@ struct ProjBackward {
 // allows: whole rows of y when there are two row blocks per thread, else the columns split just
 // enough for that many tasks (1024 x 1536 on 2 threads: 4 tasks of 512 x 768, where 512 x 384
 // blocks of Q, K and V apart packed 60% more and spent 12% of the forward packing).
+//
+// With the weight pre-packed (`packed`, MultiheadAttention::packed_weights) a task packs only its rows
+// of x, so tasks are blocks of whole rows, four per thread (a thread slowed by other work takes
+// fewer); the last block keeps the remainder, so no block has fewer rows than the others.
 struct LinearJob {
   const float* x;
   int64_t rows, ldx;
   Projection p;
   float* y;
   int64_t ldy;
+  const ops::GemmPackedB* packed = nullptr;  // p's weight as op(B), or null
   static constexpr int64_t kRows = 512;
-  int64_t row_blocks() const { return (rows + kRows - 1) / kRows; }
+  static int64_t mr() { return std::max<int64_t>(1, ops::gemm_panel_shape().mr); }
+  int64_t row_blocks() const {
+    if (packed) return std::max<int64_t>(1, std::min<int64_t>(4 * std::max(1, num_threads()), rows / mr()));
+    return (rows + kRows - 1) / kRows;
+  }
+  // rows per task of the packed form (the last task also takes the remainder): a multiple of the
+  // kernel's register block
+  int64_t packed_rows() const { return std::max<int64_t>(1, rows / row_blocks() / mr() * mr()); }
   int64_t cols() const {  // columns per task: a multiple of 32 (whole panels of either kernel)
+    if (packed) return p.out;
     const int64_t want = 2 * std::max(1, num_threads());
     const int64_t col_blocks = std::max<int64_t>(1, (want + row_blocks() - 1) / row_blocks());
     return std::max<int64_t>(32, ((p.out + col_blocks - 1) / col_blocks + 31) / 32 * 32);
@@ -125,12 +146,31 @@ struct LinearJob {
   int64_t col_blocks() const { return (p.out + cols() - 1) / cols(); }
   int64_t tasks() const { return row_blocks() * col_blocks(); }
   void run(int64_t task) const {
+    if (packed) {
+      const int64_t R = packed_rows(), r0 = task * R, br = task + 1 == row_blocks() ? rows - r0 : R;
+      ops::GemmEpilogue bias;
+      bias.bias = p.b;
+      return ops::gemm_packed(Trans::No, br, 1.0f, x + r0 * ldx, ldx, *packed, 0.0f, y + r0 * ldy, ldy,
+                              GemmThreads::This, bias);
+    }
     const int64_t C = cols(), blocks = col_blocks();
     const int64_t r0 = (task / blocks) * kRows, c0 = (task % blocks) * C;
     const int64_t br = std::min(kRows, rows - r0), bc = std::min(C, p.out - c0);
     project_rows(p, x + r0 * ldx, br, ldx, y + r0 * ldy, ldy, GemmThreads::This, c0, bc);
   }
 };
+
+// The weight of p as op(B) [in, out] for ops::gemm_packed (empty for an empty projection).
+ops::GemmPackedB pack_projection(const Projection& p) {
+  if (p.empty()) return {};
+  if (p.in_out) return ops::GemmPackedB(Trans::No, p.in, p.out, p.W, p.out);  // y = x W
+  return ops::GemmPackedB(Trans::Yes, p.in, p.out, p.W, p.in);               // y = x W^T
+}
+
+// Whether a projection of `rows` rows takes the pre-packed weight: only the own kernels' panels
+// (gemm_panel_shape), and more than 4 rows, where ops::gemm packs op(B) too and so gives the same
+// bits (up to 4 rows it takes dot products along the weight's rows as they lie).
+bool use_packed(int64_t rows) { return rows > 4 && ops::gemm_panel_shape().mr > 0; }
 
 // The Q, K and V projections as one when their weights are consecutive rows of one [out, in] matrix
 // and their biases consecutive too (PyTorch's in_proj_weight [3E, E] and in_proj_bias): one product
@@ -286,11 +326,12 @@ Stage backward_stage(std::vector<ProjBackward> jobs) {
 // With `cache` and the probabilities within o.saved_probs_budget, the tiled attention stage also
 // writes them (its tiles exp(E - m_j) and their row maxes) into cache->probs for the backward.
 void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d, const MhaOptions& o, bool naive,
-            const float* ctx, const Projection& out, MhaResult& r, float* row_lse, std::string_view op,
-            MhaCache* cache) {
+            const float* ctx, const Projection& out, const ops::GemmPackedB* out_packed, MhaResult& r, float* row_lse,
+            std::string_view op, MhaCache* cache) {
   ops::check_mask(o.mask, d.N, p.NH, d.T, d.S, op);
   Stage out_stage;
-  if (!out.empty()) out_stage = linear_stage({LinearJob{ctx, d.N * d.T, p.NH * p.Dv, out, r.output.data(), out.out}});
+  if (!out.empty())
+    out_stage = linear_stage({LinearJob{ctx, d.N * d.T, p.NH * p.Dv, out, r.output.data(), out.out, out_packed}});
   const int64_t kept_ld = ops::TiledWorker::kept_stride(p);
   const int64_t kept_row = kept_ld + ops::TiledWorker::key_tiles(p);  // floats kept per query: P's row, its tile maxes
   const bool keep = cache && o.weights == HeadWeights::None && !naive && d.N * d.T * d.S > 0 &&
@@ -360,7 +401,18 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
   float* ctx = !has_out ? r.output.data() : cache ? cache->context.data() : ctx_buf.get();  // [N*T, Ev]
   float* lse = cache ? cache->row_lse.data() : nullptr;
   const int64_t rows = d.N * d.T;
-  if (is_self_attention(m, q, k, v)) {
+  const bool self_attention = is_self_attention(m, q, k, v);
+  std::shared_ptr<const MultiheadAttention::PackedWeights> packed;
+  // (inference only: training changes the weights every step, and each task packing its own block of
+  // the weight keeps both threads busy, where one pack before the team would leave one idle)
+  if (!cache && (use_packed(rows) || use_packed(d.N * d.S))) packed = m.packed_weights(self_attention);
+  // the packed weight b for a projection of r rows, or null (ops::gemm packs it)
+  auto packed_for = [&](const ops::GemmPackedB MultiheadAttention::PackedWeights::*b, int64_t r) {
+    return packed && use_packed(r) ? packed->of((*packed).*b) : nullptr;
+  };
+  using W = MultiheadAttention::PackedWeights;
+  const ops::GemmPackedB* out_packed = packed_for(&W::out, rows);
+  if (self_attention) {
     // Q, K, V side by side in one [N*T, P] buffer (heads read in place, row stride P), each
     // projection writing its column slice.
     const int64_t P = 2 * E + Ev, in = pq.in;
@@ -371,13 +423,13 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
     const std::optional<Projection> pqkv = joined(pq, pk, pv);
     std::vector<LinearJob> jobs;
     if (pqkv) {
-      jobs.push_back(LinearJob{q.data(), rows, in, *pqkv, QKV, P});
+      jobs.push_back(LinearJob{q.data(), rows, in, *pqkv, QKV, P, packed_for(&W::qkv, rows)});
     } else {
-      jobs.push_back(LinearJob{q.data(), rows, in, pq, QKV, P});
-      jobs.push_back(LinearJob{q.data(), rows, in, pk, QKV + E, P});
-      jobs.push_back(LinearJob{q.data(), rows, in, pv, QKV + 2 * E, P});
+      jobs.push_back(LinearJob{q.data(), rows, in, pq, QKV, P, packed_for(&W::q, rows)});
+      jobs.push_back(LinearJob{q.data(), rows, in, pk, QKV + E, P, packed_for(&W::k, rows)});
+      jobs.push_back(LinearJob{q.data(), rows, in, pv, QKV + 2 * E, P, packed_for(&W::v, rows)});
     }
-    attend(p, {linear_stage(std::move(jobs))}, d, o, naive, ctx, po, r, lse, op, cache);
+    attend(p, {linear_stage(std::move(jobs))}, d, o, naive, ctx, po, out_packed, r, lse, op, cache);
   } else {
     std::shared_ptr<float> Qb, Kb, Vb;
     if (!cache) Qb = ScratchPool::get(d.N * d.T * E), Kb = ScratchPool::get(d.N * d.S * E), Vb = ScratchPool::get(d.N * d.S * Ev);
@@ -387,9 +439,10 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
     float* V = cache ? cache->V.data() : Vb.get();  // [N*S, Ev]
     const ops::SdpaProblem p = heads_problem(Q, E, K, E, V, Ev, d, NH, E / NH, Ev / NH, o, ctx);
     attend(p,
-           {linear_stage({LinearJob{q.data(), rows, pq.in, pq, Q, E}, LinearJob{k.data(), d.N * d.S, pk.in, pk, K, E},
-                          LinearJob{v.data(), d.N * d.S, pv.in, pv, V, Ev}})},
-           d, o, naive, ctx, po, r, lse, op, cache);
+           {linear_stage({LinearJob{q.data(), rows, pq.in, pq, Q, E, packed_for(&W::q, rows)},
+                          LinearJob{k.data(), d.N * d.S, pk.in, pk, K, E, packed_for(&W::k, d.N * d.S)},
+                          LinearJob{v.data(), d.N * d.S, pv.in, pv, V, Ev, packed_for(&W::v, d.N * d.S)}})},
+           d, o, naive, ctx, po, out_packed, r, lse, op, cache);
   }
   if (cache && !has_out) cache->context = r.output.reshaped({d.N, d.T, Ev});
   return r;
@@ -423,6 +476,18 @@ void expect_shape(const Tensor& t, const std::string& name, const Shape& expecte
 }  // namespace
 
 // ---- the module ----
+
+std::shared_ptr<const MultiheadAttention::PackedWeights> MultiheadAttention::packed_weights(bool self_attention) const {
+  const std::optional<Projection> qkv =
+      self_attention ? joined(q_projection(), k_projection(), v_projection()) : std::nullopt;
+  return (qkv ? packed_joined_ : packed_apart_).get(named_parameters(), [&] {
+    PackedWeights w;
+    if (qkv) w.qkv = pack_projection(*qkv);
+    else w.q = pack_projection(q_projection()), w.k = pack_projection(k_projection()), w.v = pack_projection(v_projection());
+    w.out = pack_projection(out_projection());
+    return w;
+  });
+}
 
 std::vector<Parameter*> MultiheadAttention::named_parameters() {
   std::vector<Parameter*> out;

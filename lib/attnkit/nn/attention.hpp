@@ -87,6 +87,16 @@ class MultiheadAttention : public Module {
   // Throws unless the parameters agree with each other and NH >= 1 divides E and Ev (every
   // forward and backward calls it first: a struct filled by hand is checked like a loaded one).
   void check(std::string_view op = "multi-head attention") const;
+
+  // The projections' weights packed for the product kernel (ops::GemmPackedB; attention.cpp), derived
+  // from the parameters and rebuilt after one changes (its version, DESIGN.md §9): the forward's
+  // projections then pack no weight, as ONNX Runtime packs a MatMul's constant weight once at load.
+  // self_attention: Q | K | V as one product when the weights are one matrix (in_proj_weight).
+  struct PackedWeights;
+  std::shared_ptr<const PackedWeights> packed_weights(bool self_attention) const;
+
+ private:
+  DerivedSlot<PackedWeights> packed_joined_, packed_apart_;
 };
 
 enum class HeadWeights { None, Averaged, PerHead };

@@ -14,6 +14,10 @@
 #include "attnkit/nn/parameter.hpp"
 #include "attnkit/tensor/random.hpp"
 
+namespace attnkit::ops {
+class GemmPackedB;
+}
+
 namespace attnkit::nn {
 
 class Linear : public Module {
@@ -44,7 +48,8 @@ class Linear : public Module {
 
   // The fused product on raw rows, nothing recorded: y [rows, O] = act(x [rows, I] W^T + b) + add,
   // add [rows, O] or nullptr. For callers that keep their own buffers (the Transformer's FFN hidden).
-  // Needs well_formed().
+  // Needs well_formed(). Above 4 rows it reads W^T packed once for the product kernel (derived from
+  // `weight`, repacked after its version moves; the same bits as packing it per call).
   void apply(const float* x, int64_t rows, float* y, bool relu, const float* add) const;
   // weight [O, I] and, with a bias, bias [O]
   bool well_formed() const;
@@ -56,6 +61,7 @@ class Linear : public Module {
  private:
   bool has_bias_;
   std::string what_;  // for messages: the prefix, or "linear"
+  DerivedSlot<ops::GemmPackedB> packed_;  // W^T [I, O] for ops::gemm_packed
 };
 
 }  // namespace attnkit::nn

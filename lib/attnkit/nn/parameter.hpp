@@ -9,7 +9,10 @@
 // and --save-weights walk that list.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attnkit/tensor/tensor.hpp"
@@ -50,6 +53,36 @@ class Module {
   void zero_grad() {
     for (Parameter* p : named_parameters()) p->zero_grad();
   }
+};
+
+// A copy of some parameters that a kernel derives from them (packed or blocked), rebuilt when one of
+// them changed: its key is each parameter's data pointer, size and version. Copying or assigning the
+// owner leaves the copy's slot empty (it derives its own on first use). Thread-safe: get() hands out
+// a snapshot that stays valid while another thread rebuilds the slot.
+template <class T>
+class DerivedSlot {
+ public:
+  DerivedSlot() = default;
+  DerivedSlot(const DerivedSlot&) {}
+  DerivedSlot& operator=(const DerivedSlot&) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    value_.reset(), key_.clear();
+    return *this;
+  }
+  // The derived copy of `from`, built by build() (returning a T) when the slot is empty or stale.
+  template <class Build>
+  std::shared_ptr<const T> get(const std::vector<const Parameter*>& from, Build build) const {
+    std::vector<std::tuple<const float*, int64_t, uint64_t>> key;
+    for (const Parameter* p : from) key.emplace_back(p->value.data(), p->value.numel(), p->version);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!value_ || key != key_) value_ = std::make_shared<const T>(build()), key_ = std::move(key);
+    return value_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::shared_ptr<const T> value_;
+  mutable std::vector<std::tuple<const float*, int64_t, uint64_t>> key_;
 };
 
 }  // namespace attnkit::nn
