@@ -3,6 +3,7 @@
 // Legend: N batch, T steps, D input size, H hidden size.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "attnkit/tensor/compare.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
+#include "attnkit/tensor/scratch_pool.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "test_util.hpp"
 
@@ -463,4 +465,55 @@ TEST_CASE("recurrent: the constructor refuses wrong or empty weights and biases 
         "and H 4");
   CHECK(make(Tensor({16}), Tensor({16}), Tensor({16, 3})) ==
         "recurrent: weight_hh_l0 has shape [16, 3], expected [16, 4] (4*H, H) for a lstm with D 3 and H 4");
+}
+
+TEST_CASE("the training cache is written whole: recycled scratch full of NaN changes no bit of it or of the gradients") {
+  // The cache is uninitialised scratch (ScratchTensor): every step must write all of its rows, padded
+  // ones included. Buffers of at least 2^16 floats are recycled, so H = 1024 with N = T = 8.
+  Rng rng(41);
+  const int64_t N = 8, T = 8, D = 8, H = 1024;
+  const std::vector<int64_t> lengths = {8, 8, 7, 5, 5, 3, 1, 0};
+  for (CellKind cell : {CellKind::Lstm, CellKind::Gru}) {
+    CAPTURE(ops::cell_name(cell));
+    nn::RecurrentConfig cfg;
+    cfg.cell = cell, cfg.input_size = D, cfg.hidden_size = H;
+    Recurrent m = Recurrent::random(cfg, rng);
+    const Tensor x = rand_normal({N, T, D}, rng), dy = rand_normal({N, T, H}, rng);
+    nn::RecurrentInputs in;
+    in.x = &x, in.lengths = &lengths;
+    nn::RunOptions opt;
+    opt.keep_cache = true;
+    auto run = [&](Tensor& dx, std::vector<Tensor>& kept) {
+      nn::RecurrentResult r = m.forward(in, opt);
+      const ops::RecurrentCache& c = r.caches.at(0);
+      kept.clear();
+      for (const ScratchTensor* t : {&c.gates, &c.c, &c.tanh_c, &c.hn, &c.h}) kept.push_back(t->to_tensor());
+      m.zero_grad();
+      nn::RecurrentGradOutputs g;
+      g.output = &dy;
+      nn::RecurrentGradInputs gi;
+      dx = Tensor({N, T, D});
+      gi.x = &dx;
+      m.backward(in, r, g, gi);
+    };
+    Tensor dx1, dx2;
+    std::vector<Tensor> kept1, kept2;
+    run(dx1, kept1);
+    const Tensor dw1 = m.named_parameters()[1]->grad;  // d weight_hh_l0
+    {  // fill the pool's free buffers of these sizes with NaN
+      std::vector<std::shared_ptr<float>> held;
+      for (int64_t floats : {T * N * 4 * H, T * N * 3 * H, T * N * H, T * N * H, T * N * H, T * N * H}) {
+        held.push_back(ScratchPool::get(floats));
+        std::fill(held.back().get(), held.back().get() + floats, std::nanf(""));
+      }
+    }
+    run(dx2, kept2);
+    for (size_t i = 0; i < kept1.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::all_of(kept2[i].values().begin(), kept2[i].values().end(), [](float v) { return std::isfinite(v); }));
+      CHECK(kept2[i].values() == kept1[i].values());
+    }
+    CHECK(dx2.values() == dx1.values());
+    CHECK(m.named_parameters()[1]->grad.values() == dw1.values());
+  }
 }

@@ -161,11 +161,11 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
 
   ops::RecurrentCache* cache = job.cache;
   if (cache) {
-    if (job.cell != CellKind::RnnTanh && job.cell != CellKind::RnnRelu) cache->gates = Tensor({T, N, GH});
-    if (job.keep_pre) cache->pre = Tensor({T, N, GH});
-    if (job.cell == CellKind::Lstm) cache->c = Tensor({T, N, H}), cache->tanh_c = Tensor({T, N, H});
-    if (gru) cache->hn = Tensor({T, N, H});
-    cache->h = Tensor({T, N, H});
+    if (job.cell != CellKind::RnnTanh && job.cell != CellKind::RnnRelu) cache->gates = ScratchTensor({T, N, GH});
+    if (job.keep_pre) cache->pre = ScratchTensor({T, N, GH});
+    if (job.cell == CellKind::Lstm) cache->c = ScratchTensor({T, N, H}), cache->tanh_c = ScratchTensor({T, N, H});
+    if (gru) cache->hn = ScratchTensor({T, N, H});
+    cache->h = ScratchTensor({T, N, H});
   }
   // State after step i (i = -1: the initial state). With a cache, the states live in it.
   auto time_of = [&](int64_t i) { return job.reverse ? T - 1 - i : i; };

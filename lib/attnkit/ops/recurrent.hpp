@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string>
 
+#include "attnkit/tensor/scratch_tensor.hpp"
 #include "attnkit/tensor/tensor.hpp"
 
 namespace attnkit::ops {
@@ -115,13 +116,14 @@ void cell_backward(const CellBackStep& s);  // dispatches on s.cell
 
 // What the backward pass of one layer and direction needs, time-major, standard layout.
 // Filled by the sequence runner when asked (nn::RunOptions::keep_cache); `pre` only for traces.
+// Scratch (recycled, never zero-filled): every step writes all of its rows, padded ones included.
 struct RecurrentCache {
-  Tensor gates;   // [T, N, G*H] activated gates (RNN: empty, h is its own derivative source)
-  Tensor pre;     // [T, N, G*H] gate arguments (trace only)
-  Tensor c;       // [T, N, H] LSTM
-  Tensor tanh_c;  // [T, N, H] LSTM
-  Tensor hn;      // [T, N, H] GRU: W_hn h_prev + b_hn
-  Tensor h;       // [T, N, H]
+  ScratchTensor gates;   // [T, N, G*H] activated gates (RNN: empty, h is its own derivative source)
+  ScratchTensor pre;     // [T, N, G*H] gate arguments (trace only)
+  ScratchTensor c;       // [T, N, H] LSTM
+  ScratchTensor tanh_c;  // [T, N, H] LSTM
+  ScratchTensor hn;      // [T, N, H] GRU: W_hn h_prev + b_hn
+  ScratchTensor h;       // [T, N, H]
 };
 
 // The slow, obvious reference: one step in double precision, standard layouts, straight from

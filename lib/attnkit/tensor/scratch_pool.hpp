@@ -33,7 +33,7 @@ class ScratchPool {
   static std::ptrdiff_t best_fit(const int64_t* sizes, size_t count, int64_t floats);
 
  private:
-  static constexpr size_t kKeep = 8;
+  static constexpr size_t kKeep = 16;  // a 2-layer LSTM training step frees 4 cache buffers a layer, and more
   static constexpr int64_t kBytes = int64_t{1} << 30;
   static constexpr int64_t kMinFloats = int64_t{1} << 16;  // smaller ones come and go through malloc
   struct Entry {

@@ -1,0 +1,35 @@
+#include "attnkit/tensor/scratch_tensor.hpp"
+
+#include <algorithm>
+
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/scratch_pool.hpp"
+
+namespace attnkit {
+
+ScratchTensor::ScratchTensor(Shape shape) : shape_(std::move(shape)) {
+  for (int64_t d : shape_) AK_CHECK(d >= 0, "scratch tensor: negative dimension in {}", shape_str(shape_));
+  const int64_t n = numel();
+  if (n > 0) data_ = ScratchPool::get(n);
+}
+
+int64_t ScratchTensor::dim(int i) const {
+  const int r = rank(), j = i < 0 ? i + r : i;
+  AK_CHECK(j >= 0 && j < r, "dimension {} out of range for a tensor of shape {}", i, shape_str(shape_));
+  return shape_[static_cast<size_t>(j)];
+}
+
+int64_t ScratchTensor::numel() const {
+  if (shape_.empty()) return 0;
+  int64_t n = 1;
+  for (int64_t d : shape_) n *= d;
+  return n;
+}
+
+Tensor ScratchTensor::to_tensor() const {
+  Tensor t(shape_.empty() ? Shape{0} : shape_);
+  if (numel() > 0) std::copy(data(), data() + numel(), t.data());
+  return t;
+}
+
+}  // namespace attnkit
