@@ -182,7 +182,7 @@ TEST_CASE("sdpa_backward_tiled: equals the naive backward on ragged tiles, every
         Tensor out_tiled(h.out.shape()), lse_tiled(h.lse.shape());
         ops::SdpaProblem pt = h.problem();
         pt.out.data = out_tiled.data();
-        ops::TiledKeyPanels keys(pt);
+        ops::TiledKvPanels keys(pt);
         for (int64_t t = 0; t < keys.tasks(); ++t) keys.pack(t);
         ops::TiledWorker tw(pt, &keys, tiled.data(), ld, tile_max.data());
         for (int64_t t = 0; t < ops::TiledWorker::tasks(pt); ++t) tw.run(t, lse_tiled.data());
@@ -221,7 +221,7 @@ TEST_CASE("sdpa_backward_tiled: equals the naive backward on ragged tiles, every
   CHECK(std::all_of(dq.values().begin(), dq.values().end(), [](float x) { return x == 0.0f; }));
 }
 
-TEST_CASE("tiled forward: K^T packed once per head gives the bits of per-tile packing, ragged key tiles, every mask kind") {
+TEST_CASE("tiled forward: K^T and V packed once per head give the bits of per-tile packing, ragged key tiles, every mask kind") {
   if (ops::gemm_panel_shape().mr == 0) return;  // Eigen's kernel: no panels to test
   for (const char* kind : kMaskKinds) {
     INFO("mask " << kind);
@@ -230,7 +230,7 @@ TEST_CASE("tiled forward: K^T packed once per head gives the bits of per-tile pa
     Heads h(2, 2, 37, 72, 20, 24, rng);
     h.mask = make_mask(kind, h.N, h.NH, h.T, h.S, rng);
     ops::SdpaProblem p = h.problem();
-    ops::TiledKeyPanels keys(p);
+    ops::TiledKvPanels keys(p);
     REQUIRE(keys.tasks() == h.N * h.NH);
     for (int64_t t = 0; t < keys.tasks(); ++t) keys.pack(t);
     ops::TiledWorker with_panels(p, &keys);

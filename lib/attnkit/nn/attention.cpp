@@ -346,7 +346,7 @@ void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d,
       cache->probs = std::move(buf), cache->probs_ld = kept_ld;
       cache->probs_tile_max = tile_max, cache->probs_key_width = ops::TiledWorker::key_width(p);
     }
-    ops::TiledKeyPanels keys(p);
+    ops::TiledKvPanels keys(p);
     std::vector<ops::TiledWorker> workers;  // allocated before the team: nothing throws inside it
     for (int i = 0; i < team; ++i) workers.emplace_back(p, &keys, probs, kept_ld, tile_max);
     if (keys.tasks() > 0) stages.push_back({keys.tasks(), [&](int, int64_t t) { keys.pack(t); }});

@@ -146,25 +146,34 @@ int64_t key_tile(const SdpaProblem& p) { return std::min<int64_t>(g_tiles.key, s
 
 // Panels where the kernel has them, K fits one block, key tiles start on panel boundaries, and a head
 // has several query tiles (with one, each key tile is packed once either way).
-TiledKeyPanels::TiledKeyPanels(const SdpaProblem& p) : p_(p) {
+TiledKvPanels::TiledKvPanels(const SdpaProblem& p) : p_(p) {
   const PanelShape s = gemm_panel_shape();
   const int64_t Bc = key_tile(p);
   if (s.mr == 0 || p.Dk < 1 || p.Dk > s.max_depth || p.S < 1 || p.T <= query_tile(p) || (Bc % s.nr && Bc < p.S))
     return;
-  per_head_ = panels_size(p.S, p.Dk, s.nr);
+  k_size_ = panels_size(p.S, p.Dk, s.nr);
+  // V's tiles too when a key tile is one K block of P_j V_j (dv_ 0: each query tile packs them, ops::gemm)
+  dv_ = Bc <= s.max_depth ? panels_size(p.Dv, 1, s.nr) : 0;  // Dv rounded up to whole panels
+  per_head_ = k_size_ + p.S * dv_;
   buf_ = ScratchPool::get(p.N * p.NH * per_head_);
 }
 
-void TiledKeyPanels::pack(int64_t task) {
+void TiledKvPanels::pack(int64_t task) {
   const int64_t n = task / p_.NH, h = task % p_.NH;
   // op(B) = K^T [Dk, S] of head (n, h)
   pack_b_panels(Trans::Yes, p_.Dk, p_.S, p_.k.data + n * p_.k.batch + h * p_.k.head, p_.k.row,
                 buf_.get() + task * per_head_);
+  // op(B) = V_j [bc, Dv] of every key tile j: P_j V_j's right operand, one K block each
+  const int64_t Bc = key_tile(p_);
+  const float* V = p_.v.data + n * p_.v.batch + h * p_.v.head;
+  for (int64_t s0 = 0; dv_ > 0 && s0 < p_.S; s0 += Bc)
+    pack_b_panels(Trans::No, std::min(Bc, p_.S - s0), p_.Dv, V + s0 * p_.v.row, p_.v.row,
+                  buf_.get() + task * per_head_ + k_size_ + s0 * dv_);
 }
 
 struct TiledWorker::Impl {
   const SdpaProblem& p;
-  const TiledKeyPanels* keys;  // null or without tasks: each tile packs its own operands (ops::gemm)
+  const TiledKvPanels* keys;  // null or without tasks: each tile packs its own operands (ops::gemm)
   float* kept_probs;           // null, or [N, NH, T, kept_ld]: exp(E - m_j) of every tile computed
   int64_t kept_ld;
   float* kept_tile_max;        // [N, NH, T, key_tiles]: m_j
@@ -175,7 +184,7 @@ struct TiledWorker::Impl {
   std::vector<int64_t> limit;         // [Br] keys [0, limit) pass causal / key length
   std::vector<float> q_panels;        // the query tile Q_i [br, Dk] in the kernel's panels
 
-  Impl(const SdpaProblem& problem, const TiledKeyPanels* key_panels, float* probs, int64_t ld, float* tile_max)
+  Impl(const SdpaProblem& problem, const TiledKvPanels* key_panels, float* probs, int64_t ld, float* tile_max)
       : p(problem),
         keys(key_panels && key_panels->tasks() > 0 ? key_panels : nullptr),
         kept_probs(probs),
@@ -193,7 +202,7 @@ struct TiledWorker::Impl {
   }
 
   // The tile products run on ops::gemm's own kernel on this thread: Q K^T on panels packed once (the
-  // head's K^T by TiledKeyPanels, Q_i once per task) or, without them, packed by ops::gemm per tile;
+  // head's K^T by TiledKvPanels, Q_i once per task) or, without them, packed by ops::gemm per tile;
   // P V reads P in place (C is only Dv wide, see gemm_kernel.inc).
   void run(int64_t task, float* row_lse) {
     const int64_t nh = task / tiles_per_head, n = nh / p.NH, h = nh % p.NH;
@@ -234,8 +243,9 @@ struct TiledWorker::Impl {
       if (kept_probs)
         for (int64_t r = 0; r < br; ++r) kept_tile_max[(row0 + r) * key_tiles + s0 / Bc] = m[r];
       Ot.array().colwise() *= alpha.head(br);
-      // O += P V_j   [br, Dv]
-      gemm(Trans::No, Trans::No, br, p.Dv, bc, 1.0f, e, ld, Vj, p.v.row, 1.0f, O.data(), p.Dv, GemmThreads::This);
+      // O += P V_j   [br, Dv] (up to 2 rows ops::gemm streams V_j in place: its sums, its bits)
+      if (keys && keys->has_values() && br > 2) gemm_panels_a_in_place(Trans::No, br, p.Dv, bc, 1.0f, e, ld, keys->values(nh, s0), 1.0f, O.data(), p.Dv);
+      else gemm(Trans::No, Trans::No, br, p.Dv, bc, 1.0f, e, ld, Vj, p.v.row, 1.0f, O.data(), p.Dv, GemmThreads::This);
     }
     auto out = out_map(p.out, n, h, t0, br, p.Dv);
     for (int64_t r = 0; r < br; ++r) {
@@ -246,7 +256,7 @@ struct TiledWorker::Impl {
   }
 };
 
-TiledWorker::TiledWorker(const SdpaProblem& p, const TiledKeyPanels* keys, float* kept_probs, int64_t kept_ld,
+TiledWorker::TiledWorker(const SdpaProblem& p, const TiledKvPanels* keys, float* kept_probs, int64_t kept_ld,
                          float* kept_tile_max)
     : impl_(std::make_unique<Impl>(p, keys, kept_probs, kept_ld, kept_tile_max)) {}
 TiledWorker::TiledWorker(TiledWorker&&) noexcept = default;
@@ -272,7 +282,7 @@ double sdpa_flops(const SdpaProblem& p) { return 2.0 * p.N * p.NH * p.T * p.S * 
 void sdpa_tiled(const SdpaProblem& p, float* row_lse) {
   const int64_t tasks = TiledWorker::tasks(p);
   const int team = team_for(tasks, sdpa_flops(p));
-  TiledKeyPanels keys(p);
+  TiledKvPanels keys(p);
   std::vector<TiledWorker> workers;  // allocated before the team starts: nothing throws inside it
   for (int i = 0; i < team; ++i) workers.emplace_back(p, &keys);
   std::atomic<int64_t> next_head{0}, next{0};

@@ -190,21 +190,25 @@ AttentionGrads attention_backward(const Tensor& query, const Tensor& keys, const
 // the thread's tiles; `p` must outlive it), then let each thread run() the tasks it takes.
 // run() allocates nothing.
 //
-// With several query tiles per head, each head's K^T is packed once into the GEMM kernel's panels
-// (TiledKeyPanels: its pack(task) for every task in [0, tasks()) as a stage of its own, after K is
-// written and before the workers run) instead of once per query tile, and each worker packs its
-// query tile once instead of once per key tile. The same sums as ops::gemm's register blocks.
-class TiledKeyPanels {
+// With several query tiles per head, each head's K^T and its V tiles are packed once into the GEMM
+// kernel's panels (TiledKvPanels: its pack(task) for every task in [0, tasks()) as a stage of its own,
+// after K and V are written and before the workers run) instead of once per query tile (V's were 2% of
+// a T = 4096 forward), and each worker packs its query tile once instead of once per key tile. The
+// same sums as ops::gemm's register blocks.
+class TiledKvPanels {
  public:
-  explicit TiledKeyPanels(const SdpaProblem& p);  // allocates; no tasks where panels do not apply
+  explicit TiledKvPanels(const SdpaProblem& p);  // allocates; no tasks where panels do not apply
   int64_t tasks() const { return buf_ ? p_.N * p_.NH : 0; }
   void pack(int64_t task);  // head task = n * NH + h
-  const float* head(int64_t task) const { return buf_.get() + task * per_head_; }
+  const float* head(int64_t task) const { return buf_.get() + task * per_head_; }  // K^T [Dk, S]
+  bool has_values() const { return dv_ > 0; }
+  // V's rows [s0, s0 + key tile) of head `task` as op(B) [bc, Dv] panels (s0 a multiple of the key tile)
+  const float* values(int64_t task, int64_t s0) const { return buf_.get() + task * per_head_ + k_size_ + s0 * dv_; }
 
  private:
   const SdpaProblem& p_;
-  int64_t per_head_ = 0;
-  std::shared_ptr<float> buf_;  // [N * NH][panels of K^T], null when panels do not apply
+  int64_t per_head_ = 0, k_size_ = 0, dv_ = 0;  // dv_: Dv rounded up to whole panels
+  std::shared_ptr<float> buf_;  // [N * NH][panels of K^T | per key tile, panels of V_j], null when panels do not apply
 };
 
 // With kept_probs ([N, NH, T, kept_ld]) and kept_tile_max ([N, NH, T, key_tiles(p)]) each worker also
@@ -214,7 +218,7 @@ class TiledKeyPanels {
 // keeps rows off multiples of 2 KB (L1 set conflicts in the products' register blocks).
 class TiledWorker {
  public:
-  explicit TiledWorker(const SdpaProblem& p, const TiledKeyPanels* keys = nullptr, float* kept_probs = nullptr,
+  explicit TiledWorker(const SdpaProblem& p, const TiledKvPanels* keys = nullptr, float* kept_probs = nullptr,
                        int64_t kept_ld = 0, float* kept_tile_max = nullptr);
   TiledWorker(TiledWorker&&) noexcept;
   ~TiledWorker();
