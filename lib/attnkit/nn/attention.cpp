@@ -167,11 +167,6 @@ ops::GemmPackedB pack_projection(const Projection& p) {
   return ops::GemmPackedB(Trans::Yes, p.in, p.out, p.W, p.in);               // y = x W^T
 }
 
-// Whether a projection of `rows` rows takes the pre-packed weight: only the own kernels' panels
-// (gemm_panel_shape), and more than 4 rows, where ops::gemm packs op(B) too and so gives the same
-// bits (up to 4 rows it takes dot products along the weight's rows as they lie).
-bool use_packed(int64_t rows) { return rows > 4 && ops::gemm_panel_shape().mr > 0; }
-
 // The Q, K and V projections as one when their weights are consecutive rows of one [out, in] matrix
 // and their biases consecutive too (PyTorch's in_proj_weight [3E, E] and in_proj_bias): one product
 // [rows, 3E] instead of three, so each block of x is packed once for all three.
@@ -405,10 +400,11 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
   std::shared_ptr<const MultiheadAttention::PackedWeights> packed;
   // (inference only: training changes the weights every step, and each task packing its own block of
   // the weight keeps both threads busy, where one pack before the team would leave one idle)
-  if (!cache && (use_packed(rows) || use_packed(d.N * d.S))) packed = m.packed_weights(self_attention);
+  if (!cache && (ops::gemm_packed_matches(rows) || ops::gemm_packed_matches(d.N * d.S)))
+    packed = m.packed_weights(self_attention);
   // the packed weight b for a projection of r rows, or null (ops::gemm packs it)
   auto packed_for = [&](const ops::GemmPackedB MultiheadAttention::PackedWeights::*b, int64_t r) {
-    return packed && use_packed(r) ? packed->of((*packed).*b) : nullptr;
+    return packed && ops::gemm_packed_matches(r) ? packed->of((*packed).*b) : nullptr;
   };
   using W = MultiheadAttention::PackedWeights;
   const ops::GemmPackedB* out_packed = packed_for(&W::out, rows);

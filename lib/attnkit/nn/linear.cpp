@@ -53,9 +53,9 @@ void Linear::apply(const float* x, int64_t rows, float* y, bool relu, const floa
   e.bias = has_bias_ ? bias.value.data() : nullptr;
   e.relu = relu;
   e.add = add, e.ldadd = O;
-  // y [rows, O] = x [rows, I] W^T, then the epilogue. Up to 4 rows ops::gemm takes dot products along
-  // W's rows as they lie (nothing to pack); from 5 it would pack W^T on every call (in every thread).
-  if (rows > 4 && ops::gemm_panel_shape().mr > 0) {
+  // y [rows, O] = x [rows, I] W^T, then the epilogue: with W^T packed once where that gives ops::gemm's
+  // bits (which would pack it on every call, in every thread)
+  if (ops::gemm_packed_matches(rows)) {
     const std::shared_ptr<const ops::GemmPackedB> w =
         packed_.get({&weight}, [&] { return ops::GemmPackedB(ops::Trans::Yes, I, O, weight.value.data(), I); });
     ops::gemm_packed(ops::Trans::No, rows, 1.0f, x, I, *w, 0.0f, y, O, ops::GemmThreads::Policy, e);

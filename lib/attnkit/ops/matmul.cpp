@@ -210,6 +210,8 @@ GemmPackedB::GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t
   }
 }
 
+bool gemm_packed_matches(int64_t M) { return M > 4 && gemm_panel_shape().mr > 0; }
+
 void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, const GemmPackedB& B, float beta,
                  float* C, int64_t ldc, GemmThreads threads, const GemmEpilogue& e) {
   const int64_t N = B.N_, K = B.K_;

@@ -62,6 +62,12 @@ class GemmPackedB {
 void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, const GemmPackedB& B, float beta,
                  float* C, int64_t ldc, GemmThreads threads = GemmThreads::Policy, const GemmEpilogue& epilogue = {});
 
+// Whether a product of M rows on a pre-packed B gives the same bits as ops::gemm on the unpacked
+// one: with the own kernels (gemm_panel_shape().mr > 0) from 5 rows, where ops::gemm packs op(B)
+// too (up to 4 rows it takes dot products along B's rows as they lie). Callers that keep a packed
+// weight take it only then, so a forward's bits never depend on which path ran.
+bool gemm_packed_matches(int64_t M);
+
 // Operands packed once into the kernel's panels for many products on blocks of them: attention's
 // tiles, where a head's K^T serves every query tile and a query tile every key tile (packing them
 // per product was 8% of a T = 4096 forward). On this thread:
