@@ -82,3 +82,24 @@ TEST_CASE("exp_shifted_sum: the same row at any offset gives the same bits, valu
     CHECK(std::memcmp(buf.data() + offset, first.data(), 37 * sizeof(float)) == 0);
   }
 }
+
+TEST_CASE("rescale_factors: exp(old - new) within 1.1 ulp, 1 for a row still masked, 0 for a row just unmasked") {
+  using attnkit::ops::detail::rescale_factors;
+  const float inf = std::numeric_limits<float>::infinity();
+  // 37 rows: two full 16-lane blocks and a tail (or four 8-lane ones and a tail)
+  std::vector<float> old_max(37), new_max(37), alpha(38, 7.0f);
+  for (size_t i = 0; i < old_max.size(); ++i) {
+    old_max[i] = 0.5f * static_cast<float>(i) - 3.0f;
+    new_max[i] = old_max[i] + 0.731f * static_cast<float>(i % 11);  // new >= old, exp down to e^-7.3
+  }
+  old_max[5] = -inf, new_max[5] = -inf;  // masked so far: O and l stay as they are (zero)
+  old_max[20] = -inf;                    // first unmasked key in this tile: the old (zero) state drops out
+  rescale_factors(old_max.data(), new_max.data(), alpha.data(), 37);
+  for (size_t i = 0; i < old_max.size(); ++i) {
+    CAPTURE(i);
+    if (i == 5) CHECK(alpha[i] == 1.0f);
+    else if (i == 20) CHECK(alpha[i] == 0.0f);
+    else CHECK(ulps(alpha[i], old_max[i] - new_max[i]) <= 1.1);  // the float difference, as std::exp(m - mt) took
+  }
+  CHECK(alpha[37] == 7.0f);  // past n: untouched
+}

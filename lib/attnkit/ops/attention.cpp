@@ -26,6 +26,7 @@ namespace attnkit::ops {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int64_t kRowChunk = 16;  // the online softmax's rows per pass (16 KB of scores at a key tile of 256)
 using StrideRM = Eigen::OuterStride<>;
 using ConstStridedMap = Eigen::Map<const MatrixRM, Eigen::Unaligned, StrideRM>;
 using StridedMap = Eigen::Map<MatrixRM, Eigen::Unaligned, StrideRM>;
@@ -228,17 +229,26 @@ struct TiledWorker::Impl {
       else gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, e, ld, GemmThreads::This);
       const bool masked = p.mask && p.mask->any();
       // m' = max(m, max_s e);  alpha = exp(m - m');  P = exp(e - m');  l = alpha l + sum P;  O = alpha O + P V
-      // Row by row: each row (bc floats) stays in L1 through mask, max, exp and sum.
-      for (int64_t r = 0; r < br; ++r) {
-        Eigen::Map<Eigen::ArrayXf> row(e + r * ld, bc);
-        if (masked) mask_scores(row.data(), s0, bc, limit[r], mask_row(p, n, h, t0 + r));
-        const float mt = std::max(m[r], row.maxCoeff());
-        alpha[r] = mt == kNegInf ? 1.0f : std::exp(m[r] - mt);
-        float sum = 0.0f;
-        if (mt == kNegInf) row.setZero();  // a row masked so far: zero weights
-        else sum = detail::exp_shifted_sum(row.data(), bc, mt);  // masked entries (-inf) give 0
-        l[r] = alpha[r] * l[r] + sum;
-        m[r] = mt;
+      // kRowChunk rows at a time: their scores (kRowChunk bc floats) stay in L1 through mask, max, exp and
+      // sum, and their rescale factors take one vector exp.
+      for (int64_t r0 = 0; r0 < br; r0 += kRowChunk) {
+        const int64_t rows = std::min(kRowChunk, br - r0);
+        float mt[kRowChunk];
+        for (int64_t r = r0; r < r0 + rows; ++r) {
+          Eigen::Map<Eigen::ArrayXf> row(e + r * ld, bc);
+          if (masked) mask_scores(row.data(), s0, bc, limit[r], mask_row(p, n, h, t0 + r));
+          mt[r - r0] = std::max(m[r], row.maxCoeff());
+        }
+        detail::rescale_factors(&m[r0], mt, &alpha[r0], rows);
+        for (int64_t r = r0; r < r0 + rows; ++r) {
+          float* row = e + r * ld;
+          const float mr = mt[r - r0];
+          float sum = 0.0f;
+          if (mr == kNegInf) std::fill(row, row + bc, 0.0f);  // a row masked so far: zero weights
+          else sum = detail::exp_shifted_sum(row, bc, mr);  // masked entries (-inf) give 0
+          l[r] = alpha[r] * l[r] + sum;
+          m[r] = mr;
+        }
       }
       if (kept_probs)
         for (int64_t r = 0; r < br; ++r) kept_tile_max[(row0 + r) * key_tiles + s0 / Bc] = m[r];

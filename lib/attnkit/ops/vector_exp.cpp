@@ -5,6 +5,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // _mm512_max_ps / _mm512_min_ps, GCC 12 false positive
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -116,6 +117,18 @@ float exp_shifted_sum(float* x, int64_t n, float shift) {
     acc += y;  // the padding's exp(-inf) is 0
   }
   return lanes_sum(acc);
+}
+
+void rescale_factors(const float* old_max, const float* new_max, float* alpha, int64_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; i += W) {  // the tail through W-wide buffers: n is a tile's few rows
+    float a[W], b[W];
+    const int64_t k = std::min<int64_t>(W, n - i);
+    for (int j = 0; j < W; ++j) a[j] = j < k ? old_max[i + j] : 0.0f, b[j] = j < k ? new_max[i + j] : 0.0f;
+    float y[W];
+    store(y, expv(load(a) - load(b)));
+    for (int64_t j = 0; j < k; ++j) alpha[i + j] = b[j] == kNegInf ? 1.0f : y[j];
+  }
 }
 
 }  // namespace attnkit::ops::detail
