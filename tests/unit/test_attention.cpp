@@ -472,7 +472,12 @@ TEST_CASE("fused multi-head forward = op by op (project, heads attention, projec
   io::Value doc = io::Value::bundle();
   doc.set("W_Q", rand_normal({E, 12}, rng, 0, 0.3f)).set("W_K", rand_normal({E, 12}, rng, 0, 0.3f));
   doc.set("W_V", rand_normal({E, 8}, rng, 0, 0.3f)).set("W_O", rand_normal({8, 5}, rng, 0, 0.3f));
+  // default tiles (one query tile), and query tiles of 8: K and V packed into panels by the projection's
+  // tasks (row blocks of 12, so panels of 32 keys shared by two tasks and by both batch elements)
+  for (const ops::TileSizes ts : {ops::tile_sizes(), ops::TileSizes{8, 32}})
   for (const io::Value* w : {&in, &kv, &doc}) {
+    TileGuard guard(ts);
+    CAPTURE(ts.query);
     const nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(*w, NH);
     const bool kvdim = w == &kv;
     const Tensor q = rand_normal({N, T, E}, rng), k = rand_normal({N, S, kvdim ? 6 : E}, rng),

@@ -129,6 +129,8 @@ struct LinearJob {
   float* y;
   int64_t ldy;
   const ops::GemmPackedB* packed = nullptr;  // p's weight as op(B), or null
+  // with `packed`: called by the task that wrote rows [r0, r1) of y, right after (they are in its cache)
+  std::function<void(int64_t, int64_t)> rows_done = nullptr;
   static constexpr int64_t kRows = 512;
   static int64_t mr() { return std::max<int64_t>(1, ops::gemm_panel_shape().mr); }
   int64_t row_blocks() const {
@@ -154,8 +156,10 @@ struct LinearJob {
       const int64_t r0 = packed_row(task), br = packed_row(task + 1) - r0;
       ops::GemmEpilogue bias;
       bias.bias = p.b;
-      return ops::gemm_packed(Trans::No, br, 1.0f, x + r0 * ldx, ldx, *packed, 0.0f, y + r0 * ldy, ldy,
-                              GemmThreads::This, bias);
+      ops::gemm_packed(Trans::No, br, 1.0f, x + r0 * ldx, ldx, *packed, 0.0f, y + r0 * ldy, ldy, GemmThreads::This,
+                       bias);
+      if (rows_done) rows_done(r0, r0 + br);
+      return;
     }
     const int64_t C = cols(), blocks = col_blocks();
     const int64_t r0 = (task / blocks) * kRows, c0 = (task % blocks) * C;
@@ -324,9 +328,24 @@ Stage backward_stage(std::vector<ProjBackward> jobs) {
 // weights kernels between the projections. Without an output projection ctx is r.output's data.
 // With `cache` and the probabilities within o.saved_probs_budget, the tiled attention stage also
 // writes them (its tiles exp(E - m_j) and their row maxes) into cache->probs for the backward.
-void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d, const MhaOptions& o, bool naive,
-            const float* ctx, const Projection& out, const ops::GemmPackedB* out_packed, MhaResult& r, float* row_lse,
-            std::string_view op, MhaCache* cache) {
+// Whether attend() runs the tiled kernel (then it needs the problem's TiledKvPanels).
+bool tiled(const MhaOptions& o, bool naive) { return o.weights == HeadWeights::None && !naive; }
+
+// A LinearJob's rows_done that packs the keys and values it projected (rows n * S + s of a [N*S, ..] buffer).
+std::function<void(int64_t, int64_t)> pack_projected(ops::TiledKvPanels& keys, int64_t S, bool k, bool v) {
+  return [&keys, S, k, v](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1;) {
+      const int64_t n = r / S, end = std::min(r1 - n * S, S);
+      keys.pack_keys(n, r - n * S, end, k, v);
+      r = n * S + end;
+    }
+  };
+}
+
+// `keys`: the problem's panels when tiled(); keys_packed: the projection stage packs them (rows_done).
+void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, ops::TiledKvPanels* keys, bool keys_packed,
+            const Dims& d, const MhaOptions& o, bool naive, const float* ctx, const Projection& out,
+            const ops::GemmPackedB* out_packed, MhaResult& r, float* row_lse, std::string_view op, MhaCache* cache) {
   ops::check_mask(o.mask, d.N, p.NH, d.T, d.S, op);
   Stage out_stage;
   if (!out.empty())
@@ -336,7 +355,7 @@ void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d,
   const bool keep = cache && o.weights == HeadWeights::None && !naive && d.N * d.T * d.S > 0 &&
                     double(d.N) * p.NH * d.T * kept_row * sizeof(float) <= double(o.saved_probs_budget);
   const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), ops::TiledWorker::tasks(p))));
-  if (o.weights == HeadWeights::None && !naive) {
+  if (tiled(o, naive)) {
     float *probs = nullptr, *tile_max = nullptr;
     if (keep) {  // [N, NH, T, kept_ld] then [N, NH, T, key tiles]; the tiles no row sees stay unwritten
       const int64_t rows = d.N * p.NH * d.T;
@@ -345,10 +364,9 @@ void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, const Dims& d,
       cache->probs = std::move(buf), cache->probs_ld = kept_ld;
       cache->probs_tile_max = tile_max, cache->probs_key_width = ops::TiledWorker::key_width(p);
     }
-    ops::TiledKvPanels keys(p);
     std::vector<ops::TiledWorker> workers;  // allocated before the team: nothing throws inside it
-    for (int i = 0; i < team; ++i) workers.emplace_back(p, &keys, probs, kept_ld, tile_max);
-    if (keys.tasks() > 0) stages.push_back({keys.tasks(), [&](int, int64_t t) { keys.pack(t); }});
+    for (int i = 0; i < team; ++i) workers.emplace_back(p, keys, probs, kept_ld, tile_max);
+    if (keys->tasks() > 0 && !keys_packed) stages.push_back({keys->tasks(), [&](int, int64_t t) { keys->pack(t); }});
     stages.push_back({ops::TiledWorker::tasks(p),
                       [&](int id, int64_t t) { workers[static_cast<size_t>(id)].run(t, row_lse); }});
     stages.push_back(std::move(out_stage));
@@ -420,6 +438,8 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
     if (cache) cache->Q = Tensor({d.N, d.T, P}), cache->K = Tensor(), cache->V = Tensor();
     float* QKV = cache ? cache->Q.data() : qkv_buf.get();
     const ops::SdpaProblem p = heads_problem(QKV, P, QKV + E, P, QKV + 2 * E, P, d, NH, E / NH, Ev / NH, o, ctx);
+    std::optional<ops::TiledKvPanels> keys;
+    if (tiled(o, naive)) keys.emplace(p);
     const std::optional<Projection> pqkv = joined(pq, pk, pv);
     std::vector<LinearJob> jobs;
     if (pqkv) {
@@ -429,7 +449,14 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
       jobs.push_back(LinearJob{q.data(), rows, in, pk, QKV + E, P, packed_for(&W::k, rows)});
       jobs.push_back(LinearJob{q.data(), rows, in, pv, QKV + 2 * E, P, packed_for(&W::v, rows)});
     }
-    attend(p, {linear_stage(std::move(jobs))}, d, o, naive, ctx, po, out_packed, r, lse, op, cache);
+    // K and V packed by the tasks that project them (jobs.back() writes V, and with pqkv K too)
+    const bool keys_packed = keys && keys->tasks() > 0 && jobs.back().packed && (pqkv || jobs[1].packed);
+    if (keys_packed) {
+      jobs.back().rows_done = pack_projected(*keys, d.S, pqkv.has_value(), true);
+      if (!pqkv) jobs[1].rows_done = pack_projected(*keys, d.S, true, false);
+    }
+    attend(p, {linear_stage(std::move(jobs))}, keys ? &*keys : nullptr, keys_packed, d, o, naive, ctx, po, out_packed,
+           r, lse, op, cache);
   } else {
     std::shared_ptr<float> Qb, Kb, Vb;
     if (!cache) Qb = ScratchPool::get(d.N * d.T * E), Kb = ScratchPool::get(d.N * d.S * E), Vb = ScratchPool::get(d.N * d.S * Ev);
@@ -438,11 +465,16 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
     float* K = cache ? cache->K.data() : Kb.get();  // [N*S, E]
     float* V = cache ? cache->V.data() : Vb.get();  // [N*S, Ev]
     const ops::SdpaProblem p = heads_problem(Q, E, K, E, V, Ev, d, NH, E / NH, Ev / NH, o, ctx);
-    attend(p,
-           {linear_stage({LinearJob{q.data(), rows, pq.in, pq, Q, E, packed_for(&W::q, rows)},
-                          LinearJob{k.data(), d.N * d.S, pk.in, pk, K, E, packed_for(&W::k, d.N * d.S)},
-                          LinearJob{v.data(), d.N * d.S, pv.in, pv, V, Ev, packed_for(&W::v, d.N * d.S)}})},
-           d, o, naive, ctx, po, out_packed, r, lse, op, cache);
+    std::optional<ops::TiledKvPanels> keys;
+    if (tiled(o, naive)) keys.emplace(p);
+    std::vector<LinearJob> jobs{LinearJob{q.data(), rows, pq.in, pq, Q, E, packed_for(&W::q, rows)},
+                                LinearJob{k.data(), d.N * d.S, pk.in, pk, K, E, packed_for(&W::k, d.N * d.S)},
+                                LinearJob{v.data(), d.N * d.S, pv.in, pv, V, Ev, packed_for(&W::v, d.N * d.S)}};
+    const bool keys_packed = keys && keys->tasks() > 0 && jobs[1].packed && jobs[2].packed;
+    if (keys_packed)
+      jobs[1].rows_done = pack_projected(*keys, d.S, true, false), jobs[2].rows_done = pack_projected(*keys, d.S, false, true);
+    attend(p, {linear_stage(std::move(jobs))}, keys ? &*keys : nullptr, keys_packed, d, o, naive, ctx, po, out_packed,
+           r, lse, op, cache);
   }
   if (cache && !has_out) cache->context = r.output.reshaped({d.N, d.T, Ev});
   return r;

@@ -159,17 +159,44 @@ TiledKvPanels::TiledKvPanels(const SdpaProblem& p) : p_(p) {
   buf_ = ScratchPool::get(p.N * p.NH * per_head_);
 }
 
-void TiledKvPanels::pack(int64_t task) {
-  const int64_t n = task / p_.NH, h = task % p_.NH;
-  // op(B) = K^T [Dk, S] of head (n, h)
-  pack_b_panels(Trans::Yes, p_.Dk, p_.S, p_.k.data + n * p_.k.batch + h * p_.k.head, p_.k.row,
-                buf_.get() + task * per_head_);
-  // op(B) = V_j [bc, Dv] of every key tile j: P_j V_j's right operand, one K block each
-  const int64_t Bc = key_tile(p_);
-  const float* V = p_.v.data + n * p_.v.batch + h * p_.v.head;
-  for (int64_t s0 = 0; dv_ > 0 && s0 < p_.S; s0 += Bc)
-    pack_b_panels(Trans::No, std::min(Bc, p_.S - s0), p_.Dv, V + s0 * p_.v.row, p_.v.row,
-                  buf_.get() + task * per_head_ + k_size_ + s0 * dv_);
+void TiledKvPanels::pack(int64_t task) { pack_head(task / p_.NH, task % p_.NH, 0, p_.S, true, true); }
+
+void TiledKvPanels::pack_keys(int64_t n, int64_t s_begin, int64_t s_end, bool keys, bool values) {
+  if (!buf_) return;
+  for (int64_t h = 0; h < p_.NH; ++h) pack_head(n, h, s_begin, s_end, keys, values);
+}
+
+// Keys [s_begin, s_end) of head (n, h). A panel only partly in the range gets only its columns (another
+// call may be writing the rest); the columns past S are zeroed by the call whose range ends at S.
+void TiledKvPanels::pack_head(int64_t n, int64_t h, int64_t s_begin, int64_t s_end, bool keys, bool values) {
+  const int64_t nr = gemm_panel_shape().nr, Bc = key_tile(p_), Dk = p_.Dk;
+  float* dst = buf_.get() + (n * p_.NH + h) * per_head_;
+  if (keys) {  // op(B) = K^T [Dk, S]: panel q0 (keys q0 .. q0 + nr) at q0 * Dk, (d, c) at d * nr + c
+    const float* K = p_.k.data + n * p_.k.batch + h * p_.k.head;
+    const int64_t ldk = p_.k.row;
+    for (int64_t q0 = s_begin / nr * nr; q0 < s_end; q0 += nr) {
+      const int64_t a = std::max(q0, s_begin), b = std::min(q0 + nr, s_end);
+      float* panel = dst + q0 * Dk;
+      if (a == q0 && (b == q0 + nr || b == p_.S)) {  // the whole panel
+        pack_b_panels(Trans::Yes, Dk, b - a, K + a * ldk, ldk, panel);
+        continue;
+      }
+      for (int64_t s = a; s < b; ++s)
+        for (int64_t d = 0; d < Dk; ++d) panel[d * nr + s - q0] = K[s * ldk + d];
+      if (b == p_.S)
+        for (int64_t d = 0; d < Dk; ++d) std::fill(panel + d * nr + b - q0, panel + (d + 1) * nr, 0.0f);
+    }
+  }
+  if (values && dv_ > 0) {  // per key tile j0, op(B) = V_j [bc, Dv]: panel c0 at c0 * bc, (k, c) at k * nr + c
+    const float* V = p_.v.data + n * p_.v.batch + h * p_.v.head;
+    const int64_t ldv = p_.v.row;
+    for (int64_t j0 = s_begin / Bc * Bc; j0 < s_end; j0 += Bc) {
+      const int64_t a = std::max(j0, s_begin), b = std::min(j0 + Bc, s_end), bc = std::min(Bc, p_.S - j0);
+      float* tile = dst + k_size_ + j0 * dv_;
+      for (int64_t c0 = 0; c0 < p_.Dv; c0 += nr)
+        pack_b_panels(Trans::No, b - a, std::min(nr, p_.Dv - c0), V + a * ldv + c0, ldv, tile + c0 * bc + (a - j0) * nr);
+    }
+  }
 }
 
 struct TiledWorker::Impl {

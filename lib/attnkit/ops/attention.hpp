@@ -192,7 +192,7 @@ AttentionGrads attention_backward(const Tensor& query, const Tensor& keys, const
 //
 // With several query tiles per head, each head's K^T and its V tiles are packed once into the GEMM
 // kernel's panels (TiledKvPanels: its pack(task) for every task in [0, tasks()) as a stage of its own,
-// after K and V are written and before the workers run) instead of once per query tile (V's were 2% of
+// after K and V are written and before the workers run, or pack_keys as they are written) instead of once per query tile (V's were 2% of
 // a T = 4096 forward), and each worker packs its query tile once instead of once per key tile. The
 // same sums as ops::gemm's register blocks.
 class TiledKvPanels {
@@ -200,12 +200,18 @@ class TiledKvPanels {
   explicit TiledKvPanels(const SdpaProblem& p);  // allocates; no tasks where panels do not apply
   int64_t tasks() const { return buf_ ? p_.N * p_.NH : 0; }
   void pack(int64_t task);  // head task = n * NH + h
+  // Keys [s_begin, s_end) of batch element n, every head: K^T's columns (with `keys`) and V's rows (with
+  // `values`), for a caller that packs each block of keys right after projecting it (while it is in cache)
+  // instead of running pack() as a stage. Calls on disjoint ranges may run at once; together they must cover
+  // [0, S) of every n.
+  void pack_keys(int64_t n, int64_t s_begin, int64_t s_end, bool keys, bool values);
   const float* head(int64_t task) const { return buf_.get() + task * per_head_; }  // K^T [Dk, S]
   bool has_values() const { return dv_ > 0; }
   // V's rows [s0, s0 + key tile) of head `task` as op(B) [bc, Dv] panels (s0 a multiple of the key tile)
   const float* values(int64_t task, int64_t s0) const { return buf_.get() + task * per_head_ + k_size_ + s0 * dv_; }
 
  private:
+  void pack_head(int64_t n, int64_t h, int64_t s_begin, int64_t s_end, bool keys, bool values);
   const SdpaProblem& p_;
   int64_t per_head_ = 0, k_size_ = 0, dv_ = 0;  // dv_: Dv rounded up to whole panels
   std::shared_ptr<float> buf_;  // [N * NH][panels of K^T | per key tile, panels of V_j], null when panels do not apply
