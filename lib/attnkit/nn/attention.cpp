@@ -323,11 +323,6 @@ Stage backward_stage(std::vector<ProjBackward> jobs) {
   return st;
 }
 
-// Attention on Q, K, V buffers into ctx, then (if given) the output projection from ctx into
-// r.output: one team for the lot when no weights are asked for (the tiled kernel), else the
-// weights kernels between the projections. Without an output projection ctx is r.output's data.
-// With `cache` and the probabilities within o.saved_probs_budget, the tiled attention stage also
-// writes them (its tiles exp(E - m_j) and their row maxes) into cache->probs for the backward.
 // Whether attend() runs the tiled kernel (then it needs the problem's TiledKvPanels).
 bool tiled(const MhaOptions& o, bool naive) { return o.weights == HeadWeights::None && !naive; }
 
@@ -342,6 +337,11 @@ std::function<void(int64_t, int64_t)> pack_projected(ops::TiledKvPanels& keys, i
   };
 }
 
+// Attention on Q, K, V buffers into ctx, then (if given) the output projection from ctx into
+// r.output: one team for the lot when no weights are asked for (the tiled kernel), else the
+// weights kernels between the projections. Without an output projection ctx is r.output's data.
+// With `cache` and the probabilities within o.saved_probs_budget, the tiled attention stage also
+// writes them (its tiles exp(E - m_j) and their row maxes) into cache->probs for the backward.
 // `keys`: the problem's panels when tiled(); keys_packed: the projection stage packs them (rows_done).
 void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, ops::TiledKvPanels* keys, bool keys_packed,
             const Dims& d, const MhaOptions& o, bool naive, const float* ctx, const Projection& out,
@@ -352,7 +352,7 @@ void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, ops::TiledKvPa
     out_stage = linear_stage({LinearJob{ctx, d.N * d.T, p.NH * p.Dv, out, r.output.data(), out.out, out_packed}});
   const int64_t kept_ld = ops::TiledWorker::kept_stride(p);
   const int64_t kept_row = kept_ld + ops::TiledWorker::key_tiles(p);  // floats kept per query: P's row, its tile maxes
-  const bool keep = cache && o.weights == HeadWeights::None && !naive && d.N * d.T * d.S > 0 &&
+  const bool keep = cache && tiled(o, naive) && d.N * d.T * d.S > 0 &&
                     double(d.N) * p.NH * d.T * kept_row * sizeof(float) <= double(o.saved_probs_budget);
   const int team = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), ops::TiledWorker::tasks(p))));
   if (tiled(o, naive)) {

@@ -192,9 +192,9 @@ AttentionGrads attention_backward(const Tensor& query, const Tensor& keys, const
 //
 // With several query tiles per head, each head's K^T and its V tiles are packed once into the GEMM
 // kernel's panels (TiledKvPanels: its pack(task) for every task in [0, tasks()) as a stage of its own,
-// after K and V are written and before the workers run, or pack_keys as they are written) instead of once per query tile (V's were 2% of
-// a T = 4096 forward), and each worker packs its query tile once instead of once per key tile. The
-// same sums as ops::gemm's register blocks.
+// after K and V are written and before the workers run, or pack_keys on each block as it is written)
+// instead of once per query tile (V's were 2% of a T = 4096 forward), and each worker packs its query
+// tile once instead of once per key tile. The same sums as ops::gemm's register blocks.
 class TiledKvPanels {
  public:
   explicit TiledKvPanels(const SdpaProblem& p);  // allocates; no tasks where panels do not apply
