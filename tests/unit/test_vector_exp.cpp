@@ -3,6 +3,7 @@
 // whose bits do not depend on where the row lies.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -102,4 +103,23 @@ TEST_CASE("rescale_factors: exp(old - new) within 1.1 ulp, 1 for a row still mas
     else CHECK(ulps(alpha[i], old_max[i] - new_max[i]) <= 1.1);  // the float difference, as std::exp(m - mt) took
   }
   CHECK(alpha[37] == 7.0f);  // past n: untouched
+}
+
+TEST_CASE("row_max: the max of every length (vector blocks, tails), -inf entries, -inf for nothing") {
+  using attnkit::ops::detail::row_max;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x(131);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 10.0f - (i % 5 == 0 ? inf : 0.0f);
+  for (int64_t n = 1; n <= 131; ++n) {
+    CAPTURE(n);
+    CHECK(row_max(x.data(), n) == *std::max_element(x.begin(), x.begin() + n));
+  }
+  for (int64_t at : {0, 15, 16, 63, 64, 100, 130}) {  // the max in each block, lane and tail position
+    std::vector<float> y(131, -3.0f);
+    y[static_cast<size_t>(at)] = 2.5f;
+    CHECK(row_max(y.data(), 131) == 2.5f);
+  }
+  const std::vector<float> masked(37, -inf);
+  CHECK(row_max(masked.data(), 37) == -inf);
+  CHECK(row_max(x.data(), 0) == -inf);
 }

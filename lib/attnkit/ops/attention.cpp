@@ -262,9 +262,9 @@ struct TiledWorker::Impl {
         const int64_t rows = std::min(kRowChunk, br - r0);
         float mt[kRowChunk];
         for (int64_t r = r0; r < r0 + rows; ++r) {
-          Eigen::Map<Eigen::ArrayXf> row(e + r * ld, bc);
-          if (masked) mask_scores(row.data(), s0, bc, limit[r], mask_row(p, n, h, t0 + r));
-          mt[r - r0] = std::max(m[r], row.maxCoeff());
+          float* row = e + r * ld;
+          if (masked) mask_scores(row, s0, bc, limit[r], mask_row(p, n, h, t0 + r));
+          mt[r - r0] = std::max(m[r], detail::row_max(row, bc));
         }
         detail::rescale_factors(&m[r0], mt, &alpha[r0], rows);
         for (int64_t r = r0; r < r0 + rows; ++r) {

@@ -4,6 +4,7 @@
 // note that their ABI differs without AVX does not concern any caller.
 #pragma GCC diagnostic ignored "-Wpsabi"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // _mm512_max_ps / _mm512_min_ps, GCC 12 false positive
+#pragma GCC diagnostic ignored "-Wuninitialized"       // the same
 
 #include <algorithm>
 #include <cstring>
@@ -52,6 +53,17 @@ inline vf clamp_high(vf t, float hi) {
   return (vf)_mm256_min_ps(_mm256_set1_ps(hi), (__m256)t);
 #else
   return t > hi ? hi : t;
+#endif
+}
+
+// Lane-wise max (vmaxps; any NaN lane gives b's value).
+inline vf vmax(vf a, vf b) {
+#ifdef __AVX512F__
+  return (vf)_mm512_max_ps((__m512)a, (__m512)b);
+#elif defined(__AVX__)
+  return (vf)_mm256_max_ps((__m256)a, (__m256)b);
+#else
+  return a > b ? a : b;
 #endif
 }
 
@@ -117,6 +129,22 @@ float exp_shifted_sum(float* x, int64_t n, float shift) {
     acc += y;  // the padding's exp(-inf) is 0
   }
   return lanes_sum(acc);
+}
+
+float row_max(const float* x, int64_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  vf m[4];
+  for (vf& v : m) v = vf{} + kNegInf;
+  int64_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W)
+    for (int a = 0; a < 4; ++a) m[a] = vmax(m[a], load(x + i + a * W));
+  for (; i + W <= n; i += W) m[0] = vmax(m[0], load(x + i));
+  float r = kNegInf;
+  for (; i < n; ++i) r = std::max(r, x[i]);
+  float lanes[W];
+  store(lanes, vmax(vmax(m[0], m[1]), vmax(m[2], m[3])));
+  for (float v : lanes) r = std::max(r, v);
+  return r;
 }
 
 void rescale_factors(const float* old_max, const float* new_max, float* alpha, int64_t n) {
