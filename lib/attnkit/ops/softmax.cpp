@@ -26,7 +26,7 @@ void check_rank(const Tensor& x, const char* op) {
 void softmax_rows(float* x, int64_t rows, int64_t cols, float* row_max, float* row_sum) {
   for (int64_t r = 0; r < rows; ++r) {
     Eigen::Map<Eigen::ArrayXf> row(x + r * cols, cols);
-    const float m = cols ? row.maxCoeff() : kNegInf;
+    const float m = detail::row_max(row.data(), cols);  // -inf for no columns
     float l = 0.0f;
     if (m == kNegInf) {
       row.setZero();  // every entry masked: zero weights, not 0/0
