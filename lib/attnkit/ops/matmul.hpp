@@ -63,9 +63,10 @@ void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, 
                  float* C, int64_t ldc, GemmThreads threads = GemmThreads::Policy, const GemmEpilogue& epilogue = {});
 
 // Whether a product of M rows on a pre-packed B gives the same bits as ops::gemm on the unpacked
-// one: with the own kernels (gemm_panel_shape().mr > 0) from 5 rows, where ops::gemm packs op(B)
-// too (up to 4 rows it takes dot products along B's rows as they lie). Callers that keep a packed
-// weight take it only then, so a forward's bits never depend on which path ran.
+// one: with the own kernels (gemm_panel_shape().mr > 0) from 5 rows, where ops::gemm runs the same
+// register blocks (up to 4 rows it takes dot products along the rows of B when op(B) = B^T, and for
+// op(B) = B streams B's rows for 1 or 2). Callers that keep a packed weight take it only then, so a
+// forward's bits never depend on which path ran.
 bool gemm_packed_matches(int64_t M);
 
 // Operands packed once into the kernel's panels for many products on blocks of them: attention's
