@@ -35,27 +35,6 @@ vf load(const float* p) {
 }
 void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
 
-// max(lo, t) and min(hi, t) that pass NaN through (t's own value): one vmaxps / vminps with AVX, whose
-// second operand is returned when either is NaN; GCC keeps a compare and a blend for the generic form.
-inline vf clamp_low(vf t, float lo) {
-#ifdef __AVX512F__
-  return (vf)_mm512_max_ps(_mm512_set1_ps(lo), (__m512)t);
-#elif defined(__AVX__)
-  return (vf)_mm256_max_ps(_mm256_set1_ps(lo), (__m256)t);
-#else
-  return t < lo ? lo : t;
-#endif
-}
-inline vf clamp_high(vf t, float hi) {
-#ifdef __AVX512F__
-  return (vf)_mm512_min_ps(_mm512_set1_ps(hi), (__m512)t);
-#elif defined(__AVX__)
-  return (vf)_mm256_min_ps(_mm256_set1_ps(hi), (__m256)t);
-#else
-  return t > hi ? hi : t;
-#endif
-}
-
 // Lane-wise max (vmaxps; any NaN lane gives b's value).
 inline vf vmax(vf a, vf b) {
 #ifdef __AVX512F__
@@ -64,6 +43,19 @@ inline vf vmax(vf a, vf b) {
   return (vf)_mm256_max_ps((__m256)a, (__m256)b);
 #else
   return a > b ? a : b;
+#endif
+}
+
+// max(lo, t) and min(hi, t) that pass NaN through (t's own value): one vmaxps / vminps with AVX, whose
+// second operand is returned when either is NaN; GCC keeps a compare and a blend for the generic form.
+inline vf clamp_low(vf t, float lo) { return vmax(vf{} + lo, t); }
+inline vf clamp_high(vf t, float hi) {
+#ifdef __AVX512F__
+  return (vf)_mm512_min_ps(_mm512_set1_ps(hi), (__m512)t);
+#elif defined(__AVX__)
+  return (vf)_mm256_min_ps(_mm256_set1_ps(hi), (__m256)t);
+#else
+  return t > hi ? hi : t;
 #endif
 }
 
