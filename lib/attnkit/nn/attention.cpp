@@ -337,6 +337,19 @@ std::function<void(int64_t, int64_t)> pack_projected(ops::TiledKvPanels& keys, i
   };
 }
 
+// K and V packed into `keys`' panels by the tasks that project them (rows n * S + s; one job for both when
+// kjob and vjob are one), when both run on pre-packed weights; returns whether they do.
+bool pack_in_projections(std::optional<ops::TiledKvPanels>& keys, int64_t S, LinearJob& kjob, LinearJob& vjob) {
+  if (!keys || keys->tasks() == 0 || !kjob.packed || !vjob.packed) return false;
+  if (&kjob == &vjob) {
+    kjob.rows_done = pack_projected(*keys, S, true, true);
+  } else {
+    kjob.rows_done = pack_projected(*keys, S, true, false);
+    vjob.rows_done = pack_projected(*keys, S, false, true);
+  }
+  return true;
+}
+
 // Attention on Q, K, V buffers into ctx, then (if given) the output projection from ctx into
 // r.output: one team for the lot when no weights are asked for (the tiled kernel), else the
 // weights kernels between the projections. Without an output projection ctx is r.output's data.
@@ -449,12 +462,8 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
       jobs.push_back(LinearJob{q.data(), rows, in, pk, QKV + E, P, packed_for(&W::k, rows)});
       jobs.push_back(LinearJob{q.data(), rows, in, pv, QKV + 2 * E, P, packed_for(&W::v, rows)});
     }
-    // K and V packed by the tasks that project them (jobs.back() writes V, and with pqkv K too)
-    const bool keys_packed = keys && keys->tasks() > 0 && jobs.back().packed && (pqkv || jobs[1].packed);
-    if (keys_packed) {
-      jobs.back().rows_done = pack_projected(*keys, d.S, pqkv.has_value(), true);
-      if (!pqkv) jobs[1].rows_done = pack_projected(*keys, d.S, true, false);
-    }
+    // jobs.back() writes V, and with pqkv K too
+    const bool keys_packed = pack_in_projections(keys, d.S, pqkv ? jobs[0] : jobs[1], jobs.back());
     attend(p, {linear_stage(std::move(jobs))}, keys ? &*keys : nullptr, keys_packed, d, o, naive, ctx, po, out_packed,
            r, lse, op, cache);
   } else {
@@ -470,9 +479,7 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
     std::vector<LinearJob> jobs{LinearJob{q.data(), rows, pq.in, pq, Q, E, packed_for(&W::q, rows)},
                                 LinearJob{k.data(), d.N * d.S, pk.in, pk, K, E, packed_for(&W::k, d.N * d.S)},
                                 LinearJob{v.data(), d.N * d.S, pv.in, pv, V, Ev, packed_for(&W::v, d.N * d.S)}};
-    const bool keys_packed = keys && keys->tasks() > 0 && jobs[1].packed && jobs[2].packed;
-    if (keys_packed)
-      jobs[1].rows_done = pack_projected(*keys, d.S, true, false), jobs[2].rows_done = pack_projected(*keys, d.S, false, true);
+    const bool keys_packed = pack_in_projections(keys, d.S, jobs[1], jobs[2]);
     attend(p, {linear_stage(std::move(jobs))}, keys ? &*keys : nullptr, keys_packed, d, o, naive, ctx, po, out_packed,
            r, lse, op, cache);
   }
