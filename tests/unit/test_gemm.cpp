@@ -188,6 +188,44 @@ TEST_CASE("gemm_packed: a pre-packed B gives gemm's result for every form, edge 
   set_num_threads(1);
 }
 
+TEST_CASE("gemm_packed: B packed for rows (Layout::Rows) gives the panels' bits, every form, edge, K block, epilogue") {
+  // Rows' blocks are 4 panels wide: N on either side of a block and of a panel, K past either kernel's KC
+  // (K blocks), M of one row (the recurrent step) and more (row by row), C's padding untouched, the
+  // threads' column slices (M N K >= 2^21), the epilogue, beta 0 ignoring NaN in C.
+  Rng rng(31);
+  const std::array<int64_t, 3> shapes[] = {{1, 1, 1},    {1, 31, 7},     {1, 33, 600}, {1, 128, 128}, {1, 129, 1100},
+                                           {2, 300, 40}, {3, 100, 300},  {5, 64, 9},   {1, 4100, 600}, {1, 0, 3},
+                                           {1, 5, 0},    {2, 2100, 513}};
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (Trans ta : {Trans::No, Trans::Yes})
+      for (Trans tb : {Trans::No, Trans::Yes})
+        for (auto [M, N, K] : shapes)
+          for (int form = 0; form < 4; ++form) {  // alpha, beta; form 3 adds bias, relu and add
+            const float alpha = form == 0 ? 1.0f : 0.75f, beta = form == 1 ? 0.0f : form == 2 ? -1.5f : 1.0f;
+            const int64_t lda = (ta == Trans::No ? K : M) + 3, ldb = (tb == Trans::No ? N : K) + 1, ldc = N + 2;
+            const Tensor A = rand_normal({ta == Trans::No ? M : K, lda}, rng);
+            const Tensor B = rand_normal({tb == Trans::No ? K : N, ldb}, rng);
+            const Tensor bias = rand_normal({N + 1}, rng), add = rand_normal({M, N + 4}, rng);
+            Tensor C0 = rand_normal({M, ldc}, rng);
+            if (beta == 0.0f)
+              for (int64_t i = 0; i < C0.numel(); ++i) C0[i] = NAN;
+            ops::GemmEpilogue e;
+            if (form == 3) e.bias = bias.data(), e.relu = true, e.add = add.data(), e.ldadd = N + 4;
+            const ops::GemmPackedB panels(tb, K, N, B.data(), ldb), rows(tb, K, N, B.data(), ldb, ops::GemmPackedB::Layout::Rows);
+            CHECK(rows.layout() == ops::GemmPackedB::Layout::Rows);
+            Tensor want = C0, got = C0;
+            ops::gemm_packed(ta, M, alpha, A.data(), lda, panels, beta, want.data(), ldc, ops::GemmThreads::Policy, e);
+            ops::gemm_packed(ta, M, alpha, A.data(), lda, rows, beta, got.data(), ldc, ops::GemmThreads::Policy, e);
+            for (int64_t i = 0; i < M * ldc; ++i)
+              REQUIRE_MESSAGE((got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i]))), "M ", M, " N ", N,
+                              " K ", K, " ta ", int(ta == Trans::Yes), " tb ", int(tb == Trans::Yes), " form ", form,
+                              " threads ", threads, " at ", i, ": ", got[i], " vs ", want[i]);
+          }
+  }
+  set_num_threads(1);
+}
+
 TEST_CASE("gemm epilogue: act(alpha op(A) op(B) + beta C + bias) + add, every path, 1 and 2 threads, bit for bit") {
   // The fused epilogue must equal the product followed by the separate passes, exactly: ops::gemm in every
   // form and ops::gemm_packed, on shapes that take the one- to four-row paths, edge panels (N not a

@@ -357,6 +357,19 @@ TEST_CASE("recurrent: one thread and a team give the same bits") {
     check_close(team.output, one.output, "output", 0);
     check_close(team.h_n, one.h_n, "h_n", 0);
     if (cell == CellKind::Lstm) check_close(team.c_n, one.c_n, "c_n", 0);
+    // A batch of one packs W_hh for one row (GemmPackedB::Layout::Rows): the same sums as the first
+    // row of the batch, on one thread and on a team.
+    Tensor x1({1, 12, 7}), h01({1, 1, 40});
+    std::copy(x.data(), x.data() + 12 * 7, x1.data());
+    std::copy(h0.data(), h0.data() + 40, h01.data());
+    nn::RecurrentInputs in1;
+    in1.x = &x1, in1.h0 = &h01;
+    for (int threads : {1, 2}) {
+      ThreadsFor policy(threads);
+      const nn::RecurrentResult r = m.forward(in1, opt);
+      for (int64_t k = 0; k < 12 * 40; ++k) REQUIRE(r.output[k] == one.output[k]);
+      for (int64_t k = 0; k < 40; ++k) REQUIRE(r.h_n[k] == one.h_n[k]);
+    }
   }
 }
 

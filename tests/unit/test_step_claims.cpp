@@ -44,7 +44,7 @@ Outcome run_loop(int parts, int threads, int64_t rounds, std::chrono::millisecon
       o.runner[size_t(r * parts + c)] = id;
       if (c % nt != id) ++moved;
       done[size_t(r * parts + c)].store(1);
-      claims.finish();
+      claims.finish(c, r);
     };
     for (int64_t r = 0; r <= rounds; ++r) {
       if (r > 0)

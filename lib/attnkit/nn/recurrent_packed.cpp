@@ -10,8 +10,8 @@
 namespace attnkit::nn {
 
 // C [N, nc] += h [N, H] x wh[:, c0:c0+nc] [H, nc]
-PackedColumns::PackedColumns(const float* wh, int64_t H, int64_t GH, int64_t c0, int64_t nc)
-    : H_(H), c0_(c0), b_(ops::Trans::No, H, nc, wh + c0, GH) {}
+PackedColumns::PackedColumns(const float* wh, int64_t H, int64_t GH, int64_t c0, int64_t nc, ops::GemmPackedB::Layout layout)
+    : H_(H), c0_(c0), b_(ops::Trans::No, H, nc, wh + c0, GH, layout) {}
 
 void PackedColumns::multiply_add(const float* h, int64_t N, float* res, int64_t ld, int64_t ldh) const {
   if (ldh < 0) ldh = H_;
@@ -23,23 +23,28 @@ void PackedColumns::multiply(const float* a, int64_t M, int64_t lda, float* res,
   ops::gemm_packed(ops::Trans::No, M, 1.0f, a, lda, b_, 0.0f, res + c0_, ld, threads);  // [M, nc]
 }
 
-TeamParts make_parts(const Recurrent::Packed& p, int64_t H, int G, int team) {
+TeamParts make_parts(const Recurrent::Packed& p, int64_t H, int G, int team, ops::GemmPackedB::Layout layout) {
   const int64_t blocks = (H + ops::kUnitBlock - 1) / ops::kUnitBlock;
   TeamParts parts;
   for (int c = 0; c < team; ++c) {
     const int64_t u0 = blocks * c / team * ops::kUnitBlock, u1 = std::min(H, blocks * (c + 1) / team * ops::kUnitBlock);
     parts.units.emplace_back(u0, u1);
-    parts.columns.emplace_back(p.wh.data(), H, G * H, G * u0, G * (u1 - u0));
+    parts.columns.emplace_back(p.wh.data(), H, G * H, G * u0, G * (u1 - u0), layout);
     parts.input.emplace_back(p.wx.data(), p.wx.dim(0), G * H, G * u0, G * (u1 - u0));
   }
   return parts;
 }
 
-const TeamParts& PackCache::parts(int index, int team, const Recurrent::Packed& p, int64_t H, ops::CellKind cell) {
+const TeamParts& PackCache::parts(int index, int team, const Recurrent::Packed& p, int64_t H, ops::CellKind cell,
+                                  bool one_row) {
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = built.find({index, team});
-  if (it == built.end())
-    it = built.emplace(std::make_pair(index, team), make_parts(p, H, ops::gate_count(cell), team)).first;
+  auto& m = one_row ? built_rows : built;
+  auto it = m.find({index, team});
+  if (it == m.end()) {
+    using Layout = ops::GemmPackedB::Layout;
+    TeamParts parts = make_parts(p, H, ops::gate_count(cell), team, one_row ? Layout::Rows : Layout::Panels);
+    it = m.emplace(std::make_pair(index, team), std::move(parts)).first;
+  }
   return it->second;
 }
 
@@ -61,7 +66,7 @@ const TeamParts& PackCache::backward_parts(int index, int team, const Tensor& w_
 
 void PackCache::forget(int index) {
   std::lock_guard<std::mutex> lock(mutex);
-  for (auto* m : {&built, &built_backward})
+  for (auto* m : {&built, &built_rows, &built_backward})
     for (auto it = m->begin(); it != m->end();) it = it->first.first == index ? m->erase(it) : std::next(it);
 }
 

@@ -24,7 +24,8 @@ class PackedColumns {
  public:
   // wh [H, GH] row-major; the columns [c0, c0 + nc). (Backward packs W_hh [G*H, H] the same way:
   // H = G*H rows deep, GH = H columns.)
-  PackedColumns(const float* wh, int64_t H, int64_t GH, int64_t c0, int64_t nc);
+  PackedColumns(const float* wh, int64_t H, int64_t GH, int64_t c0, int64_t nc,
+                ops::GemmPackedB::Layout layout = ops::GemmPackedB::Layout::Panels);
   // res[n * ld + c0 + j] += sum_k h[n * ldh + k] * wh[k, c0 + j] for n < N (ldh < 0: H), on the
   // calling thread.
   void multiply_add(const float* h, int64_t N, float* res, int64_t ld, int64_t ldh = -1) const;
@@ -46,17 +47,21 @@ struct TeamParts {
   std::vector<PackedColumns> columns;
   std::vector<PackedColumns> input;  // forward only: wx [D_k, G*H], the same columns
 };
-TeamParts make_parts(const Recurrent::Packed& p, int64_t H, int G, int team);
+// W_hh's columns in `layout` (Rows for a batch of one); W_ih's always in panels (N*T rows).
+TeamParts make_parts(const Recurrent::Packed& p, int64_t H, int G, int team, ops::GemmPackedB::Layout layout);
 
 // The packed W_hh of every layer and direction, per team size, built on first use and kept.
 struct PackCache {
-  const TeamParts& parts(int index, int team, const Recurrent::Packed& p, int64_t H, ops::CellKind cell);
+  // one_row: W_hh's columns packed for products of one row (a batch of one: GemmPackedB::Layout::Rows)
+  const TeamParts& parts(int index, int team, const Recurrent::Packed& p, int64_t H, ops::CellKind cell,
+                         bool one_row);
   // For backward's dh_prev += da_h W_hh: W_hh [G*H, H] (PyTorch layout) packed by the team's unit
   // runs (part c: the columns of its units), the same split as parts().
   const TeamParts& backward_parts(int index, int team, const Tensor& w_hh, int64_t H);
   void forget(int index);  // after the weights of `index` changed
   std::mutex mutex;
   std::map<std::pair<int, int>, TeamParts> built;           // (layer*dirs + dir, team) -> parts
+  std::map<std::pair<int, int>, TeamParts> built_rows;      // the same with W_hh for a batch of one
   std::map<std::pair<int, int>, TeamParts> built_backward;  // the same for backward
 };
 

@@ -253,7 +253,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
           any_failed = true;
         }
       }
-      claims.finish();
+      claims.finish(c, round);
     };
 #pragma omp parallel num_threads(team)
     {
@@ -542,7 +542,7 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
     std::vector<const TeamParts*> parts(dirs);
     for (int d = 0; d < dirs; ++d) {
       const int idx = k * dirs + d;
-      parts[d] = &derived_->cache.parts(idx, team, packed(idx), H, config_.cell);
+      parts[d] = &derived_->cache.parts(idx, team, packed(idx), H, config_.cell, N == 1);
     }
     if (side_by_side) {
       std::exception_ptr failed[2];  // an exception must not leave an OpenMP region

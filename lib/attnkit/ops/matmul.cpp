@@ -193,7 +193,8 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   gemm_with(GemmKernel::Auto, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads, e);
 }
 
-GemmPackedB::GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb) : K_(K), N_(N) {
+GemmPackedB::GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb, Layout layout)
+    : K_(K), N_(N), layout_(layout) {
   AK_CHECK(K >= 0 && N >= 0, "gemm_pack_b: negative size K {} N {}", K, N);
   const GemmKernel kernel = gemm_kernel_auto();
   kernel_ = static_cast<int>(kernel);
@@ -201,6 +202,10 @@ GemmPackedB::GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t
     data_.resize(K * N);
     for (int64_t k = 0; k < K; ++k)
       for (int64_t j = 0; j < N; ++j) data_[k * N + j] = tb == Trans::No ? B[k * ldb + j] : B[j * ldb + k];
+  } else if (layout == Layout::Rows) {
+    const bool avx512 = kernel == GemmKernel::Avx512;
+    data_.resize((avx512 ? &detail::avx512::packed_rows_size : &detail::avx2::packed_rows_size)(K, N));
+    (avx512 ? &detail::avx512::pack_b_rows : &detail::avx2::pack_b_rows)(tb == Trans::Yes, B, ldb, K, N, data_.data());
   } else if (kernel == GemmKernel::Avx512) {
     data_.resize(detail::avx512::packed_size(K, N));
     detail::avx512::pack_b_all(tb == Trans::Yes, B, ldb, K, N, data_.data());
@@ -230,9 +235,30 @@ void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, 
     return;
   }
   const bool avx512 = kernel == GemmKernel::Avx512;
-  const auto fn = avx512 ? &detail::avx512::gemm_packed : &detail::avx2::gemm_packed;
   const float* p = B.data_.data();
   const bool t = ta == Trans::Yes;
+  if (B.layout_ == GemmPackedB::Layout::Rows) {
+    // columns [j0, j1) of every row; threads take slices of whole blocks (the product has few rows)
+    const auto rows = avx512 ? &detail::avx512::gemm_rows : &detail::avx2::gemm_rows;
+    const int64_t block = (avx512 ? &detail::avx512::rows_block : &detail::avx2::rows_block)();
+    auto slice = [&](int64_t j0, int64_t j1) {
+      rows(t, M, N, K, alpha, A, lda, p, j0, j1, beta, C, ldc);
+      GemmEpilogue se = e;
+      if (se.bias) se.bias += j0;
+      if (se.add) se.add += j0;
+      apply_epilogue(M, j1 - j0, C + j0, ldc, se);
+    };
+    if (serial) return slice(0, N);
+#pragma omp parallel num_threads(num_threads())
+    {
+      const int th = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t blocks = (N + block - 1) / block;
+      const int64_t lo = std::min(N, blocks * th / nt * block), hi = std::min(N, blocks * (th + 1) / nt * block);
+      if (lo < hi) slice(lo, hi);
+    }
+    return;
+  }
+  const auto fn = avx512 ? &detail::avx512::gemm_packed : &detail::avx2::gemm_packed;
   // rows [i0, i1) of C (A, C and the epilogue's add offset to them), columns [j0, j1)
   auto part = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     const float* a = t ? A + i0 : A + i0 * lda;

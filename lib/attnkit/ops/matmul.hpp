@@ -40,18 +40,24 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
 // op(B) [K, N] packed once for many products with it, e.g. a recurrent layer's W_hh at every time
 // step: the panels the kernel that ops::gemm picks would otherwise pack on every call. A derived copy
 // (DESIGN.md §9): build a new one when the weight's values change (its Parameter's version).
+// Layout: Panels for products of many rows (the kernel's NR-wide panels); Rows for products of one row
+// at a time (a recurrent layer's time step with a batch of one): blocks of 4 panels' columns, each read
+// as one stream. Both give the same bits for any M; each is slower at the other's job.
 class GemmPackedB {
  public:
+  enum class Layout { Panels, Rows };
   GemmPackedB() = default;
-  GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb);
+  GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb, Layout layout = Layout::Panels);
   int64_t rows() const { return K_; }  // K
   int64_t cols() const { return N_; }  // N
+  Layout layout() const { return layout_; }
 
  private:
   friend void gemm_packed(Trans, int64_t, float, const float*, int64_t, const GemmPackedB&, float, float*, int64_t,
                           GemmThreads, const GemmEpilogue&);
   int64_t K_ = 0, N_ = 0;
   int kernel_ = 0;  // the GemmKernel it was packed for
+  Layout layout_ = Layout::Panels;
   std::vector<float> data_;
 };
 

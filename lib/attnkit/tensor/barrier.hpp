@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -63,25 +64,32 @@ class StepBarrier {
 //   StepClaims claims(parts);
 //   #pragma omp parallel: for (j = 0; j <= rounds; ++j) {
 //       if (j) claims.wait_round(j, [&] { for other parts c: if (claims.claim(c, j - 1)) run(c, j - 1); });
-//       if (j < rounds) for my parts c: if (claims.claim(c, j)) run(c, j); }     // run ends in finish()
+//       if (j < rounds) for my parts c: if (claims.claim(c, j)) run(c, j); }  // run ends in finish(c, j)
 class StepClaims {
  public:
-  explicit StepClaims(int parts) : parts_(parts), claimed_(new Slot[parts]) {
-    for (int c = 0; c < parts; ++c) claimed_[c].round.store(-1, std::memory_order_relaxed);
+  explicit StepClaims(int parts) : parts_(parts), slots_(new Slot[parts]) {
+    for (int c = 0; c < parts; ++c) {
+      slots_[c].claimed.store(-1, std::memory_order_relaxed);
+      slots_[c].done.store(0, std::memory_order_relaxed);
+    }
   }
   int parts() const { return parts_; }
   // Whether this thread got piece (c, round); true for exactly one caller. Call only once every
   // piece of round - 1 is done (wait_round(round), or within wait_round(round + 1)'s take_unclaimed).
   bool claim(int c, int64_t round) {
-    std::atomic<int64_t>& r = claimed_[c].round;
+    std::atomic<int64_t>& r = slots_[c].claimed;
     int64_t expected = round - 1;
     if (r.load(std::memory_order_relaxed) != expected) return false;
     return r.compare_exchange_strong(expected, round, std::memory_order_acq_rel, std::memory_order_relaxed);
   }
-  // After a claimed piece ran (also when it failed: the others must not wait for it forever).
-  void finish() {
-    done_.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepers_.load(std::memory_order_seq_cst) > 0) {  // as StepBarrier: no mutex unless someone sleeps
+  // After piece (c, round) ran (also when it failed: the others must not wait for it forever). A plain
+  // store to the part's own line: the thread goes on at once (a locked add on one shared counter
+  // stalled it for the line's round trip between cores, 0.2-0.3 us a step on a VM).
+  void finish(int c, int64_t round) {
+    slots_[c].done.store(round + 1, std::memory_order_release);
+    // No fence before this look (it would cost the stall the store avoids): a waiter that went to
+    // sleep just now may miss the notify, and its timed wait looks again within kSleep.
+    if (sleepers_.load(std::memory_order_relaxed) > 0) {
       { std::lock_guard<std::mutex> lock(mutex_); }
       cv_.notify_all();
     }
@@ -91,28 +99,33 @@ class StepClaims {
   // and again before it sleeps.
   template <typename F>
   void wait_round(int64_t round, F&& take_unclaimed) {
-    const int64_t target = round * parts_;
     for (int i = 0; i < kSpins; ++i) {
-      if (done_.load(std::memory_order_acquire) >= target) return;
+      if (round_done(round)) return;
       if (i == kStealAfter) take_unclaimed();
       _mm_pause();
     }
     take_unclaimed();
     std::unique_lock<std::mutex> lock(mutex_);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    cv_.wait(lock, [&] { return done_.load(std::memory_order_seq_cst) >= target; });
+    while (!round_done(round)) cv_.wait_for(lock, kSleep);
     sleepers_.fetch_sub(1, std::memory_order_relaxed);
   }
 
  private:
   static constexpr int kSpins = 1000, kStealAfter = 100;  // pause: ~40-140 cycles
-  struct alignas(64) Slot {  // one cache line per part: claims of different parts do not collide
-    std::atomic<int64_t> round;
+  static constexpr std::chrono::microseconds kSleep{200};
+  bool round_done(int64_t round) const {
+    for (int c = 0; c < parts_; ++c)
+      if (slots_[c].done.load(std::memory_order_acquire) < round) return false;
+    return true;
+  }
+  struct Slot {  // a part's two cache lines: waiters poll `done`, the owner's claims stay off that line
+    alignas(64) std::atomic<int64_t> claimed;  // the last round claimed
+    alignas(64) std::atomic<int64_t> done;     // rounds finished (a part's pieces finish in round order)
   };
   int parts_;
-  std::unique_ptr<Slot[]> claimed_;  // the last round claimed of each part
-  alignas(64) std::atomic<int64_t> done_{0};  // pieces finished, all rounds together
-  std::atomic<int> sleepers_{0};
+  std::unique_ptr<Slot[]> slots_;
+  alignas(64) std::atomic<int> sleepers_{0};
   std::mutex mutex_;
   std::condition_variable cv_;
 };
