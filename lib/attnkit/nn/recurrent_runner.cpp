@@ -49,7 +49,8 @@ struct DirectionJob {
   float* c_n = nullptr;
   ops::RecurrentCache* cache = nullptr;
   bool keep_pre = false;
-  bool watch_team = false;  // a small-step loop on a team: report how the team fared (TeamWatch)
+  bool watch_team = false;   // a small-step loop on a team: report how the team fared (TeamWatch)
+  bool watch_alone = false;  // a small-step loop on one thread: report its time (TeamWatch)
 };
 
 // Threads worth using for a time loop of N x H x G*H multiply-adds a step.
@@ -67,6 +68,10 @@ int team_size(int threads, int64_t N, int64_t H, int G, int64_t min_macs) {
 // process run on one thread (its work is the same and gives the same bits), for a number of calls
 // that doubles with every bad run in a row (2 .. 256: a single hiccup on an idle machine costs
 // little, steady load soon keeps the loops on one thread), then the team is tried again.
+// A team run is bad too when it took longer than the last one-thread run of the same work: where
+// the cores are far apart (a VM's vCPUs: 240 ns one way), handing the state over at every step
+// costs more than half a step saves (N = 1, H = 128: 2.1 us a step on two threads, 1.6 on one).
+// Before the first team run of a step size, one loop runs on one thread to measure that.
 struct TeamWatch {
   // Watched: steps of [2^14, 2^18) multiply-adds per thread, the ones a team runs since StepClaims
   // (smaller ones run on a team only when asked, RunOptions::min_macs_per_thread: tests do, and
@@ -75,13 +80,20 @@ struct TeamWatch {
   static constexpr int64_t kMinSteps = 8;  // fewer steps of that size: one thread
   std::atomic<int> skip{0};     // small-step loops still to run on one thread
   std::atomic<int> penalty{1};  // the next bad run's skip is twice this (2, 4 .. 256)
-  bool use_team() {
+  std::atomic<int64_t> alone_work{-1}, alone_ns{0};  // the last one-thread run: multiply-adds a step, time a step
+  bool use_team(int64_t work) {
     int s = skip.load(std::memory_order_relaxed);
     while (s > 0)
       if (skip.compare_exchange_weak(s, s - 1, std::memory_order_relaxed)) return false;
-    return true;
+    return alone_work.load(std::memory_order_relaxed) == work;  // else measure one thread first
   }
-  void report(bool good) {
+  void report_alone(int64_t work, int64_t ns_per_step) {
+    alone_ns.store(ns_per_step, std::memory_order_relaxed);
+    alone_work.store(work, std::memory_order_relaxed);
+  }
+  void report(bool good, int64_t work, int64_t ns_per_step) {
+    if (alone_work.load(std::memory_order_relaxed) == work && ns_per_step > alone_ns.load(std::memory_order_relaxed))
+      good = false;
     if (good) {
       penalty.store(1, std::memory_order_relaxed);
       return;
@@ -129,6 +141,11 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   const int64_t N = job.N, T = job.T, H = job.H, GH = G * H;
   const Recurrent::Packed& p = *job.packed;
   const bool gru = job.cell == CellKind::Gru;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point began = Clock::now();
+  auto ns_per_step = [&](Clock::time_point end) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(end - began).count() / std::max<int64_t>(T, 1);
+  };
 
   // Input projection for every step at once: one GEMM, hoisted out of the time loop, on W_ih packed
   // once with the model (PackCache). For LSTM and RNN the hidden products are then added into it in
@@ -225,6 +242,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
 
   if (team <= 1) {
     for (int64_t i = 0; i < T; ++i) step(0, i);
+    if (job.watch_alone) team_watch.report_alone(N * H * GH, ns_per_step(Clock::now()));
   } else {
     // One parallel region for the projection and the whole loop: round 0 projects, round i + 1 is
     // step i. Part c (a run of unit blocks) belongs to thread c, whose cache keeps its packed columns
@@ -236,7 +254,6 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     // and rethrown after (the failed piece still counts as done, the rest are skipped).
     StepClaims claims(team);
     std::atomic<int64_t> moved{0};  // pieces run by a thread other than their owner
-    using Clock = std::chrono::steady_clock;
     const Clock::time_point start = Clock::now();
     Clock::time_point loop_end;  // when thread 0 ran out of pieces
     std::exception_ptr failed;
@@ -274,10 +291,10 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
       if (id == 0) loop_end = Clock::now();
     }
     if (job.watch_team) {
-      // bad: a quarter of the time waiting for a late thread to leave the region, or a quarter of
-      // the steps run away from their owner's cache
+      // bad: a quarter of the time waiting for a late thread to leave the region, a quarter of the
+      // steps run away from their owner's cache, or slower than one thread
       const Clock::time_point end = Clock::now();
-      team_watch.report(4 * (end - loop_end) <= end - start && 4 * moved.load() <= T);
+      team_watch.report(4 * (end - loop_end) <= end - start && 4 * moved.load() <= T, N * H * GH, ns_per_step(end));
     }
     if (failed) std::rethrow_exception(failed);
   }
@@ -536,9 +553,12 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
     const int64_t per_thread = N * H * G * H / std::max(team, 1);
     const bool small_steps = team > 1 && per_thread >= TeamWatch::kWatchFrom && per_thread < TeamWatch::kSmallStep;
     // Small steps: a team's fixed cost (the fork and the join, some microseconds) pays only over
-    // several steps (not a decoder's one step a call); and not if a recent team run went badly.
-    if (small_steps && (T < TeamWatch::kMinSteps || !team_watch.use_team())) team = 1;
-    for (DirectionJob& j : jobs) j.watch_team = small_steps && team > 1;
+    // several steps (not a decoder's one step a call); and not if a recent team run went badly (TeamWatch).
+    if (small_steps && (T < TeamWatch::kMinSteps || !team_watch.use_team(N * H * G * H))) team = 1;
+    for (DirectionJob& j : jobs) {
+      j.watch_team = small_steps && team > 1;
+      j.watch_alone = small_steps && team == 1 && T >= TeamWatch::kMinSteps;
+    }
     std::vector<const TeamParts*> parts(dirs);
     for (int d = 0; d < dirs; ++d) {
       const int idx = k * dirs + d;
