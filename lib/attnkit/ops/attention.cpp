@@ -26,7 +26,7 @@ namespace attnkit::ops {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr int64_t kRowChunk = 16;  // the online softmax's rows per pass (16 KB of scores at a key tile of 256)
+constexpr int64_t kRowChunk = 16;  // the online softmax's rows per pass (32 KB of scores at a key tile of 512)
 using StrideRM = Eigen::OuterStride<>;
 using ConstStridedMap = Eigen::Map<const MatrixRM, Eigen::Unaligned, StrideRM>;
 using StridedMap = Eigen::Map<MatrixRM, Eigen::Unaligned, StrideRM>;
@@ -95,7 +95,7 @@ void mask_scores(float* e, int64_t s0, int64_t len, int64_t limit, const float* 
 }  // namespace
 
 void set_tile_sizes(TileSizes sizes) {
-  AK_CHECK(sizes.query >= 1 && sizes.key >= 1, "attention: tile sizes must be positive");
+  AK_CHECK(sizes.query >= 1 && sizes.key >= 0, "attention: tile sizes must be positive (key 0: the default)");
   g_tiles = sizes;
 }
 TileSizes tile_sizes() { return g_tiles; }
@@ -142,7 +142,11 @@ void check_mask(const MaskSpec& mask, int64_t N, int64_t NH, int64_t T, int64_t 
 // ---- flash-attention style: query tile x key tiles, online softmax ----
 namespace {
 int64_t query_tile(const SdpaProblem& p) { return std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1)); }
-int64_t key_tile(const SdpaProblem& p) { return std::min<int64_t>(g_tiles.key, std::max<int64_t>(p.S, 1)); }
+// Key tiles of 512 against 256: T = 4096 0.972, T = 1024 0.985 (AVX-512, Zen 5; paired runs)
+int64_t key_tile(const SdpaProblem& p) {
+  const int64_t key = g_tiles.key > 0 ? g_tiles.key : gemm_panel_shape().max_depth >= 512 ? 512 : 256;
+  return std::min<int64_t>(key, std::max<int64_t>(p.S, 1));
+}
 }  // namespace
 
 // Panels where the kernel has them, K fits one block, key tiles start on panel boundaries, and a head
