@@ -208,6 +208,36 @@ TEST_CASE("tiled and full kernels match the naive reference on random sizes, rag
   }
 }
 
+TEST_CASE("tiled kernel: scores far above a row's first tiles' max, and rows masked in their first tiles") {
+  // The tiles shift exp by a row's max so far and take a new max only when a tile's sum passes 2^100 (or a
+  // row had none yet): here the scores climb by 28 a key tile (e^28 .. e^56 above the shift is kept; the
+  // fourth tile's would overflow and is done again with its max), and rows 0-2 see keys only from the
+  // third tile on.
+  const int64_t T = 6, S = 40, D = 4, Dv = 3;
+  Tensor q({1, T, D}), k({1, S, D}), v({1, S, Dv});
+  for (int64_t t = 0; t < T; ++t) q[t * D] = 2.0f + 0.1f * t, q[t * D + 1] = 0.5f;
+  for (int64_t j = 0; j < S; ++j) {
+    k[j * D] = 4.0f * j, k[j * D + 1] = std::sin(0.7f * j);
+    for (int64_t c = 0; c < Dv; ++c) v[j * Dv + c] = std::cos(0.3f * j + c);
+  }
+  for (int masked = 0; masked < 2; ++masked) {
+    CAPTURE(masked);
+    ops::AttentionOptions o;
+    if (masked) {
+      o.mask.mask = Tensor::filled({T, S}, 1.0f);
+      for (int64_t t = 0; t < 3; ++t)
+        for (int64_t j = 0; j < 16; ++j) o.mask.mask[t * S + j] = 0.0f;
+    }
+    const ops::AttentionResult ref = ops::attention_forward_naive(q, k, v, o);
+    TileGuard tiles({4, 8});
+    o.keep = ops::KeepWeights::No;
+    const ops::AttentionResult tiled = ops::attention_forward(q, k, v, o);
+    REQUIRE(all_finite(tiled.context));
+    check_close(tiled.context, ref.context, "tiled context");
+    check_close(tiled.row_logsumexp, ref.row_logsumexp, "tiled row log-sum-exp");
+  }
+}
+
 TEST_CASE("tiled multi-head kernel matches the naive reference with large ragged tiles") {
   Rng rng(11);
   const int64_t N = 2, T = 300, S = 277, E = 16, NH = 4;

@@ -212,7 +212,7 @@ struct TiledWorker::Impl {
   int64_t Br, Bc, ldE, tiles_per_head, key_tiles;
   MatrixRM E, O;  // [Br, ldE] scores -> probabilities (row stride ldE = Bc + kTilePad; none when the
                   // tiles are computed where they are kept), [Br, Dv] output
-  Eigen::ArrayXf m, l, alpha;         // [Br] running max, running sum, rescale
+  Eigen::ArrayXf m, l, alpha, mt_all;  // [Br] running max (the shift), running sum, rescale (or a tile's sum), new shift
   std::vector<int64_t> limit;         // [Br] keys [0, limit) pass causal / key length
   std::vector<float> q_panels;        // the query tile Q_i [br, Dk] in the kernel's panels
 
@@ -227,7 +227,7 @@ struct TiledWorker::Impl {
         ldE(Bc + kTilePad),
         tiles_per_head((p.T + Br - 1) / Br),
         key_tiles(TiledWorker::key_tiles(p)),
-        E(kept_probs ? 0 : Br, ldE), O(Br, p.Dv), m(Br), l(Br), alpha(Br), limit(static_cast<size_t>(Br)) {
+        E(kept_probs ? 0 : Br, ldE), O(Br, p.Dv), m(Br), l(Br), alpha(Br), mt_all(Br), limit(static_cast<size_t>(Br)) {
     if (keys) q_panels.resize(static_cast<size_t>(panels_size(Br, p.Dk, gemm_panel_shape().mr)));
     AK_CHECK(!kept_probs || (kept_ld >= p.S && kept_tile_max),
              "attention: kept probabilities need rows of at least S = {} and their tile maxes", p.S);
@@ -255,39 +255,68 @@ struct TiledWorker::Impl {
       const float* Vj = p.v.data + n * p.v.batch + h * p.v.head + s0 * p.v.row;  // [bc, Dv]
       // E = scale Q_i K_j^T   [br, bc] (row stride ld): in the worker's tile, or where it is kept
       float* e = kept_probs ? kept_probs + row0 * kept_ld + s0 : E.data();
-      if (keys) gemm_panels(br, bc, p.Dk, p.scale, q_panels.data(), keys->head(nh) + s0 * p.Dk, 0.0f, e, ld);
-      else gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, e, ld, GemmThreads::This);
+      auto scores = [&] {
+        if (keys) gemm_panels(br, bc, p.Dk, p.scale, q_panels.data(), keys->head(nh) + s0 * p.Dk, 0.0f, e, ld);
+        else gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, e, ld, GemmThreads::This);
+      };
+      scores();
       const bool masked = p.mask && p.mask->any();
-      // m' = max(m, max_s e);  alpha = exp(m - m');  P = exp(e - m');  l = alpha l + sum P;  O = alpha O + P V
-      // kRowChunk rows at a time: their scores (kRowChunk bc floats) stay in L1 through mask, max, exp and
-      // sum, and their rescale factors take one vector exp.
-      for (int64_t r0 = 0; r0 < br; r0 += kRowChunk) {
+      const bool first = s0 == 0;
+      // P = exp(e - m) shifted by the row's max so far (the softmax is the same for any shift; the max only
+      // keeps exp from overflowing): no row max and no rescale of l and O while every sum stays below 2^100
+      // (every exponent below 69). A row without a max yet (the first tile, a row masked so far) takes
+      // its tile's. A sum past that, infinite or NaN sends the tile through the exact online softmax below
+      // on its scores computed again (the same bits). Row max and rescale were 2.7% of a T = 4096 forward.
+      // kRowChunk rows at a time: their scores (kRowChunk bc floats) stay in L1 through mask, max, exp and sum.
+      bool shifted = true;
+      for (int64_t r0 = 0; r0 < br && shifted; r0 += kRowChunk) {
         const int64_t rows = std::min(kRowChunk, br - r0);
-        float mt[kRowChunk];
         for (int64_t r = r0; r < r0 + rows; ++r) {
           float* row = e + r * ld;
           if (masked) mask_scores(row, s0, bc, limit[r], mask_row(p, n, h, t0 + r));
-          mt[r - r0] = std::max(m[r], detail::row_max(row, bc));
-        }
-        detail::rescale_factors(&m[r0], mt, &alpha[r0], rows);
-        for (int64_t r = r0; r < r0 + rows; ++r) {
-          float* row = e + r * ld;
-          const float mr = mt[r - r0];
+          const float shift = m[r] == kNegInf ? detail::row_max(row, bc) : m[r];
           float sum = 0.0f;
-          if (mr == kNegInf) std::fill(row, row + bc, 0.0f);  // a row masked so far: zero weights
-          else sum = detail::exp_shifted_sum(row, bc, mr);  // masked entries (-inf) give 0
-          l[r] = alpha[r] * l[r] + sum;
-          m[r] = mr;
+          if (shift == kNegInf) std::fill(row, row + bc, 0.0f);  // a row masked so far: zero weights
+          else sum = detail::exp_shifted_sum(row, bc, shift);  // masked entries (-inf) give 0
+          if (!(sum < 0x1p100f)) {
+            shifted = false;
+            break;
+          }
+          alpha[r] = sum, mt_all[r] = shift;  // committed once the whole tile passed
         }
+      }
+      if (shifted) {
+        for (int64_t r = 0; r < br; ++r) l[r] += alpha[r], m[r] = mt_all[r];  // l is 0 while m is -inf
+      } else {
+        scores();
+        // m' = max(m, max_s e);  alpha = exp(m - m');  P = exp(e - m');  l = alpha l + sum P;  O = alpha O + P V
+        // (the rescale factors of kRowChunk rows take one vector exp)
+        for (int64_t r0 = 0; r0 < br; r0 += kRowChunk) {
+          const int64_t rows = std::min(kRowChunk, br - r0);
+          float mt[kRowChunk];
+          for (int64_t r = r0; r < r0 + rows; ++r) {
+            float* row = e + r * ld;
+            if (masked) mask_scores(row, s0, bc, limit[r], mask_row(p, n, h, t0 + r));
+            mt[r - r0] = std::max(m[r], detail::row_max(row, bc));
+          }
+          detail::rescale_factors(&m[r0], mt, &alpha[r0], rows);
+          for (int64_t r = r0; r < r0 + rows; ++r) {
+            float* row = e + r * ld;
+            const float mr = mt[r - r0];
+            float sum = 0.0f;
+            if (mr == kNegInf) std::fill(row, row + bc, 0.0f);  // a row masked so far: zero weights
+            else sum = detail::exp_shifted_sum(row, bc, mr);  // masked entries (-inf) give 0
+            l[r] = alpha[r] * l[r] + sum;
+            m[r] = mr;
+          }
+        }
+        // O = alpha O in the rows whose max moved (none at the first tile, whose product overwrites O)
+        if (!first)
+          for (int64_t r = 0; r < br; ++r)
+            if (alpha[r] != 1.0f) Ot.row(r) *= alpha[r];
       }
       if (kept_probs)
         for (int64_t r = 0; r < br; ++r) kept_tile_max[(row0 + r) * key_tiles + s0 / Bc] = m[r];
-      // O = alpha O: only the rows whose max moved (after the first tiles, few: a pass over O per key
-      // tile was 2.8% of a T = 4096 forward); none at the first tile, whose product overwrites O
-      const bool first = s0 == 0;
-      if (!first)
-        for (int64_t r = 0; r < br; ++r)
-          if (alpha[r] != 1.0f) Ot.row(r) *= alpha[r];
       // O += P V_j   [br, Dv] (up to 2 rows ops::gemm streams V_j in place: its sums, its bits)
       const float beta = first ? 0.0f : 1.0f;
       if (keys && keys->has_values() && br > 2) gemm_panels_a_in_place(Trans::No, br, p.Dv, bc, 1.0f, e, ld, keys->values(nh, s0), beta, O.data(), p.Dv);
