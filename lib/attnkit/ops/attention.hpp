@@ -152,8 +152,9 @@ struct SdpaGrads {
 // Probabilities a forward keeps for its backward, [N, NH, T, S] with row stride ld >= S, so that the
 // backward reads them instead of recomputing Q K^T and its exponentials.
 // Without tile_max they are P itself (FullWorker's weights; row_lse is then not read). With it they
-// are the tiled forward's exp(E - m_j), m_j the row's running max after key tile j (tiles of
-// key_width keys), tile_max [N, NH, T, ceil(S / key_width)] those maxes: P = probs exp(m_j - lse).
+// are the tiled forward's exp(E - m_j), m_j the shift of key tile j (tiles of key_width keys: the row's
+// max over tiles 0 .. j, or over fewer while the sums stay below 2^100), tile_max [N, NH, T,
+// ceil(S / key_width)] those shifts: P = probs exp(m_j - lse).
 // Tiles the forward skipped (past every row's causal / key-length limit) are never read.
 struct KeptProbs {
   const float* probs = nullptr;
