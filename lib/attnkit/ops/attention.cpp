@@ -212,7 +212,8 @@ struct TiledWorker::Impl {
   int64_t Br, Bc, ldE, tiles_per_head, key_tiles;
   MatrixRM E, O;  // [Br, ldE] scores -> probabilities (row stride ldE = Bc + kTilePad; none when the
                   // tiles are computed where they are kept), [Br, Dv] output
-  Eigen::ArrayXf m, l, alpha, mt_all;  // [Br] running max (the shift), running sum, rescale (or a tile's sum), new shift
+  Eigen::ArrayXf m, l, alpha;         // [Br] running max (the exponentials' shift), running sum, rescale
+  Eigen::ArrayXf tile_sum, tile_shift;  // [Br] a key tile's sums and shifts, until the whole tile passed
   std::vector<int64_t> limit;         // [Br] keys [0, limit) pass causal / key length
   std::vector<float> q_panels;        // the query tile Q_i [br, Dk] in the kernel's panels
 
@@ -227,7 +228,7 @@ struct TiledWorker::Impl {
         ldE(Bc + kTilePad),
         tiles_per_head((p.T + Br - 1) / Br),
         key_tiles(TiledWorker::key_tiles(p)),
-        E(kept_probs ? 0 : Br, ldE), O(Br, p.Dv), m(Br), l(Br), alpha(Br), mt_all(Br), limit(static_cast<size_t>(Br)) {
+        E(kept_probs ? 0 : Br, ldE), O(Br, p.Dv), m(Br), l(Br), alpha(Br), tile_sum(Br), tile_shift(Br), limit(static_cast<size_t>(Br)) {
     if (keys) q_panels.resize(static_cast<size_t>(panels_size(Br, p.Dk, gemm_panel_shape().mr)));
     AK_CHECK(!kept_probs || (kept_ld >= p.S && kept_tile_max),
              "attention: kept probabilities need rows of at least S = {} and their tile maxes", p.S);
@@ -282,11 +283,11 @@ struct TiledWorker::Impl {
             shifted = false;
             break;
           }
-          alpha[r] = sum, mt_all[r] = shift;  // committed once the whole tile passed
+          tile_sum[r] = sum, tile_shift[r] = shift;
         }
       }
       if (shifted) {
-        for (int64_t r = 0; r < br; ++r) l[r] += alpha[r], m[r] = mt_all[r];  // l is 0 while m is -inf
+        for (int64_t r = 0; r < br; ++r) l[r] += tile_sum[r], m[r] = tile_shift[r];  // l is 0 while m is -inf
       } else {
         scores();
         // m' = max(m, max_s e);  alpha = exp(m - m');  P = exp(e - m');  l = alpha l + sum P;  O = alpha O + P V
