@@ -13,11 +13,7 @@ ScratchTensor::ScratchTensor(Shape shape) : shape_(std::move(shape)) {
   if (n > 0) data_ = ScratchPool::get(n);
 }
 
-int64_t ScratchTensor::dim(int i) const {
-  const int r = rank(), j = i < 0 ? i + r : i;
-  AK_CHECK(j >= 0 && j < r, "dimension {} out of range for a tensor of shape {}", i, shape_str(shape_));
-  return shape_[static_cast<size_t>(j)];
-}
+int64_t ScratchTensor::dim(int i) const { return shape_dim(shape_, i); }
 
 int64_t ScratchTensor::numel() const {
   if (shape_.empty()) return 0;

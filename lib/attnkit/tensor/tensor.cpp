@@ -30,12 +30,13 @@ Tensor Tensor::filled(Shape shape, float value) {
   return t;
 }
 
-int64_t Tensor::dim(int i) const {
-  int r = rank();
-  int j = i < 0 ? i + r : i;
-  AK_CHECK(j >= 0 && j < r, "dimension {} out of range for a tensor of shape {}", i, shape_str());
-  return shape_[static_cast<size_t>(j)];
+int64_t shape_dim(const Shape& shape, int i) {
+  const int r = static_cast<int>(shape.size()), j = i < 0 ? i + r : i;
+  AK_CHECK(j >= 0 && j < r, "dimension {} out of range for a tensor of shape {}", i, shape_str(shape));
+  return shape[static_cast<size_t>(j)];
 }
+
+int64_t Tensor::dim(int i) const { return shape_dim(shape_, i); }
 
 static Shape infer_shape(Shape shape, int64_t numel, const Shape& from) {
   int infer = -1;

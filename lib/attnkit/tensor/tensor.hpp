@@ -15,6 +15,8 @@ constexpr int kMaxRank = 8;
 
 // "[2, 3]" — the form every message uses.
 std::string shape_str(const Shape& shape);
+// shape[i], negative i counting from the end; throws naming the shape when i is out of range
+int64_t shape_dim(const Shape& shape, int i);
 // Product of the dims; throws attnkit::Error on a negative dim or an int64 overflow.
 int64_t shape_numel(const Shape& shape);
 
