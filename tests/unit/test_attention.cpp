@@ -210,9 +210,9 @@ TEST_CASE("tiled and full kernels match the naive reference on random sizes, rag
 
 TEST_CASE("tiled kernel: scores far above a row's first tiles' max, and rows masked in their first tiles") {
   // The tiles shift exp by a row's max so far and take a new max only when a tile's sum passes 2^100 (or a
-  // row had none yet): here the scores climb by 28 a key tile (e^28 .. e^56 above the shift is kept; the
-  // fourth tile's would overflow and is done again with its max), and rows 0-2 see keys only from the
-  // third tile on.
+  // row had none yet): here the scores climb by 32-40 a key tile of 8 (row 0 keeps e^32 and e^64 above its
+  // shift; later tiles would overflow and are done again with their max), and rows 0-2 see keys only from
+  // the third tile on.
   const int64_t T = 6, S = 40, D = 4, Dv = 3;
   Tensor q({1, T, D}), k({1, S, D}), v({1, S, Dv});
   for (int64_t t = 0; t < T; ++t) q[t * D] = 2.0f + 0.1f * t, q[t * D + 1] = 0.5f;
