@@ -1,5 +1,5 @@
-// StepClaims (tensor/barrier.hpp): every piece of a loop of rounds runs exactly once, a round only
-// after the whole previous round, and a late thread's pieces are taken by the others.
+// StepClaims and StepBarrier (tensor/barrier.hpp): every piece of a loop of rounds runs exactly once, a round only
+// after the whole previous round, and a late thread's pieces are taken by the others; guided shares (threads.hpp).
 #include <omp.h>
 
 #include <atomic>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attnkit/tensor/barrier.hpp"
+#include "attnkit/tensor/threads.hpp"
 #include <doctest/doctest.h>
 
 using namespace attnkit;
@@ -84,4 +85,57 @@ TEST_CASE("StepClaims: every piece once, rounds in order, a late thread's pieces
     CHECK(o.runner[1] == 0);  // round 0 of part 1: thread 1 was still asleep
     CHECK(o.moved > 0);
   }
+}
+
+TEST_CASE("StepBarrier: no thread passes round j before every thread reached it, spinning or asleep") {
+  // spin 0: a waiter sleeps at once (the notify path); 200 ms: it never sleeps here
+  for (int spin_us : {0, 200000}) {
+    CAPTURE(spin_us);
+    const int rounds = 200;
+    std::vector<std::atomic<int>> reached(rounds);
+    for (auto& r : reached) r.store(0);
+    std::atomic<int> early{0};
+    StepBarrier barrier(2, std::chrono::microseconds(spin_us));
+#pragma omp parallel num_threads(2)
+    {
+#pragma omp single
+      barrier.resize(omp_get_num_threads());
+      const int team = omp_get_num_threads();
+      for (int j = 0; j < rounds; ++j) {
+        if (omp_get_thread_num() == j % team) std::this_thread::sleep_for(std::chrono::microseconds(j % 7 * 50));
+        reached[j].fetch_add(1);
+        barrier.wait();
+        if (reached[j].load() != team) early.fetch_add(1);
+      }
+    }
+    CHECK(early.load() == 0);
+  }
+}
+
+TEST_CASE("guided shares: cover the units once, shrink toward the end, never below the minimum") {
+  for (int team : {1, 2, 3, 8}) {
+    for (int64_t units : {0, 1, 2, 7, 86, 1000}) {
+      for (int64_t min_units : {1, 2, 5}) {
+        CAPTURE(team);
+        CAPTURE(units);
+        CAPTURE(min_units);
+        const int64_t tasks = guided_tasks(units, team, min_units);
+        REQUIRE(guided_start(units, team, min_units, 0) == 0);
+        REQUIRE(guided_start(units, team, min_units, tasks) == units);
+        int64_t previous = units + 1;
+        for (int64_t b = 0; b < tasks; ++b) {
+          const int64_t share = guided_start(units, team, min_units, b + 1) - guided_start(units, team, min_units, b);
+          CHECK(share >= 1);
+          CHECK(share <= previous);
+          if (b + 1 < tasks) CHECK(share >= min_units);  // only the last may be smaller (what was left)
+          if (b == 0) CHECK(share == std::max<int64_t>(std::min(units, min_units), (units + 2 * team - 1) / (2 * team)));
+          previous = share;
+        }
+      }
+    }
+  }
+  // 1024 rows in register blocks of 12 on 2 threads: 22, 16, 12, .. blocks, the last ones 2
+  CHECK(guided_tasks(86, 2, 2) == 12);
+  CHECK(guided_start(86, 2, 2, 1) == 22);
+  CHECK(guided_start(86, 2, 2, 2) == 38);
 }

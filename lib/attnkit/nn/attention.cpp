@@ -119,9 +119,9 @@ struct ProjBackward {
 // blocks of Q, K and V apart packed 60% more and spent 12% of the forward packing).
 //
 // With the weight pre-packed (`packed`, MultiheadAttention::packed_weights) a task packs only its rows
-// of x, so tasks are blocks of whole rows, four per thread (a thread slowed by other work takes
-// fewer); blocks are whole register blocks of rows, as even as that allows (1024 rows in 8 blocks:
-// 120-132 rows each, where 7 x 120 and a last one of 184 left one thread waiting 2.5% of the forward).
+// of x, so tasks are blocks of whole rows: guided shares of the register blocks (threads.hpp), big first,
+// down to 2 blocks last (1024 rows on 2 threads: 264, 192, 144, .. 24 rows). Eight equal blocks of 128 rows
+// left one thread waiting 0.3-0.5 ms at the stage's end whenever the other ran a few percent slower.
 struct LinearJob {
   const float* x;
   int64_t rows, ldx;
@@ -133,15 +133,15 @@ struct LinearJob {
   std::function<void(int64_t, int64_t)> rows_done = nullptr;
   static constexpr int64_t kRows = 512;
   static int64_t mr() { return std::max<int64_t>(1, ops::gemm_panel_shape().mr); }
+  static constexpr int64_t kMinBlocks = 2;  // register blocks in the smallest task of the packed form
+  int64_t register_blocks() const { return (rows + mr() - 1) / mr(); }
   int64_t row_blocks() const {
-    if (packed) return std::max<int64_t>(1, std::min<int64_t>(4 * std::max(1, num_threads()), rows / mr()));
+    if (packed) return std::max<int64_t>(1, guided_tasks(register_blocks(), std::max(1, num_threads()), kMinBlocks));
     return (rows + kRows - 1) / kRows;
   }
-  // first row of task b of the packed form (b = row_blocks(): rows): the kernel's register blocks
-  // shared out evenly
+  // first row of task b of the packed form (b = row_blocks(): rows): guided shares of the kernel's register blocks
   int64_t packed_row(int64_t b) const {
-    const int64_t blocks = (rows + mr() - 1) / mr();
-    return std::min(rows, blocks * b / row_blocks() * mr());
+    return std::min(rows, guided_start(register_blocks(), std::max(1, num_threads()), kMinBlocks, b) * mr());
   }
   int64_t cols() const {  // columns per task: a multiple of 32 (whole panels of either kernel)
     if (packed) return p.out;
@@ -207,12 +207,16 @@ Stage linear_stage(std::vector<LinearJob> jobs) {
 }
 
 // Runs the stages in order in ONE OpenMP team: within a stage threads take tasks from a shared
-// counter; between stages they meet at a StepBarrier (spins ~30 us, then sleeps). One team per
+// counter; between stages they meet at a StepBarrier (spins kStageSpin, then sleeps). One team per
 // forward rather than one per kernel: libgomp's barriers and idle pool threads spin for
 // milliseconds, and on cores shared with other work that spinning made a 2-thread forward slower
 // than a 1-thread one (T = 1024: 96 ms against 59 ms; with OMP_WAIT_POLICY=passive 59 ms).
 // A task that throws (a GEMM's workspace allocation) does not escape the region: the first
 // exception is kept, the remaining tasks are skipped, and it is rethrown after the team ends.
+// A stage's last tasks end within a fraction of a millisecond of each other (guided shares); on a VM a
+// sleeper woke 50-100 us after the notify, which cost the notifier 40 us: a waiter spins 200 us first
+// (a few barriers a forward).
+constexpr std::chrono::microseconds kStageSpin{200};
 void run_stages(const std::vector<Stage>& stages, int team) {
   if (team <= 1) {
     for (const Stage& st : stages)
@@ -221,7 +225,7 @@ void run_stages(const std::vector<Stage>& stages, int team) {
   }
   std::vector<std::atomic<int64_t>> next(stages.size());
   for (auto& c : next) c.store(0);
-  StepBarrier barrier(team);
+  StepBarrier barrier(team, kStageSpin);
   std::exception_ptr error;
   std::atomic<bool> failed{false};
   std::mutex error_mutex;

@@ -20,4 +20,25 @@ int team_for(int64_t tasks, double work, double min_work) {
   return static_cast<int>(std::min<int64_t>(num_threads(), tasks));
 }
 
+namespace {
+int64_t guided_share(int64_t left, int team, int64_t min_units) {
+  const int64_t share = (left + 2 * team - 1) / (2 * int64_t{team});
+  return std::min(left, std::max(min_units, share));
+}
+}  // namespace
+
+int64_t guided_tasks(int64_t units, int team, int64_t min_units) {
+  int64_t tasks = 0;
+  for (int64_t start = 0; start < units; ++tasks)
+    start += guided_share(units - start, std::max(team, 1), std::max<int64_t>(min_units, 1));
+  return tasks;
+}
+
+int64_t guided_start(int64_t units, int team, int64_t min_units, int64_t b) {
+  int64_t start = 0;
+  for (int64_t t = 0; t < b && start < units; ++t)
+    start += guided_share(units - start, std::max(team, 1), std::max<int64_t>(min_units, 1));
+  return start;
+}
+
 }  // namespace attnkit

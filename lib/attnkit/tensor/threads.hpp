@@ -19,4 +19,12 @@ constexpr int64_t kMinParallelFlops = int64_t{1} << 21;
 // parallel region (OpenMP would not nest it anyway). The one place that decides whether a kernel forks.
 int team_for(int64_t tasks, double work, double min_work = double(kMinParallelFlops));
 
+// Guided shares for tasks taken from a shared counter: `units` of work, task b takes max(min_units,
+// ceil(left / (2 team))) of the units left, so tasks shrink toward the end and a team finishes together
+// whatever each thread's speed (equal tasks of a millisecond left one thread waiting 0.4 ms at a stage's
+// end when the other ran 7% slower). The split depends on the arguments alone.
+// guided_start: the first unit of task b (b = guided_tasks(..): units).
+int64_t guided_tasks(int64_t units, int team, int64_t min_units);
+int64_t guided_start(int64_t units, int team, int64_t min_units, int64_t b);
+
 }  // namespace attnkit
