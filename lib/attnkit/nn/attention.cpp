@@ -871,8 +871,8 @@ void multihead_attention_backward(MultiheadAttention& m, const Tensor& q, const 
     gWo = grad_of(m.out_proj_weight), gbo = grad_of(m.out_proj_bias);
   }
 
-  // One team for the lot, stage after stage (run_stages: a barrier that sleeps after ~30 us, where
-  // OpenMP's spin; one fork, where the threaded products forked two teams per projection).
+  // One team for the lot, stage after stage (run_stages: a barrier that sleeps after kStageSpin, where
+  // OpenMP's spins for milliseconds; one fork, where the threaded products forked two teams per projection).
   std::vector<Stage> stages;
   double work = 0;
 

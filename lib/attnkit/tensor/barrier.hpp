@@ -1,7 +1,8 @@
 // StepBarrier (INTERNAL, include from .cpp files only): a barrier for the threads of one OpenMP
-// team that spins briefly, then sleeps. OpenMP's own barrier spins much longer (libgomp: up to
-// GOMP_SPINCOUNT = 300000 pauses, milliseconds), which on cores shared with other work doubled the
-// time of 2-thread runs: a spinning thread burns the time slice its descheduled partner waits for.
+// team that spins a while (20 us unless the constructor says otherwise), then sleeps. OpenMP's own
+// barrier spins much longer (libgomp: up to GOMP_SPINCOUNT = 300000 pauses, milliseconds), which on
+// cores shared with other work doubled the time of 2-thread runs: a spinning thread burns the time
+// slice its descheduled partner waits for.
 #pragma once
 #include <immintrin.h>
 
