@@ -210,31 +210,39 @@ TEST_CASE("tiled and full kernels match the naive reference on random sizes, rag
 
 TEST_CASE("tiled kernel: scores far above a row's first tiles' max, and rows masked in their first tiles") {
   // The tiles shift exp by a row's max so far and take a new max only when a tile's sum passes 2^100 (or a
-  // row had none yet): here the scores climb by 32-40 a key tile of 8 (row 0 keeps e^32 and e^64 above its
+  // row had none yet): here the scores climb by 32-40 a key tile (row 0 keeps e^32 and e^64 above its
   // shift; later tiles would overflow and are done again with their max), and rows 0-2 see keys only from
-  // the third tile on.
-  const int64_t T = 6, S = 40, D = 4, Dv = 3;
-  Tensor q({1, T, D}), k({1, S, D}), v({1, S, Dv});
-  for (int64_t t = 0; t < T; ++t) q[t * D] = 2.0f + 0.1f * t, q[t * D + 1] = 0.5f;
-  for (int64_t j = 0; j < S; ++j) {
-    k[j * D] = 4.0f * j, k[j * D + 1] = std::sin(0.7f * j);
-    for (int64_t c = 0; c < Dv; ++c) v[j * Dv + c] = std::cos(0.3f * j + c);
-  }
-  for (int masked = 0; masked < 2; ++masked) {
-    CAPTURE(masked);
-    ops::AttentionOptions o;
-    if (masked) {
-      o.mask.mask = Tensor::filled({T, S}, 1.0f);
-      for (int64_t t = 0; t < 3; ++t)
-        for (int64_t j = 0; j < 16; ++j) o.mask.mask[t * S + j] = 0.0f;
+  // the third tile on. Key tiles of 8 (no panels: each tile at once), and of 32 with query tiles of 20 (on
+  // the panels, 12 rows at a time through Q K^T, softmax and P V: the redo takes those rows alone).
+  struct Case {
+    int64_t T, S, key_tile, query_tile;
+    float key_step;  // k[j, 0] = key_step j: scores climb by 0.5 (2 + 0.1 t) key_step a key
+  };
+  for (const Case cs : {Case{6, 40, 8, 4, 4.0f}, Case{30, 160, 32, 20, 1.0f}}) {
+    const int64_t T = cs.T, S = cs.S, D = 4, Dv = 3;
+    CAPTURE(T);
+    Tensor q({1, T, D}), k({1, S, D}), v({1, S, Dv});
+    for (int64_t t = 0; t < T; ++t) q[t * D] = 2.0f + 0.1f * t, q[t * D + 1] = 0.5f;
+    for (int64_t j = 0; j < S; ++j) {
+      k[j * D] = cs.key_step * j, k[j * D + 1] = std::sin(0.7f * j);
+      for (int64_t c = 0; c < Dv; ++c) v[j * Dv + c] = std::cos(0.3f * j + c);
     }
-    const ops::AttentionResult ref = ops::attention_forward_naive(q, k, v, o);
-    TileGuard tiles({4, 8});
-    o.keep = ops::KeepWeights::No;
-    const ops::AttentionResult tiled = ops::attention_forward(q, k, v, o);
-    REQUIRE(all_finite(tiled.context));
-    check_close(tiled.context, ref.context, "tiled context");
-    check_close(tiled.row_logsumexp, ref.row_logsumexp, "tiled row log-sum-exp");
+    for (int masked = 0; masked < 2; ++masked) {
+      CAPTURE(masked);
+      ops::AttentionOptions o;
+      if (masked) {
+        o.mask.mask = Tensor::filled({T, S}, 1.0f);
+        for (int64_t t = 0; t < 3; ++t)
+          for (int64_t j = 0; j < 2 * cs.key_tile; ++j) o.mask.mask[t * S + j] = 0.0f;
+      }
+      const ops::AttentionResult ref = ops::attention_forward_naive(q, k, v, o);
+      TileGuard tiles({cs.query_tile, cs.key_tile});
+      o.keep = ops::KeepWeights::No;
+      const ops::AttentionResult tiled = ops::attention_forward(q, k, v, o);
+      REQUIRE(all_finite(tiled.context));
+      check_close(tiled.context, ref.context, "tiled context");
+      check_close(tiled.row_logsumexp, ref.row_logsumexp, "tiled row log-sum-exp");
+    }
   }
 }
 

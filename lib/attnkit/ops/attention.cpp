@@ -27,6 +27,7 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kRowChunk = 16;  // the online softmax's rows per pass (32 KB of scores at a key tile of 512)
+constexpr int64_t kFusedRows = 12;  // the tiled kernel's rows per pass through Q K^T, softmax, P V (rounded up to mr)
 using StrideRM = Eigen::OuterStride<>;
 using ConstStridedMap = Eigen::Map<const MatrixRM, Eigen::Unaligned, StrideRM>;
 using StridedMap = Eigen::Map<MatrixRM, Eigen::Unaligned, StrideRM>;
@@ -236,7 +237,8 @@ struct TiledWorker::Impl {
   int64_t kept_ld;
   float* kept_tile_max;        // [N, NH, T, key_tiles]: m_j
   int64_t Br, Bc, ldE, key_tiles;
-  MatrixRM E, O;  // [Br, ldE] scores -> probabilities (row stride ldE = Bc + kTilePad; none when the
+  int64_t Fr;     // rows per pass through Q K^T, softmax and P V: whole panels of Q (kFusedRows), or the tile
+  MatrixRM E, O;  // [Fr, ldE] scores -> probabilities (row stride ldE = Bc + kTilePad; none when the
                   // tiles are computed where they are kept), [Br, Dv] output
   Eigen::ArrayXf m, l, alpha;         // [Br] running max (the exponentials' shift), running sum, rescale
   Eigen::ArrayXf tile_sum, tile_shift;  // [Br] a key tile's sums and shifts, until the whole tile passed
@@ -253,7 +255,8 @@ struct TiledWorker::Impl {
         Bc(key_tile(p)),
         ldE(Bc + kTilePad),
         key_tiles(TiledWorker::key_tiles(p)),
-        E(kept_probs ? 0 : Br, ldE), O(Br, p.Dv), m(Br), l(Br), alpha(Br), tile_sum(Br), tile_shift(Br), limit(static_cast<size_t>(Br)) {
+        Fr(keys ? std::min(Br, (kFusedRows + gemm_panel_shape().mr - 1) / gemm_panel_shape().mr * gemm_panel_shape().mr) : Br),
+        E(kept_probs ? 0 : Fr, ldE), O(Br, p.Dv), m(Br), l(Br), alpha(Br), tile_sum(Br), tile_shift(Br), limit(static_cast<size_t>(Br)) {
     if (keys) q_panels.resize(static_cast<size_t>(panels_size(Br, p.Dk, gemm_panel_shape().mr)));
     AK_CHECK(!kept_probs || (kept_ld >= p.S && kept_tile_max),
              "attention: kept probabilities need rows of at least S = {} and their tile maxes", p.S);
@@ -274,79 +277,89 @@ struct TiledWorker::Impl {
     if (keys) pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, q_panels.data());
     const int64_t row0 = nh * p.T + t0;  // the tile's first row among the kept ones
     const int64_t ld = kept_probs ? kept_ld : ldE;
+    const bool masked = p.mask && p.mask->any();
+    // P V on V's panels, or (up to 2 rows, or without panels) ops::gemm streaming V_j in place: its sums, its bits
+    const bool panels_pv = keys && keys->has_values() && br > 2;
+    // With the panels, kFusedRows rows at a time through Q K^T, the softmax and P V: their scores (24 KB at a key
+    // tile of 512) stay in L1 from the product that writes them to the one that reads them (the whole tile's
+    // 512 KB went out to L2 and back three times). Without, the tile at once (ops::gemm packs per call).
+    const int64_t chunk = Fr;
     // Keys past every row's limit are skipped whole (half the work under a causal mask).
     for (int64_t s0 = 0; s0 < max_limit; s0 += Bc) {
       const int64_t bc = std::min(Bc, p.S - s0);
       const float* Kj = p.k.data + n * p.k.batch + h * p.k.head + s0 * p.k.row;  // [bc, Dk]
       const float* Vj = p.v.data + n * p.v.batch + h * p.v.head + s0 * p.v.row;  // [bc, Dv]
-      // E = scale Q_i K_j^T   [br, bc] (row stride ld): in the worker's tile, or where it is kept
-      float* e = kept_probs ? kept_probs + row0 * kept_ld + s0 : E.data();
-      auto scores = [&] {
-        if (keys) gemm_panels(br, bc, p.Dk, p.scale, q_panels.data(), keys->head(nh) + s0 * p.Dk, 0.0f, e, ld);
-        else gemm(Trans::No, Trans::Yes, br, bc, p.Dk, p.scale, Qi, p.q.row, Kj, p.k.row, 0.0f, e, ld, GemmThreads::This);
-      };
-      scores();
-      const bool masked = p.mask && p.mask->any();
       const bool first = s0 == 0;
-      // P = exp(e - m) shifted by the row's max so far (the softmax is the same for any shift; the max only
-      // keeps exp from overflowing): no row max and no rescale of l and O while every sum stays below 2^100
-      // (every exponent below 69). A row without a max yet (the first tile, a row masked so far) takes
-      // its tile's. A sum past that, infinite or NaN sends the tile through the exact online softmax below
-      // on its scores computed again (the same bits). Row max and rescale were 2.7% of a T = 4096 forward.
-      // kRowChunk rows at a time: their scores (kRowChunk bc floats) stay in L1 through mask, max, exp and sum.
-      bool shifted = true;
-      for (int64_t r0 = 0; r0 < br && shifted; r0 += kRowChunk) {
-        const int64_t rows = std::min(kRowChunk, br - r0);
-        for (int64_t r = r0; r < r0 + rows; ++r) {
-          float* row = e + r * ld;
-          if (masked) mask_scores(row, s0, bc, limit[r], mask_row(p, n, h, t0 + r));
-          const float shift = m[r] == kNegInf ? detail::row_max(row, bc) : m[r];
-          float sum = 0.0f;
-          if (shift == kNegInf) std::fill(row, row + bc, 0.0f);  // a row masked so far: zero weights
-          else sum = detail::exp_shifted_sum(row, bc, shift);  // masked entries (-inf) give 0
-          if (!(sum < 0x1p100f)) {
-            shifted = false;
-            break;
-          }
-          tile_sum[r] = sum, tile_shift[r] = shift;
-        }
-      }
-      if (shifted) {
-        for (int64_t r = 0; r < br; ++r) l[r] += tile_sum[r], m[r] = tile_shift[r];  // l is 0 while m is -inf
-      } else {
+      const float beta = first ? 0.0f : 1.0f;  // the first key tile's P V overwrites O
+      for (int64_t c0 = 0; c0 < br; c0 += chunk) {
+        const int64_t cr = std::min(chunk, br - c0);
+        // E = scale Q K_j^T for rows c0 .. c0 + cr   [cr, bc] (row stride ld): in the worker's tile, or where it is kept
+        float* e = kept_probs ? kept_probs + (row0 + c0) * kept_ld + s0 : E.data();
+        auto scores = [&] {  // (Q's panels: rows c0.. at c0 * Dk, c0 a multiple of the kernel's mr)
+          if (keys) gemm_panels(cr, bc, p.Dk, p.scale, q_panels.data() + c0 * p.Dk, keys->head(nh) + s0 * p.Dk, 0.0f, e, ld);
+          else gemm(Trans::No, Trans::Yes, cr, bc, p.Dk, p.scale, Qi + c0 * p.q.row, p.q.row, Kj, p.k.row, 0.0f, e, ld, GemmThreads::This);
+        };
         scores();
-        // m' = max(m, max_s e);  alpha = exp(m - m');  P = exp(e - m');  l = alpha l + sum P;  O = alpha O + P V
-        // (the rescale factors of kRowChunk rows take one vector exp)
-        for (int64_t r0 = 0; r0 < br; r0 += kRowChunk) {
-          const int64_t rows = std::min(kRowChunk, br - r0);
-          float mt[kRowChunk];
+        // P = exp(e - m) shifted by the row's max so far (the softmax is the same for any shift; the max only
+        // keeps exp from overflowing): no row max and no rescale of l and O while every sum stays below 2^100
+        // (every exponent below 69). A row without a max yet (the first tile, a row masked so far) takes
+        // its tile's. A sum past that, infinite or NaN sends the rows through the exact online softmax below
+        // on their scores computed again (the same bits). Row max and rescale were 2.7% of a T = 4096 forward.
+        // kRowChunk rows at a time: their scores (kRowChunk bc floats) stay in L1 through mask, max, exp and sum.
+        bool shifted = true;
+        for (int64_t r0 = c0; r0 < c0 + cr && shifted; r0 += kRowChunk) {
+          const int64_t rows = std::min(kRowChunk, c0 + cr - r0);
           for (int64_t r = r0; r < r0 + rows; ++r) {
-            float* row = e + r * ld;
+            float* row = e + (r - c0) * ld;
             if (masked) mask_scores(row, s0, bc, limit[r], mask_row(p, n, h, t0 + r));
-            mt[r - r0] = std::max(m[r], detail::row_max(row, bc));
-          }
-          detail::rescale_factors(&m[r0], mt, &alpha[r0], rows);
-          for (int64_t r = r0; r < r0 + rows; ++r) {
-            float* row = e + r * ld;
-            const float mr = mt[r - r0];
+            const float shift = m[r] == kNegInf ? detail::row_max(row, bc) : m[r];
             float sum = 0.0f;
-            if (mr == kNegInf) std::fill(row, row + bc, 0.0f);  // a row masked so far: zero weights
-            else sum = detail::exp_shifted_sum(row, bc, mr);  // masked entries (-inf) give 0
-            l[r] = alpha[r] * l[r] + sum;
-            m[r] = mr;
+            if (shift == kNegInf) std::fill(row, row + bc, 0.0f);  // a row masked so far: zero weights
+            else sum = detail::exp_shifted_sum(row, bc, shift);  // masked entries (-inf) give 0
+            if (!(sum < 0x1p100f)) {
+              shifted = false;
+              break;
+            }
+            tile_sum[r] = sum, tile_shift[r] = shift;
           }
         }
-        // O = alpha O in the rows whose max moved (none at the first tile, whose product overwrites O)
-        if (!first)
-          for (int64_t r = 0; r < br; ++r)
-            if (alpha[r] != 1.0f) Ot.row(r) *= alpha[r];
+        if (shifted) {
+          for (int64_t r = c0; r < c0 + cr; ++r) l[r] += tile_sum[r], m[r] = tile_shift[r];  // l is 0 while m is -inf
+        } else {
+          scores();
+          // m' = max(m, max_s e);  alpha = exp(m - m');  P = exp(e - m');  l = alpha l + sum P;  O = alpha O + P V
+          // (the rescale factors of kRowChunk rows take one vector exp)
+          for (int64_t r0 = c0; r0 < c0 + cr; r0 += kRowChunk) {
+            const int64_t rows = std::min(kRowChunk, c0 + cr - r0);
+            float mt[kRowChunk];
+            for (int64_t r = r0; r < r0 + rows; ++r) {
+              float* row = e + (r - c0) * ld;
+              if (masked) mask_scores(row, s0, bc, limit[r], mask_row(p, n, h, t0 + r));
+              mt[r - r0] = std::max(m[r], detail::row_max(row, bc));
+            }
+            detail::rescale_factors(&m[r0], mt, &alpha[r0], rows);
+            for (int64_t r = r0; r < r0 + rows; ++r) {
+              float* row = e + (r - c0) * ld;
+              const float mr = mt[r - r0];
+              float sum = 0.0f;
+              if (mr == kNegInf) std::fill(row, row + bc, 0.0f);  // a row masked so far: zero weights
+              else sum = detail::exp_shifted_sum(row, bc, mr);  // masked entries (-inf) give 0
+              l[r] = alpha[r] * l[r] + sum;
+              m[r] = mr;
+            }
+          }
+          // O = alpha O in the rows whose max moved (none at the first tile, whose product overwrites O)
+          if (!first)
+            for (int64_t r = c0; r < c0 + cr; ++r)
+              if (alpha[r] != 1.0f) Ot.row(r) *= alpha[r];
+        }
+        if (kept_probs)
+          for (int64_t r = c0; r < c0 + cr; ++r) kept_tile_max[(row0 + r) * key_tiles + s0 / Bc] = m[r];
+        // O += P V_j   [cr, Dv]
+        float* o = O.data() + c0 * p.Dv;
+        if (panels_pv) gemm_panels_a_in_place(Trans::No, cr, p.Dv, bc, 1.0f, e, ld, keys->values(nh, s0), beta, o, p.Dv);
+        else gemm(Trans::No, Trans::No, cr, p.Dv, bc, 1.0f, e, ld, Vj, p.v.row, beta, o, p.Dv, GemmThreads::This);
       }
-      if (kept_probs)
-        for (int64_t r = 0; r < br; ++r) kept_tile_max[(row0 + r) * key_tiles + s0 / Bc] = m[r];
-      // O += P V_j   [br, Dv] (up to 2 rows ops::gemm streams V_j in place: its sums, its bits)
-      const float beta = first ? 0.0f : 1.0f;
-      if (keys && keys->has_values() && br > 2) gemm_panels_a_in_place(Trans::No, br, p.Dv, bc, 1.0f, e, ld, keys->values(nh, s0), beta, O.data(), p.Dv);
-      else gemm(Trans::No, Trans::No, br, p.Dv, bc, 1.0f, e, ld, Vj, p.v.row, beta, O.data(), p.Dv, GemmThreads::This);
     }
     auto out = out_map(p.out, n, h, t0, br, p.Dv);
     for (int64_t r = 0; r < br; ++r) {
