@@ -157,20 +157,23 @@ constexpr int64_t kSplitRows = 32, kPieces = 4;
 struct QueryTask {
   int64_t nh, t0, br;  // head (n * NH + h), first row, rows
 };
-bool split_last_tile(const SdpaProblem& p) {
+// A head's tiles taken whole (all of them, or all but the last when that one is cut).
+int64_t whole_tiles(const SdpaProblem& p) {
   const int64_t Br = query_tile(p), tiles = (p.T + Br - 1) / Br;
-  return tiles >= 2 && p.T - (tiles - 1) * Br >= kPieces * kSplitRows;
+  const bool split = tiles >= 2 && p.T - (tiles - 1) * Br >= kPieces * kSplitRows;
+  return split ? tiles - 1 : tiles;
 }
 int64_t query_tasks(const SdpaProblem& p) {
-  const int64_t Br = query_tile(p);
-  return p.N * p.NH * ((p.T + Br - 1) / Br + (split_last_tile(p) ? kPieces - 1 : 0));
+  const int64_t Br = query_tile(p), whole = whole_tiles(p);
+  return p.N * p.NH * (whole + (whole * Br < p.T ? kPieces : 0));
 }
 QueryTask query_task(const SdpaProblem& p, int64_t task) {
-  const int64_t Br = query_tile(p), tiles = (p.T + Br - 1) / Br;
-  if (!split_last_tile(p)) return {task / tiles, task % tiles * Br, std::min(Br, p.T - task % tiles * Br)};
-  const int64_t whole = p.N * p.NH * (tiles - 1);  // tasks before the pieces
-  if (task < whole) return {task / (tiles - 1), task % (tiles - 1) * Br, Br};
-  const int64_t last = (tiles - 1) * Br, rows = p.T - last, piece = (task - whole) % kPieces;
+  const int64_t Br = query_tile(p), per_head = whole_tiles(p), whole = p.N * p.NH * per_head;
+  if (task < whole) {
+    const int64_t t0 = task % per_head * Br;
+    return {task / per_head, t0, std::min(Br, p.T - t0)};
+  }
+  const int64_t last = per_head * Br, rows = p.T - last, piece = (task - whole) % kPieces;
   const int64_t a = last + rows * piece / kPieces, b = last + rows * (piece + 1) / kPieces;
   return {(task - whole) / kPieces, a, b - a};
 }
@@ -283,7 +286,6 @@ struct TiledWorker::Impl {
     // With the panels, kFusedRows rows at a time through Q K^T, the softmax and P V: their scores (24 KB at a key
     // tile of 512) stay in L1 from the product that writes them to the one that reads them (the whole tile's
     // 512 KB went out to L2 and back three times). Without, the tile at once (ops::gemm packs per call).
-    const int64_t chunk = Fr;
     // Keys past every row's limit are skipped whole (half the work under a causal mask).
     for (int64_t s0 = 0; s0 < max_limit; s0 += Bc) {
       const int64_t bc = std::min(Bc, p.S - s0);
@@ -291,8 +293,8 @@ struct TiledWorker::Impl {
       const float* Vj = p.v.data + n * p.v.batch + h * p.v.head + s0 * p.v.row;  // [bc, Dv]
       const bool first = s0 == 0;
       const float beta = first ? 0.0f : 1.0f;  // the first key tile's P V overwrites O
-      for (int64_t c0 = 0; c0 < br; c0 += chunk) {
-        const int64_t cr = std::min(chunk, br - c0);
+      for (int64_t c0 = 0; c0 < br; c0 += Fr) {
+        const int64_t cr = std::min(Fr, br - c0);
         // E = scale Q K_j^T for rows c0 .. c0 + cr   [cr, bc] (row stride ld): in the worker's tile, or where it is kept
         float* e = kept_probs ? kept_probs + (row0 + c0) * kept_ld + s0 : E.data();
         auto scores = [&] {  // (Q's panels: rows c0.. at c0 * Dk, c0 a multiple of the kernel's mr)
