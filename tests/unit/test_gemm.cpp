@@ -300,5 +300,20 @@ TEST_CASE("gemm_panels: blocks of operands packed once give ops::gemm's bits, ev
         ops::gemm(ta, tb, m, n, K, 0.75f, a, lda, b, ldb, 0.5f, want.data(), ldc, ops::GemmThreads::This);
         ops::gemm_panels(m, n, K, 0.75f, pa.data() + i0 * K, pb.data() + j0 * K, 0.5f, got.data(), ldc);
         CHECK(got == want);
+        // all M rows in near-equal blocks (RowBlocks::Balanced: a recurrent step's batch), B's panels
+        // straight from a GemmPackedB of one block (the recurrent layer's packed weights)
+        std::vector<float> pab(pa.size());
+        ops::pack_a_panels(ta, M, K, A.data(), lda, pab.data(), ops::RowBlocks::Balanced);
+        const ops::GemmPackedB packed(tb, K, N, B.data(), ldb);
+        REQUIRE(packed.panels(j0) != nullptr);
+        CHECK(packed.panels(j0 + 1) == nullptr);  // not a panel's first column
+        std::vector<float> all_want(static_cast<size_t>(M * ldc), 1.5f), all_got = all_want;
+        ops::gemm(ta, tb, M, n, K, 0.75f, A.data(), lda, b, ldb, 0.5f, all_want.data(), ldc, ops::GemmThreads::This);
+        ops::gemm_panels(M, n, K, 0.75f, pab.data(), packed.panels(j0), 0.5f, all_got.data(), ldc,
+                         ops::RowBlocks::Balanced);
+        CHECK(all_got == all_want);
       }
+  // deeper than one K block: no panels to hand out
+  const Tensor deep = rand_normal({shape.max_depth + 1, 8}, rng);
+  CHECK(ops::GemmPackedB(Trans::No, shape.max_depth + 1, 8, deep.data(), 8).panels(0) == nullptr);
 }

@@ -23,6 +23,11 @@ void PackedColumns::multiply(const float* a, int64_t M, int64_t lda, float* res,
   ops::gemm_packed(ops::Trans::No, M, 1.0f, a, lda, b_, 0.0f, res + c0_, ld, threads);  // [M, nc]
 }
 
+void PackedColumns::multiply_panels(const float* pa, int64_t M, int64_t j0, int64_t j1, float beta, float* res,
+                                    int64_t ld) const {
+  ops::gemm_panels(M, j1 - j0, H_, 1.0f, pa, b_.panels(j0), beta, res, ld, ops::RowBlocks::Balanced);
+}
+
 TeamParts make_parts(const Recurrent::Packed& p, int64_t H, int G, int team, ops::GemmPackedB::Layout layout) {
   const int64_t blocks = (H + ops::kUnitBlock - 1) / ops::kUnitBlock;
   TeamParts parts;

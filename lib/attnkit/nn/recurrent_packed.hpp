@@ -33,6 +33,12 @@ class PackedColumns {
   // calling thread, or forking by the thread policy (ops::GemmThreads::Policy, outside a region).
   void multiply(const float* a, int64_t M, int64_t lda, float* res, int64_t ld,
                 ops::GemmThreads threads = ops::GemmThreads::This) const;
+  // Whether multiply_panels runs: the columns are one block of the panel kernel (GemmPackedB::panels).
+  bool has_panels() const { return b_.panels(0) != nullptr; }
+  // res[n * ld + j - j0] = beta * res[..] + sum_k pa(n, k) * wh[k, c0 + j] for n < M and j in [j0, j1) (j0 a
+  // multiple of the panel width), op(A) [M, H] packed by ops::pack_a_panels with RowBlocks::Balanced: a few
+  // columns at a time on operands packed once (the fused time step). The same bits as multiply_add / multiply.
+  void multiply_panels(const float* pa, int64_t M, int64_t j0, int64_t j1, float beta, float* res, int64_t ld) const;
 
  private:
   int64_t H_, c0_;

@@ -136,6 +136,69 @@ class Scratch {
   float* data_ = nullptr;
 };
 
+// A time step that computes its own input product x_t W_ih beside h_prev W_hh, a few columns at a
+// time, each followed at once by the cell on their units. The hoisted projection (one GEMM before the
+// loop) wrote N*T*G*H pre-activations (52 MB at N = 64, T = 100, H = 512) that every step read back from
+// memory, its rows 800 KB apart, and the cell again from L2; here a step's x_t and h_prev are packed
+// once and each chunk of columns (16 KB at N = 64) goes from the micro-kernel to the cell in L1. The
+// same products in the same order (x_t W_ih stored, then + h_prev W_hh): the same bits.
+// Taken from kMinRows rows on (fewer: a step's input product of few rows runs below the hoisted GEMM's
+// rate), when both weights are one block of the panel kernel (D, H <= max_depth), and not when one
+// thread's loop would fork the hoisted projection.
+struct FusedSteps {
+  static constexpr int64_t kMinRows = 16;
+  FusedSteps(const DirectionJob& job, const TeamParts& parts, bool forks) : parts_(&parts) {
+    const ops::PanelShape ps = ops::gemm_panel_shape();
+    G_ = gate_count(job.cell), gru_ = job.cell == CellKind::Gru;
+    N_ = job.N, Din_ = job.Din, H_ = job.H;
+    if (N_ < kMinRows || forks || ps.mr == 0) return;
+    for (size_t c = 0; c < parts.units.size(); ++c)
+      if (parts.units[c].first < parts.units[c].second &&
+          (!parts.input[c].has_panels() || !parts.columns[c].has_panels()))
+        return;
+    chunk_units_ = ops::kUnitBlock;  // whole panels of columns, at least 64
+    while ((G_ * chunk_units_) % ps.nr || G_ * chunk_units_ < 64) chunk_units_ += ops::kUnitBlock;
+    ld_ = G_ * chunk_units_;
+    auto lines = [](int64_t floats) { return (floats + 15) / 16 * 16; };
+    pax_ = lines(ops::panels_size(N_, Din_, ps.mr)), pah_ = lines(ops::panels_size(N_, H_, ps.mr));
+    part_floats = pax_ + pah_ + N_ * ld_ * (gru_ ? 2 : 1);
+  }
+  explicit operator bool() const { return part_floats > 0; }
+  int64_t part_floats = 0;  // each part's buffers: x_t and h_prev packed, a chunk's products
+  float* buffers = nullptr;  // [parts][part_floats], 64-byte aligned (set before the loop)
+
+  // Part c of a step: rows x [rows, Din] (row stride ldx) and h_prev [rows, H]; cell(u0, u1, xproj, ldx,
+  // hproj, ldh, col0) runs the cell on the units [u0, u1) with their gate arguments from column col0 on.
+  template <typename Cell>
+  void step(int c, int64_t rows, const float* x, int64_t ldx, const float* h_prev, Cell&& cell) const {
+    const auto [u0, u1] = parts_->units[size_t(c)];
+    float* pax = buffers + c * part_floats;
+    float* pah = pax + pax_;
+    float* xp = pah + pah_;  // [rows, ld_] x_t W_ih (+ h_prev W_hh but for GRU)
+    float* hp = gru_ ? xp + N_ * ld_ : nullptr;  // GRU: [rows, ld_] h_prev W_hh
+    ops::pack_a_panels(ops::Trans::No, rows, Din_, x, ldx, pax, ops::RowBlocks::Balanced);
+    ops::pack_a_panels(ops::Trans::No, rows, H_, h_prev, H_, pah, ops::RowBlocks::Balanced);
+    const PackedColumns &wx = parts_->input[size_t(c)], &wh = parts_->columns[size_t(c)];
+    for (int64_t a = u0; a < u1; a += chunk_units_) {
+      const int64_t b = std::min(u1, a + chunk_units_), j0 = G_ * (a - u0), j1 = G_ * (b - u0);
+      wx.multiply_panels(pax, rows, j0, j1, 0.0f, xp, ld_);
+      if (hp) {  // zeroed, then added into: as the hoisted path (an exact zero's sign included)
+        for (int64_t n = 0; n < rows; ++n) std::fill_n(hp + n * ld_, j1 - j0, 0.0f);
+        wh.multiply_panels(pah, rows, j0, j1, 1.0f, hp, ld_);
+      } else {
+        wh.multiply_panels(pah, rows, j0, j1, 1.0f, xp, ld_);
+      }
+      cell(a, b, xp, ld_, hp, ld_, G_ * a);
+    }
+  }
+
+ private:
+  const TeamParts* parts_;
+  int G_ = 1;
+  bool gru_ = false;
+  int64_t N_ = 0, Din_ = 0, H_ = 0, chunk_units_ = 0, ld_ = 0, pax_ = 0, pah_ = 0;
+};
+
 void run_direction(const DirectionJob& job, const TeamParts& parts) {
   const int G = gate_count(job.cell);
   const int64_t N = job.N, T = job.T, H = job.H, GH = G * H;
@@ -151,26 +214,29 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   // once with the model (PackCache). For LSTM and RNN the hidden products are then added into it in
   // place (GRU keeps them apart: r ⊙ (W_hn h)). A team computes it inside the time loop's parallel
   // region, each part its own columns (those its steps read), so no fork and no barrier of its own.
+  // A batch of many rows takes FusedSteps instead: each step its own input product.
   const int team = static_cast<int>(parts.units.size());
-  Scratch xproj_buf(size_t(N * T * GH), 0);
-  MapRM xproj(xproj_buf.data(), N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
+  // One thread's loop: a big projection may still fork (the thread policy decides), a small one
+  // stays on this thread: forking costs more than it saves (far more on shared cores).
+  const bool big = N * T * job.Din * GH >= (int64_t(1) << 25);
+  const bool forks = team <= 1 && big && num_threads() > 1 && !omp_in_parallel();
+  FusedSteps fused(job, parts, forks);
+  Scratch xproj_buf(fused ? size_t(team) * size_t(fused.part_floats) : size_t(N * T * GH), 0);
+  fused.buffers = xproj_buf.data();
+  MapRM xproj(xproj_buf.data(), fused ? 0 : N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
   auto project = [&](int c, ops::GemmThreads threads) {
+    if (fused) return;  // each step computes its own
     parts.input[size_t(c)].multiply(job.x, N * T, job.Din, xproj.data(), GH, threads);  // [N*T, cols of c]
   };
-  if (team <= 1) {
-    // One thread's loop: a big projection may still fork (the thread policy decides), a small one
-    // stays on this thread: forking costs more than it saves (far more on shared cores).
-    const bool big = N * T * job.Din * GH >= (int64_t(1) << 25);
-    project(0, big ? ops::GemmThreads::Policy : ops::GemmThreads::This);
-  }
+  if (team <= 1) project(0, big ? ops::GemmThreads::Policy : ops::GemmThreads::This);
 
   // The initial state, the double-buffered state and GRU's hidden products, each on whole cache lines.
   const int64_t state = (2 * N * H + 15) / 16 * 16;
-  Scratch state_buf(size_t(3 * state + (gru ? N * GH : 0)), 1);
+  Scratch state_buf(size_t(3 * state + (gru && !fused ? N * GH : 0)), 1);
   MapRM init(state_buf.data(), 2 * N, H);              // h0; c0 (rows N..2N)
   MapRM hbuf(state_buf.data() + state, 2 * N, H);      // [N, H] x 2
   MapRM cbuf(state_buf.data() + 2 * state, 2 * N, H);  // [N, H] x 2
-  MapRM hproj(state_buf.data() + 3 * state, gru ? N : 0, GH);  // GRU: [N, G*H] W_hh h_prev, blocked columns
+  MapRM hproj(state_buf.data() + 3 * state, gru && !fused ? N : 0, GH);  // GRU: [N, G*H] W_hh h_prev, blocked columns
   if (job.h0) init.topRows(N) = as_matrix(job.h0, N, H);
   else init.topRows(N).setZero();
   if (job.c0) init.bottomRows(N) = as_matrix(job.c0, N, H);
@@ -204,24 +270,18 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     return static_cast<int64_t>(std::partition_point(job.lengths, job.lengths + N, [&](int64_t l) { return l > t; }) -
                                 job.lengths);
   };
-  auto step = [&](int c, int64_t i) {
+  // The cell of step i on the units [u0, u1), their gate arguments in xproj (+ hproj for GRU) from
+  // the blocked column col0 on.
+  auto cell = [&](int64_t i, int64_t u0, int64_t u1, const float* xp, int64_t ldx, const float* hp, int64_t ldh,
+                  int64_t col0) {
     const int64_t t = time_of(i);
-    const auto [u0, u1] = parts.units[c];
-    if (u0 >= u1) return;
-    const PackedColumns& wh = parts.columns[c];
-    const int64_t rows = running(t);
-    if (gru) {
-      hproj.middleCols(G * u0, G * (u1 - u0)).setZero();
-      wh.multiply_add(h_at(i - 1), rows, hproj.data(), GH);
-    } else {
-      wh.multiply_add(h_at(i - 1), rows, xproj.data() + t * GH, T * GH);  // rows n*T + t
-    }
     ops::CellStep s;
     s.cell = job.cell;
     s.rows = N, s.hidden = H, s.unit_begin = u0, s.unit_end = u1;
     s.lengths = job.lengths, s.t = t;
-    s.xproj = xproj.data() + t * GH, s.xproj_stride = T * GH;
-    if (gru) s.hproj = hproj.data(), s.hproj_stride = GH;
+    s.xproj = xp, s.xproj_stride = ldx;
+    s.hproj = hp, s.hproj_stride = ldh;
+    s.proj_col0 = col0;
     s.bias = p.bias.data();
     s.b_hn = p.b_hn.data();
     s.h_prev = h_at(i - 1), s.h_prev_stride = H;
@@ -238,6 +298,25 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
       if (!cache->hn.empty()) s.hn = cache->hn.data() + t * N * H, s.hn_stride = H;
     }
     ops::cell_forward(s);
+  };
+  auto step = [&](int c, int64_t i) {
+    const int64_t t = time_of(i);
+    const auto [u0, u1] = parts.units[c];
+    if (u0 >= u1) return;
+    const PackedColumns& wh = parts.columns[c];
+    const int64_t rows = running(t);
+    if (fused) {  // rows n*T + t of x
+      fused.step(c, rows, job.x + t * job.Din, T * job.Din, h_at(i - 1), [&](auto... a) { cell(i, a...); });
+      return;
+    }
+    if (gru) {
+      hproj.middleCols(G * u0, G * (u1 - u0)).setZero();
+      wh.multiply_add(h_at(i - 1), rows, hproj.data(), GH);
+      cell(i, u0, u1, xproj.data() + t * GH, T * GH, hproj.data(), GH, 0);
+    } else {
+      wh.multiply_add(h_at(i - 1), rows, xproj.data() + t * GH, T * GH);  // rows n*T + t
+      cell(i, u0, u1, xproj.data() + t * GH, T * GH, nullptr, 0, 0);
+    }
   };
 
   if (team <= 1) {

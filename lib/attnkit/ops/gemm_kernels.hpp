@@ -41,11 +41,11 @@ namespace detail {
   void pack_b_rows(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst); \
   void gemm_rows(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, \
     const float* packed, int64_t j0, int64_t j1, float beta, float* C, int64_t ldc); \
-  void pack_a_panels(bool ta, const float* A, int64_t lda, int64_t M, int64_t K, float* dst); \
+  void pack_a_panels(bool ta, const float* A, int64_t lda, int64_t M, int64_t K, float* dst, bool balanced); \
   void pack_b_panels(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst); \
-  void panel_shape(int64_t* mr, int64_t* nr, int64_t* kc); \
+  void panel_shape(int64_t* mr, int64_t* nr, int64_t* kc, int64_t* nc); \
   void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C, \
-    int64_t ldc); \
+    int64_t ldc, bool balanced); \
   void gemm_panels_a_in_place(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, \
     const float* pb, float beta, float* C, int64_t ldc);
 namespace avx2 {

@@ -215,6 +215,13 @@ GemmPackedB::GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t
   }
 }
 
+const float* GemmPackedB::panels(int64_t j0) const {
+  const PanelShape s = gemm_panel_shape();
+  const bool one_block = layout_ == Layout::Panels && s.mr > 0 && K_ <= s.max_depth && N_ <= s.max_width;
+  if (!one_block || j0 < 0 || j0 >= N_ || j0 % s.nr) return nullptr;
+  return data_.data() + j0 * K_;  // gemm_packed's layout with one block: panel jr at jr * K, [K][nr]
+}
+
 bool gemm_packed_matches(int64_t M) { return M > 4 && gemm_panel_shape().mr > 0; }
 
 void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, const GemmPackedB& B, float beta,
@@ -309,9 +316,9 @@ namespace {
 // The panel entries of the kernel ops::gemm picks (gemm_kernel_auto()), chosen once.
 struct PanelKernel {
   PanelShape shape;  // mr = 0: no panel kernel (the Eigen path)
-  void (*pack_a)(bool, const float*, int64_t, int64_t, int64_t, float*) = nullptr;
+  void (*pack_a)(bool, const float*, int64_t, int64_t, int64_t, float*, bool) = nullptr;
   void (*pack_b)(bool, const float*, int64_t, int64_t, int64_t, float*) = nullptr;
-  void (*product)(int64_t, int64_t, int64_t, float, const float*, const float*, float, float*, int64_t) = nullptr;
+  void (*product)(int64_t, int64_t, int64_t, float, const float*, const float*, float, float*, int64_t, bool) = nullptr;
   void (*product_a_in_place)(bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, float, float*,
                              int64_t) = nullptr;
 };
@@ -321,12 +328,12 @@ const PanelKernel& panel_kernel() {
     PanelKernel k;
     if (gemm_kernel_auto() == GemmKernel::Avx512) {
       namespace d = detail::avx512;
-      d::panel_shape(&k.shape.mr, &k.shape.nr, &k.shape.max_depth);
+      d::panel_shape(&k.shape.mr, &k.shape.nr, &k.shape.max_depth, &k.shape.max_width);
       k.pack_a = &d::pack_a_panels, k.pack_b = &d::pack_b_panels, k.product = &d::gemm_panels;
       k.product_a_in_place = &d::gemm_panels_a_in_place;
     } else if (gemm_kernel_auto() == GemmKernel::Avx2) {
       namespace d = detail::avx2;
-      d::panel_shape(&k.shape.mr, &k.shape.nr, &k.shape.max_depth);
+      d::panel_shape(&k.shape.mr, &k.shape.nr, &k.shape.max_depth, &k.shape.max_width);
       k.pack_a = &d::pack_a_panels, k.pack_b = &d::pack_b_panels, k.product = &d::gemm_panels;
       k.product_a_in_place = &d::gemm_panels_a_in_place;
     }
@@ -341,8 +348,8 @@ PanelShape gemm_panel_shape() {
   return gemm_kernel_auto() == GemmKernel::Eigen ? PanelShape{} : panel_kernel().shape;
 }
 
-void pack_a_panels(Trans ta, int64_t M, int64_t K, const float* A, int64_t lda, float* dst) {
-  panel_kernel().pack_a(ta == Trans::Yes, A, lda, M, K, dst);
+void pack_a_panels(Trans ta, int64_t M, int64_t K, const float* A, int64_t lda, float* dst, RowBlocks blocks) {
+  panel_kernel().pack_a(ta == Trans::Yes, A, lda, M, K, dst, blocks == RowBlocks::Balanced);
 }
 
 void pack_b_panels(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb, float* dst) {
@@ -350,8 +357,8 @@ void pack_b_panels(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb, 
 }
 
 void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
-                 int64_t ldc) {
-  panel_kernel().product(M, N, K, alpha, pa, pb, beta, C, ldc);
+                 int64_t ldc, RowBlocks blocks) {
+  panel_kernel().product(M, N, K, alpha, pa, pb, beta, C, ldc, blocks == RowBlocks::Balanced);
 }
 
 void gemm_panels_a_in_place(Trans ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

@@ -51,6 +51,9 @@ class GemmPackedB {
   int64_t rows() const { return K_; }  // K
   int64_t cols() const { return N_; }  // N
   Layout layout() const { return layout_; }
+  // The panels from column j0 on (j0 a multiple of gemm_panel_shape().nr), for ops::gemm_panels, when the
+  // whole pack is one block of the panel kernel (Layout::Panels, K <= max_depth, N <= max_width); else nullptr.
+  const float* panels(int64_t j0) const;
 
  private:
   friend void gemm_packed(Trans, int64_t, float, const float*, int64_t, const GemmPackedB&, float, float*, int64_t,
@@ -84,14 +87,21 @@ bool gemm_packed_matches(int64_t M);
 // max_depth (one K block: the same bits as ops::gemm's register blocks on the same operands).
 struct PanelShape {
   int64_t mr = 0, nr = 0, max_depth = 0;
+  int64_t max_width = 0;  // the most columns a GemmPackedB holds in one block (see GemmPackedB::panels)
 };
 PanelShape gemm_panel_shape();
 // Floats of the panels of `rows` rows (or columns) in panels of `panel`: ceil(rows / panel) * panel * K.
 inline int64_t panels_size(int64_t rows, int64_t K, int64_t panel) { return (rows + panel - 1) / panel * panel * K; }
-void pack_a_panels(Trans ta, int64_t M, int64_t K, const float* A, int64_t lda, float* dst);
+// RowBlocks::Balanced: A's M rows in ceil(M / mr) near-equal blocks (64 rows: 11, 11, 11, 11, 10, 10)
+// instead of mr-row panels and a short last one (12 x 5 + 4: the 4-row block ran 20% below the others);
+// such panels serve products of all M rows only (no block [i0, ..) of them), packed and multiplied alike.
+// The bits are the same either way.
+enum class RowBlocks { Panels, Balanced };
+void pack_a_panels(Trans ta, int64_t M, int64_t K, const float* A, int64_t lda, float* dst,
+                   RowBlocks blocks = RowBlocks::Panels);
 void pack_b_panels(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb, float* dst);
 void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
-                 int64_t ldc);
+                 int64_t ldc, RowBlocks blocks = RowBlocks::Panels);
 // The same with op(A) [M, K] read in place (no panels: for a narrow C, N <= 64, where each element
 // of A serves few multiply-adds and packing it costs more than it saves).
 void gemm_panels_a_in_place(Trans ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

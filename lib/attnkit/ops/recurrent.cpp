@@ -96,9 +96,9 @@ void record(float* base, int64_t stride, int64_t H, int64_t n, int64_t u0, int64
 // Argument of gate g for the w units at u0 (blocked columns): xproj + hproj + bias.
 template <typename A>
 A gate_input(const CellStep& s, int gates, int64_t n, int64_t u0, int64_t w, int g) {
-  const int64_t col = gates * u0 + g * w;
-  A a = in<A>(s.xproj + n * s.xproj_stride + col, w);
-  if (s.hproj) a += in<A>(s.hproj + n * s.hproj_stride + col, w);
+  const int64_t col = gates * u0 + g * w, at = col - s.proj_col0;
+  A a = in<A>(s.xproj + n * s.xproj_stride + at, w);
+  if (s.hproj) a += in<A>(s.hproj + n * s.hproj_stride + at, w);
   if (s.bias) a += in<A>(s.bias + col, w);
   return a;
 }
@@ -136,8 +136,8 @@ template <typename A>
 void gru_block(const CellStep& s, int64_t n, int64_t u0, int64_t w) {
   const int64_t H = s.hidden;
   // blocked: r, z, n of these w units; hproj is separate (r multiplies only W_hn h_prev + b_hn)
-  const float* xp = s.xproj + n * s.xproj_stride + 3 * u0;
-  const float* hp = s.hproj + n * s.hproj_stride + 3 * u0;
+  const float* xp = s.xproj + n * s.xproj_stride + 3 * u0 - s.proj_col0;
+  const float* hp = s.hproj + n * s.hproj_stride + 3 * u0 - s.proj_col0;
   A ar = gate_input<A>(s, 3, n, u0, w, 0), az = gate_input<A>(s, 3, n, u0, w, 1);
   A hn = in<A>(hp + 2 * w, w) + in<A>(s.b_hn + u0, w);  // W_hn h_prev + b_hn
   A r = ar.logistic(), z = az.logistic();

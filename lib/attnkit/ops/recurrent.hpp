@@ -51,6 +51,7 @@ struct CellStep {
   // inputs, blocked layout [N, G*H]: the gate arguments are xproj + hproj + bias
   const float* xproj = nullptr; int64_t xproj_stride = 0;  // W_ih x (LSTM, RNN: may already hold + W_hh h_prev)
   const float* hproj = nullptr; int64_t hproj_stride = 0;  // W_hh h_prev, or nullptr when xproj holds it (not GRU)
+  int64_t proj_col0 = 0;  // the blocked column at xproj[0] and hproj[0] (buffers of some units' columns only)
   const float* bias = nullptr;                              // [G*H] blocked: b_ih + b_hh (GRU's n: b_in only)
   const float* b_hn = nullptr;                              // GRU: [H]
   // state in, standard layout [N, H]
