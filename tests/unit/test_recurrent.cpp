@@ -376,11 +376,12 @@ TEST_CASE("recurrent: one thread and a team give the same bits") {
 TEST_CASE("recurrent: a batch of 16 rows or more (steps with their own input product) gives a small batch's bits") {
   // From nn FusedSteps::kMinRows = 16 rows a step computes x_t W_ih itself, beside h_prev W_hh, a
   // chunk of columns at a time followed by the cell; fewer rows take the projection hoisted out of
-  // the loop. Each row is the same sums in the same order either way: the first rows of a batch of
-  // 20 equal a batch of those rows alone, bit for bit, for every cell, a partial block of units (H =
-  // 40), two layers, both directions, sorted lengths (finished rows), one thread and a team.
+  // the loop; without a cache to fill, two threads take 20 rows each. Each row is the same sums in
+  // the same order every way: four rows of a batch of 40 (its first, its 21st on) equal a batch of
+  // those rows alone, bit for bit, for every cell, a partial block of units (H = 40), two layers, both
+  // directions, sorted lengths (finished rows), one thread and two, with and without the training cache.
   Rng rng(35);
-  const int64_t N = 20, n = 4, T = 9, D = 7, H = 40;
+  const int64_t N = 40, n = 4, T = 9, D = 7, H = 40;
   for (CellKind cell : {CellKind::Lstm, CellKind::Gru, CellKind::RnnTanh}) {
     for (bool bidirectional : {false, true}) {
       CAPTURE(ops::cell_name(cell));
@@ -391,35 +392,42 @@ TEST_CASE("recurrent: a batch of 16 rows or more (steps with their own input pro
       const int64_t S = 2 * (bidirectional ? 2 : 1);  // layers x directions
       Tensor x = rand_normal({N, T, D}, rng), h0 = rand_normal({S, N, H}, rng), c0 = rand_normal({S, N, H}, rng);
       std::vector<int64_t> lengths(N);
-      for (int64_t r = 0; r < N; ++r) lengths[size_t(r)] = std::max<int64_t>(0, T - r / 2);  // 9 9 8 8 .. 0 0
-      Tensor xs({n, T, D}), h0s({S, n, H}), c0s({S, n, H});
-      std::copy(x.data(), x.data() + n * T * D, xs.data());
-      for (int64_t k = 0; k < S; ++k) {
-        std::copy(h0.data() + k * N * H, h0.data() + k * N * H + n * H, h0s.data() + k * n * H);
-        std::copy(c0.data() + k * N * H, c0.data() + k * N * H + n * H, c0s.data() + k * n * H);
-      }
-      std::vector<int64_t> lengths_s(lengths.begin(), lengths.begin() + n);
+      for (int64_t r = 0; r < N; ++r) lengths[size_t(r)] = std::max<int64_t>(0, T - r / 4);  // 9 9 9 9 8 .. 0 0
       nn::RunOptions opt;
       opt.min_macs_per_thread = 1;  // a team even for these small steps
-      for (int threads : {1, 2}) {
-        for (bool ragged : {false, true}) {
-          CAPTURE(threads);
-          CAPTURE(ragged);
-          ThreadsFor policy(threads);
-          nn::RecurrentInputs big, small;
-          big.x = &x, big.h0 = &h0, small.x = &xs, small.h0 = &h0s;
-          if (cell == CellKind::Lstm) big.c0 = &c0, small.c0 = &c0s;
-          if (ragged) big.lengths = &lengths, small.lengths = &lengths_s;
-          const nn::RecurrentResult a = m.forward(big, opt), b = m.forward(small, opt);
-          const int64_t W = a.output.dim(2);
-          for (int64_t r = 0; r < n; ++r)
-            for (int64_t k = 0; k < T * W; ++k) REQUIRE(a.output[r * T * W + k] == b.output[r * T * W + k]);
-          for (int64_t k = 0; k < S; ++k)
-            for (int64_t u = 0; u < n * H; ++u) {
-              REQUIRE(a.h_n[k * N * H + u] == b.h_n[k * n * H + u]);
-              if (cell == CellKind::Lstm) REQUIRE(a.c_n[k * N * H + u] == b.c_n[k * n * H + u]);
-            }
+      // rows [r0, r0 + n) alone; r0 = N / 2: the second thread's first rows when two split the batch
+      for (int64_t r0 : {int64_t(0), N / 2}) {
+        CAPTURE(r0);
+        Tensor xs({n, T, D}), h0s({S, n, H}), c0s({S, n, H});
+        std::copy(x.data() + r0 * T * D, x.data() + (r0 + n) * T * D, xs.data());
+        for (int64_t k = 0; k < S; ++k) {
+          std::copy(h0.data() + (k * N + r0) * H, h0.data() + (k * N + r0 + n) * H, h0s.data() + k * n * H);
+          std::copy(c0.data() + (k * N + r0) * H, c0.data() + (k * N + r0 + n) * H, c0s.data() + k * n * H);
         }
+        std::vector<int64_t> lengths_s(lengths.begin() + r0, lengths.begin() + r0 + n);
+        for (int threads : {1, 2})
+          for (bool ragged : {false, true})
+            for (bool cache : {false, true}) {  // with the cache (time-major rows) a team splits the units
+              CAPTURE(threads);
+              CAPTURE(ragged);
+              CAPTURE(cache);
+              opt.keep_cache = cache;
+              ThreadsFor policy(threads);
+              nn::RecurrentInputs big, small;
+              big.x = &x, big.h0 = &h0, small.x = &xs, small.h0 = &h0s;
+              if (cell == CellKind::Lstm) big.c0 = &c0, small.c0 = &c0s;
+              if (ragged) big.lengths = &lengths, small.lengths = &lengths_s;
+              const nn::RecurrentResult a = m.forward(big, opt), b = m.forward(small, opt);
+              const int64_t W = a.output.dim(2);
+              for (int64_t r = 0; r < n; ++r)
+                for (int64_t k = 0; k < T * W; ++k)
+                  REQUIRE(a.output[(r0 + r) * T * W + k] == b.output[r * T * W + k]);
+              for (int64_t k = 0; k < S; ++k)
+                for (int64_t u = 0; u < n * H; ++u) {
+                  REQUIRE(a.h_n[(k * N + r0) * H + u] == b.h_n[k * n * H + u]);
+                  if (cell == CellKind::Lstm) REQUIRE(a.c_n[(k * N + r0) * H + u] == b.c_n[k * n * H + u]);
+                }
+            }
       }
     }
   }
