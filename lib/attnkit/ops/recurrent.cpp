@@ -136,8 +136,8 @@ template <typename A>
 void gru_block(const CellStep& s, int64_t n, int64_t u0, int64_t w) {
   const int64_t H = s.hidden;
   // blocked: r, z, n of these w units; hproj is separate (r multiplies only W_hn h_prev + b_hn)
-  const float* xp = s.xproj + n * s.xproj_stride + 3 * u0 - s.proj_col0;
-  const float* hp = s.hproj + n * s.hproj_stride + 3 * u0 - s.proj_col0;
+  const float* xp = s.xproj + (n * s.xproj_stride + 3 * u0 - s.proj_col0);
+  const float* hp = s.hproj + (n * s.hproj_stride + 3 * u0 - s.proj_col0);
   A ar = gate_input<A>(s, 3, n, u0, w, 0), az = gate_input<A>(s, 3, n, u0, w, 1);
   A hn = in<A>(hp + 2 * w, w) + in<A>(s.b_hn + u0, w);  // W_hn h_prev + b_hn
   A r = ar.logistic(), z = az.logistic();
