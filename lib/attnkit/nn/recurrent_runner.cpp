@@ -219,7 +219,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   // One thread's loop: a big projection may still fork (the thread policy decides), a small one
   // stays on this thread: forking costs more than it saves (far more on shared cores).
   const bool big = N * T * job.Din * GH >= (int64_t(1) << 25);
-  const bool forks = team <= 1 && big && num_threads() > 1 && !omp_in_parallel();
+  const bool forks = team <= 1 && big && team_for(num_threads(), 2.0 * double(N * T * job.Din * GH)) > 1;
   FusedSteps fused(job, parts, forks);
   Scratch xproj_buf(fused ? size_t(team) * size_t(fused.part_floats) : size_t(N * T * GH), 0);
   fused.buffers = xproj_buf.data();
@@ -303,12 +303,12 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     const int64_t t = time_of(i);
     const auto [u0, u1] = parts.units[c];
     if (u0 >= u1) return;
-    const PackedColumns& wh = parts.columns[c];
     const int64_t rows = running(t);
     if (fused) {  // rows n*T + t of x
       fused.step(c, rows, job.x + t * job.Din, T * job.Din, h_at(i - 1), [&](auto... a) { cell(i, a...); });
       return;
     }
+    const PackedColumns& wh = parts.columns[c];
     if (gru) {
       hproj.middleCols(G * u0, G * (u1 - u0)).setZero();
       wh.multiply_add(h_at(i - 1), rows, hproj.data(), GH);
