@@ -191,36 +191,54 @@ TiledKvPanels::TiledKvPanels(const SdpaProblem& p) : p_(p) {
   dv_ = Bc <= s.max_depth ? panels_size(p.Dv, 1, s.nr) : 0;  // Dv rounded up to whole panels
   per_head_ = k_size_ + p.S * dv_;
   buf_ = ScratchPool::get(p.N * p.NH * per_head_);
+  const int64_t counters = p.N * ((p.S + s.nr - 1) / s.nr);
+  keys_in_panel_ = std::make_unique<std::atomic<int32_t>[]>(static_cast<size_t>(counters));
+  for (int64_t i = 0; i < counters; ++i) keys_in_panel_[i].store(0, std::memory_order_relaxed);
 }
 
 void TiledKvPanels::pack(int64_t task) { pack_head(task / p_.NH, task % p_.NH, 0, p_.S, true, true); }
 
+// A panel of K^T only partly in [s_begin, s_end) (a projection task's rows end inside it) is packed whole,
+// every head, by the call that projects its last keys: each call counts the panel's keys it brings, and the
+// one that completes the count packs it (its acquire sees the other calls' keys). Transposing the parts
+// key by key cost 0.8% of a T = 1024 forward.
 void TiledKvPanels::pack_keys(int64_t n, int64_t s_begin, int64_t s_end, bool keys, bool values) {
   if (!buf_) return;
-  for (int64_t h = 0; h < p_.NH; ++h) pack_head(n, h, s_begin, s_end, keys, values);
+  const int64_t nr = gemm_panel_shape().nr;
+  auto completes = [&](int64_t q0) {  // q0: a panel partly in the range
+    const int64_t brought = std::min(q0 + nr, s_end) - std::max(q0, s_begin), width = std::min(nr, p_.S - q0);
+    std::atomic<int32_t>& count = keys_in_panel_[n * ((p_.S + nr - 1) / nr) + q0 / nr];
+    return count.fetch_add(int32_t(brought), std::memory_order_acq_rel) + brought == width;
+  };
+  const int64_t first = s_begin / nr * nr, last = (s_end - 1) / nr * nr;
+  const bool first_part = s_begin != first, last_part = s_end != std::min(last + nr, p_.S);
+  int64_t completed[2];  // panels this call completes (nothing allocated: called inside a team's tasks)
+  int done = 0;
+  if (keys && first_part && completes(first)) completed[done++] = first;
+  if (keys && last_part && (last != first || !first_part) && completes(last)) completed[done++] = last;
+  for (int64_t h = 0; h < p_.NH; ++h) {
+    pack_head(n, h, s_begin, s_end, keys, values);
+    for (int i = 0; i < done; ++i) pack_key_panel(n, h, completed[i]);
+  }
 }
 
-// Keys [s_begin, s_end) of head (n, h). A panel only partly in the range gets only its columns (another
-// call may be writing the rest); the columns past S are zeroed by the call whose range ends at S.
+// K^T's panel of keys [q0, q0 + nr) of head (n, h), whole (the columns past S zeroed).
+void TiledKvPanels::pack_key_panel(int64_t n, int64_t h, int64_t q0) {
+  // op(B) = K^T [Dk, S]: panel q0 (keys q0 .. q0 + nr) at q0 * Dk, (d, c) at d * nr + c
+  const float* K = p_.k.data + n * p_.k.batch + h * p_.k.head;
+  const int64_t nr = gemm_panel_shape().nr;
+  pack_b_panels(Trans::Yes, p_.Dk, std::min(nr, p_.S - q0), K + q0 * p_.k.row, p_.k.row,
+                buf_.get() + (n * p_.NH + h) * per_head_ + q0 * p_.Dk);
+}
+
+// Keys [s_begin, s_end) of head (n, h): K^T's panels whole in the range (a panel partly in it is left to
+// pack_keys) and V's rows.
 void TiledKvPanels::pack_head(int64_t n, int64_t h, int64_t s_begin, int64_t s_end, bool keys, bool values) {
-  const int64_t nr = gemm_panel_shape().nr, Bc = key_tile(p_), Dk = p_.Dk;
+  const int64_t nr = gemm_panel_shape().nr, Bc = key_tile(p_);
   float* dst = buf_.get() + (n * p_.NH + h) * per_head_;
-  if (keys) {  // op(B) = K^T [Dk, S]: panel q0 (keys q0 .. q0 + nr) at q0 * Dk, (d, c) at d * nr + c
-    const float* K = p_.k.data + n * p_.k.batch + h * p_.k.head;
-    const int64_t ldk = p_.k.row;
-    for (int64_t q0 = s_begin / nr * nr; q0 < s_end; q0 += nr) {
-      const int64_t a = std::max(q0, s_begin), b = std::min(q0 + nr, s_end);
-      float* panel = dst + q0 * Dk;
-      if (a == q0 && (b == q0 + nr || b == p_.S)) {  // the whole panel
-        pack_b_panels(Trans::Yes, Dk, b - a, K + a * ldk, ldk, panel);
-        continue;
-      }
-      for (int64_t s = a; s < b; ++s)
-        for (int64_t d = 0; d < Dk; ++d) panel[d * nr + s - q0] = K[s * ldk + d];
-      if (b == p_.S)
-        for (int64_t d = 0; d < Dk; ++d) std::fill(panel + d * nr + b - q0, panel + (d + 1) * nr, 0.0f);
-    }
-  }
+  if (keys)
+    for (int64_t q0 = (s_begin + nr - 1) / nr * nr; q0 < s_end && std::min(q0 + nr, p_.S) <= s_end; q0 += nr)
+      pack_key_panel(n, h, q0);
   if (values && dv_ > 0) {  // per key tile j0, op(B) = V_j [bc, Dv]: panel c0 at c0 * bc, (k, c) at k * nr + c
     const float* V = p_.v.data + n * p_.v.batch + h * p_.v.head;
     const int64_t ldv = p_.v.row;

@@ -27,6 +27,7 @@
 //   sdpa_naive         plain loops in double precision (tests compare the others to it)
 #pragma once
 #include <cstdint>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -213,9 +214,12 @@ class TiledKvPanels {
 
  private:
   void pack_head(int64_t n, int64_t h, int64_t s_begin, int64_t s_end, bool keys, bool values);
+  void pack_key_panel(int64_t n, int64_t h, int64_t q0);
   const SdpaProblem& p_;
   int64_t per_head_ = 0, k_size_ = 0, dv_ = 0;  // dv_: Dv rounded up to whole panels
   std::shared_ptr<float> buf_;  // [N * NH][panels of K^T | per key tile, panels of V_j], null when panels do not apply
+  // [N][panels of K^T]: keys of a panel projected so far (pack_keys): the call that completes it packs it
+  std::unique_ptr<std::atomic<int32_t>[]> keys_in_panel_;
 };
 
 // With kept_probs ([N, NH, T, kept_ld]) and kept_tile_max ([N, NH, T, key_tiles(p)]) each worker also
