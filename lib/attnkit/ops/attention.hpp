@@ -26,8 +26,8 @@
 //   sdpa_full          scores and weights [T, S] per head, GEMM + softmax + GEMM
 //   sdpa_naive         plain loops in double precision (tests compare the others to it)
 #pragma once
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -205,7 +205,7 @@ class TiledKvPanels {
   // Keys [s_begin, s_end) of batch element n, every head: K^T's columns (with `keys`) and V's rows (with
   // `values`), for a caller that packs each block of keys right after projecting it (while it is in cache)
   // instead of running pack() as a stage. Calls on disjoint ranges may run at once; together they must cover
-  // [0, S) of every n.
+  // [0, S) of every n exactly once (a K^T panel two calls share is packed by the one that completes it).
   void pack_keys(int64_t n, int64_t s_begin, int64_t s_end, bool keys, bool values);
   const float* head(int64_t task) const { return buf_.get() + task * per_head_; }  // K^T [Dk, S]
   bool has_values() const { return dv_ > 0; }
