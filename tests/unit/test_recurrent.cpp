@@ -618,3 +618,48 @@ TEST_CASE("the training cache is written whole: recycled scratch full of NaN cha
     CHECK(m.named_parameters()[1]->grad.values() == dw1.values());
   }
 }
+
+TEST_CASE("the output is written whole: recycled buffers full of NaN change no bit of it") {
+  // Recurrent::forward's output is Tensor::uninitialized: a big one takes a freed tensor's buffer with its old
+  // values. Every step must write all of its rows, padded ones (zeros) included, in every path: the unit team
+  // and the row split (N = 64), both directions, a second layer, lengths sorted and not.
+  Rng rng(43);
+  ThreadsFor two(2);
+  auto recycled = [](int64_t floats, float value) {  // the tensors' kept buffers, all of this size and value
+    std::vector<Tensor> held;
+    for (int i = 0; i < 8; ++i) held.push_back(Tensor::filled({floats}, value));
+  };
+  struct Case {
+    int64_t N, T, H;
+    int layers;
+    bool bidirectional;
+    std::vector<int64_t> lengths;
+  };
+  const std::vector<Case> cases = {
+      {8, 64, 512, 2, true, {64, 64, 50, 33, 20, 5, 1, 0}},   // sorted
+      {8, 64, 512, 1, false, {5, 64, 0, 33, 64, 1, 20, 50}},  // not sorted
+      {64, 8, 512, 1, false, {}},                              // the row split
+  };
+  for (const Case& k : cases)
+    for (CellKind cell : {CellKind::Lstm, CellKind::Gru}) {
+      CAPTURE(k.N);
+      CAPTURE(k.layers);
+      CAPTURE(ops::cell_name(cell));
+      nn::RecurrentConfig cfg;
+      cfg.cell = cell, cfg.input_size = 16, cfg.hidden_size = k.H, cfg.layers = k.layers,
+      cfg.bidirectional = k.bidirectional;
+      Recurrent m = Recurrent::random(cfg, rng);
+      const Tensor x = rand_normal({k.N, k.T, 16}, rng);
+      nn::RecurrentInputs in;
+      in.x = &x;
+      if (!k.lengths.empty()) in.lengths = &k.lengths;
+      const int64_t floats = k.N * k.T * k.H * (k.bidirectional ? 2 : 1);
+      REQUIRE(floats >= (int64_t(1) << 18));  // big enough to be recycled
+      recycled(floats, 0.0f);
+      const Tensor zeros = m.forward(in, {}).output;
+      recycled(floats, std::nanf(""));
+      const Tensor nans = m.forward(in, {}).output;
+      CHECK(std::all_of(nans.values().begin(), nans.values().end(), [](float v) { return std::isfinite(v); }));
+      CHECK(nans.values() == zeros.values());
+    }
+}

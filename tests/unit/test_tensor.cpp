@@ -82,6 +82,33 @@ TEST_CASE("Tensor: shape, numel, dim, reshape, unravel_index") {
   CHECK(a[0] == 1);
 }
 
+TEST_CASE("Tensor::uninitialized: a big freed buffer is reused, a small tensor is zero-filled") {
+  CHECK(Tensor::uninitialized({3, 2}).values() == std::vector<float>(6, 0.0f));
+  const int64_t n = (int64_t(1) << 18) + 12345;  // 1 MB and a size no other test frees
+  const float* freed = nullptr;
+  {
+    const Tensor a = Tensor::filled({n}, 7.0f);
+    freed = a.data();
+  }
+  const Tensor b = Tensor::uninitialized({n});
+  CHECK(b.numel() == n);
+  CHECK(b.data() == freed);  // the freed tensor's buffer, its values still there
+  CHECK(b[n - 1] == 7.0f);
+  // a buffer a move assignment replaces is kept too
+  Tensor c = Tensor::filled({n + 1}, 3.0f);
+  const float* replaced = c.data();
+  c = Tensor::scalar(1.0f);
+  CHECK(Tensor::uninitialized({n + 1}).data() == replaced);
+  // one more than twice the size is not taken
+  const float* big = nullptr;
+  {
+    const Tensor d = Tensor::filled({2 * n + 6}, 1.0f);
+    big = d.data();
+  }
+  const Tensor e = Tensor::uninitialized({n + 2});
+  CHECK(e.data() != big);
+}
+
 TEST_CASE("linspace and arange: the same float32 bits as numpy (tests/fixtures/numpy)") {
   // ranges.tsv: name, then the `tensor` command line that builds it
   std::istringstream lines(fixture_text("numpy/ranges.tsv"));

@@ -5,6 +5,7 @@
 // Legend: N batch, T target length, S source length, E d_model, NH heads.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -211,4 +212,29 @@ TEST_CASE("transformer layers: options are checked, names follow nn.Transformer,
   CHECK_THROWS_WITH_AS(layer.forward(Var(Tensor({1, 3, 4})), {}), doctest::Contains("input [1, 3, 4] must be [N, S, 8]"),
                        Error);
   autograd::clear_tape();
+}
+
+TEST_CASE("transformer encoder layer under inference writes its outputs whole: recycled buffers full of NaN") {
+  // Its big outputs (attention, LayerNorm, the feed-forward block's) are Tensor::uninitialized: a freed tensor's
+  // buffer, old values and all. Every row must be written, post-LN and pre-LN.
+  Rng rng(53);
+  const int64_t N = 2, T = 512, E = 256, floats = N * T * E;  // 2^18 floats: big enough to be recycled
+  auto recycled = [&](float value) {
+    std::vector<Tensor> held;
+    for (int i = 0; i < 8; ++i) held.push_back(Tensor::filled({floats}, value));
+  };
+  for (bool norm_first : {false, true}) {
+    CAPTURE(norm_first);
+    nn::TransformerLayerOptions o;
+    o.d_model = E, o.heads = 4, o.dim_feedforward = 512, o.dropout = 0.0f, o.norm_first = norm_first;
+    nn::TransformerEncoderLayer layer(o, rng);
+    const Var x(rand_normal({N, T, E}, rng));
+    autograd::NoGrad no_grad;
+    recycled(0.0f);
+    const Tensor zeros = layer.forward(x, {}).value();
+    recycled(std::nanf(""));
+    const Tensor nans = layer.forward(x, {}).value();
+    CHECK(std::all_of(nans.values().begin(), nans.values().end(), [](float v) { return std::isfinite(v); }));
+    CHECK(compare(nans, zeros, Tolerance{1e-6, 1e-6}).close);
+  }
 }

@@ -395,10 +395,11 @@ void attend(const ops::SdpaProblem& p, std::vector<Stage> stages, ops::TiledKvPa
   }
 }
 
-// The result with its output [.., T, cols] allocated.
+// The result with its output [.., T, cols] allocated, uninitialised: every path writes each row whole (the output
+// projection, or the attention's contexts, zero where every key is masked).
 MhaResult make_output(const Dims& d, int64_t cols) {
   MhaResult r;
-  r.output = Tensor(d.batched ? Shape{d.N, d.T, cols} : Shape{d.T, cols});
+  r.output = Tensor::uninitialized(d.batched ? Shape{d.N, d.T, cols} : Shape{d.T, cols});
   return r;
 }
 

@@ -642,7 +642,7 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
   Tensor layer_in, layer_out;
   for (int k = 0; k < L; ++k) {
     const Tensor& input = k == 0 ? x : layer_in;
-    layer_out = Tensor({N, T, dirs * H});
+    layer_out = Tensor::uninitialized({N, T, dirs * H});  // every step writes its rows (zeros past a length)
     std::vector<DirectionJob> jobs(dirs);
     for (int d = 0; d < dirs; ++d) {
       const int idx = k * dirs + d;

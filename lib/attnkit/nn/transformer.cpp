@@ -83,7 +83,7 @@ Var ff_residual(Linear& linear1, Linear& linear2, const TransformerLayerOptions&
     const int64_t rows = x.value().numel() / E;
     const std::shared_ptr<float> h = ScratchPool::get(rows * F);
     linear1.apply(x.value().data(), rows, h.get(), true, nullptr);  // [rows, F] = relu(x W1^T + b1)
-    Tensor y(base.shape());
+    Tensor y = Tensor::uninitialized(base.shape());  // written whole by the product
     linear2.apply(h.get(), rows, y.data(), false, base.value().data());  // [rows, E] = base + h W2^T + b2
     return Var(std::move(y));
   }

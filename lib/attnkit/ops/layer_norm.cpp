@@ -41,7 +41,7 @@ Tensor layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& b
   const NormDims d = check(x, weight, bias, what);
   const int64_t M = d.M, E = d.E;
   AK_CHECK(eps >= 0.0f && std::isfinite(eps), "{}: eps is {}, expected a finite number >= 0", what, eps);
-  Tensor y(x.shape());  // [..., E]
+  Tensor y = Tensor::uninitialized(x.shape());  // [..., E], every row written below
   if (stats) stats->mean = Tensor(without_last(x.shape())), stats->rstd = Tensor(without_last(x.shape()));  // [..]
   if (E == 0) return y;
   const float* w = weight.empty() ? nullptr : weight.data();

@@ -28,6 +28,16 @@ class Tensor {
   static Tensor zeros(Shape shape) { return Tensor(std::move(shape)); }
   static Tensor filled(Shape shape, float value);
   static Tensor scalar(float value) { return Tensor(Shape{}, {value}); }
+  // Values left as they are (torch.empty): for an output that a kernel writes whole. A big one (1 MB and up)
+  // reuses the buffer of a big tensor freed recently (a few are kept, see tensor.cpp), so neither zero fill
+  // nor fresh pages are paid; its old values are still there until written. Else zero-filled.
+  static Tensor uninitialized(Shape shape);
+
+  Tensor(const Tensor&) = default;
+  Tensor(Tensor&&) noexcept = default;
+  Tensor& operator=(const Tensor&) = default;
+  Tensor& operator=(Tensor&& other) noexcept;  // a big buffer it replaces is kept for uninitialized()
+  ~Tensor();                                   // the same
 
   const Shape& shape() const { return shape_; }
   int rank() const { return static_cast<int>(shape_.size()); }
