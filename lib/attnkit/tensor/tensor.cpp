@@ -28,10 +28,11 @@ Tensor::Tensor(Shape shape, std::vector<float> data) : shape_(std::move(shape)),
 
 // Buffers of big tensors freed recently, for Tensor::uninitialized: a forward's output [N, T, H] was
 // zero-filled on one thread while the other waited (0.4-0.6 ms of a 65 ms LSTM forward at N = 64, T = 100,
-// H = 512; 0.7% of a T = 1024 self-attention). At most kKept buffers and kKeptBytes in all, oldest dropped first.
+// H = 512; 0.7% of a T = 1024 self-attention). At most kKept buffers and kKeptBytes in all (memory a library
+// user would otherwise get back), the oldest dropped first.
 namespace {
 constexpr size_t kMinFloats = size_t(1) << 18;  // 1 MB
-constexpr size_t kKept = 8, kKeptBytes = size_t(256) << 20;
+constexpr size_t kKept = 8, kKeptBytes = size_t(128) << 20;
 
 class Recycler {
  public:
