@@ -663,3 +663,33 @@ TEST_CASE("the output is written whole: recycled buffers full of NaN change no b
       CHECK(nans.values() == zeros.values());
     }
 }
+
+TEST_CASE("recurrent: one row with x W_ih projected ahead on a second thread gives one thread's bits") {
+  // N = 1 with steps of 2^14 .. 2^18 multiply-adds a thread: after a call on one thread (the team watch measures
+  // it), the steps run on this thread while another projects the input in chunks of 8 steps ahead of them
+  // (T = 37: a last chunk of 5). Each row's projection is the same sum whichever thread computes it.
+  Rng rng(59);
+  for (CellKind cell : {CellKind::Lstm, CellKind::Gru}) {
+    CAPTURE(ops::cell_name(cell));
+    nn::RecurrentConfig cfg;
+    cfg.cell = cell, cfg.input_size = 16, cfg.hidden_size = 128;
+    Recurrent m = Recurrent::random(cfg, rng);
+    const Tensor x = rand_normal({1, 37, 16}, rng), h0 = rand_normal({1, 1, 128}, rng);
+    const std::vector<int64_t> lengths = {30};
+    nn::RecurrentInputs in;
+    in.x = &x, in.h0 = &h0, in.lengths = &lengths;
+    nn::RecurrentResult one;
+    {
+      ThreadsFor policy(1);
+      one = m.forward(in, {});
+    }
+    ThreadsFor policy(2);
+    for (int call = 0; call < 6; ++call) {
+      CAPTURE(call);
+      const nn::RecurrentResult r = m.forward(in, {});
+      CHECK(r.output.values() == one.output.values());
+      CHECK(r.h_n.values() == one.h_n.values());
+      if (cell == CellKind::Lstm) CHECK(r.c_n.values() == one.c_n.values());
+    }
+  }
+}

@@ -51,6 +51,7 @@ struct DirectionJob {
   bool keep_pre = false;
   bool watch_team = false;   // a small-step loop on a team: report how the team fared (TeamWatch)
   bool watch_alone = false;  // a small-step loop on one thread: report its time (TeamWatch)
+  bool project_ahead = false;  // N = 1 on one thread: a second one projects x W_ih ahead of the steps
 };
 
 // Threads worth using for a time loop of N x H x G*H multiply-adds a step.
@@ -228,7 +229,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     if (fused) return;  // each step computes its own
     parts.input[size_t(c)].multiply(job.x, N * T, job.Din, xproj.data(), GH, threads);  // [N*T, cols of c]
   };
-  if (team <= 1) project(0, big ? ops::GemmThreads::Policy : ops::GemmThreads::This);
+  if (team <= 1 && !(job.project_ahead && !fused)) project(0, big ? ops::GemmThreads::Policy : ops::GemmThreads::This);
 
   // The initial state, the double-buffered state and GRU's hidden products, each on whole cache lines.
   const int64_t state = (2 * N * H + 15) / 16 * 16;
@@ -319,7 +320,60 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     }
   };
 
-  if (team <= 1) {
+  if (team <= 1 && job.project_ahead && !fused) {
+    // One row (N = 1): the steps on this thread, x W_ih in chunks of kChunk steps' rows on a second one, ahead
+    // of them (the hoisted projection was 28% of N = 1, T = 100, D = H = 128 on one thread). A chunk goes to
+    // whichever thread claims it first: the steps' thread takes one itself rather than wait for a late
+    // helper, and waits only for a chunk the helper is computing. The rows' values do not depend on the chunks.
+    constexpr int64_t kChunk = 8;
+    const int64_t chunks = (T + kChunk - 1) / kChunk;
+    std::unique_ptr<std::atomic<int>[]> state(new std::atomic<int>[static_cast<size_t>(chunks)]);  // 0 free, 1 taken, 2 done
+    for (int64_t c = 0; c < chunks; ++c) state[c].store(0, std::memory_order_relaxed);
+    std::exception_ptr failed;
+    std::atomic<bool> any_failed{false};
+    std::mutex failed_mutex;
+    auto guarded = [&](auto&& f) {  // an exception must not leave the region: the first is rethrown after
+      if (any_failed.load(std::memory_order_relaxed)) return;
+      try {
+        f();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failed_mutex);
+        if (!failed) failed = std::current_exception();
+        any_failed = true;
+      }
+    };
+    auto take = [&](int64_t c) {  // project chunk c (steps c kChunk ..) if no thread has
+      int free = 0;
+      if (!state[c].compare_exchange_strong(free, 1, std::memory_order_acq_rel)) return;
+      guarded([&] {
+        const int64_t i0 = c * kChunk, i1 = std::min(T, i0 + kChunk);
+        const int64_t t0 = job.reverse ? T - i1 : i0, t1 = job.reverse ? T - i0 : i1;  // rows t (N = 1)
+        parts.input[0].multiply(job.x + t0 * job.Din, t1 - t0, job.Din, xproj.data() + t0 * GH, GH,
+                                ops::GemmThreads::This);
+      });
+      state[c].store(2, std::memory_order_release);
+    };
+    Clock::time_point loop_end;
+#pragma omp parallel num_threads(2)
+    {
+      if (omp_get_thread_num() == 0) {
+        for (int64_t i = 0; i < T; ++i) {
+          const int64_t c = i / kChunk;
+          if (i % kChunk == 0) {
+            take(c);
+            while (state[c].load(std::memory_order_acquire) != 2) _mm_pause();
+          }
+          guarded([&] { step(0, i); });
+        }
+        loop_end = Clock::now();
+      } else {
+        for (int64_t c = 0; c < chunks; ++c) take(c);
+      }
+    }
+    const Clock::time_point end = Clock::now();
+    if (job.watch_team) team_watch.report(4 * (end - loop_end) <= end - began, N * H * GH, ns_per_step(end));
+    if (failed) std::rethrow_exception(failed);
+  } else if (team <= 1) {
     for (int64_t i = 0; i < T; ++i) step(0, i);
     if (job.watch_alone) team_watch.report_alone(N * H * GH, ns_per_step(Clock::now()));
   } else {
@@ -678,10 +732,15 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
     // Small steps: a team's fixed cost (the fork and the join, some microseconds) pays only over
     // several steps (not a decoder's one step a call); and not if a recent team run went badly (TeamWatch).
     if (small_steps && (T < TeamWatch::kMinSteps || !team_watch.use_team(N * H * G * H))) team = 1;
+    // One row: the team is this thread for the steps and another projecting ahead of them (its units split
+    // over two threads was slower on a VM's far-apart vCPUs: the state crosses cores every step).
+    const bool ahead = small_steps && team > 1 && N == 1 && dirs == 1 && !options.keep_cache && !options.trace;
     for (DirectionJob& j : jobs) {
       j.watch_team = small_steps && team > 1;
       j.watch_alone = small_steps && team == 1 && T >= TeamWatch::kMinSteps;
+      j.project_ahead = ahead;
     }
+    if (ahead) team = 1;
     if (split_rows) {
       run_side_by_side(row_parts(jobs[0], team), derived_->cache.parts(k, 1, packed(k), H, config_.cell, false));
     } else {
