@@ -619,3 +619,23 @@ TEST_CASE("multi-head attention writes its output whole: recycled buffers full o
       CHECK(heads_nans.values() == heads_zeros.values());
     }
 }
+
+TEST_CASE("fused self-attention reading V as it lies (rows an odd number of cache lines apart) = op by op") {
+  // Without a cache the fused forward pads its Q | K | V rows (3E = 192 floats, 12 lines) to 13 lines, and P V
+  // reads V there instead of packing its panels, where the heads' Dv (32) is whole panels. Query tiles of 8 rows
+  // (several per head, so the panels path is what it replaces), key tiles of 32, ragged ends, every mask kind.
+  Rng rng(61);
+  const int64_t N = 2, T = 45, E = 64, NH = 2;
+  TileGuard guard(ops::TileSizes{8, 32});
+  const nn::MultiheadAttention m = random_mha(rng, E, NH);
+  const Tensor x = rand_normal({N, T, E}, rng);
+  for (int mask = 0; mask < 3; ++mask) {
+    CAPTURE(mask);
+    nn::MhaOptions o;
+    if (mask == 1) o.mask.causal = ops::CausalKind::UpperLeft;
+    if (mask == 2) o.mask.key_lengths = {T, 17};
+    const Tensor fused = nn::multihead_attention_forward(m, x, x, x, o).output;
+    check_close(fused, nn::multihead_attention_forward_ops(m, x, x, x, o).output, "fused vs op by op", 1e-5, 1e-6);
+    check_close(fused, nn::multihead_attention_forward_naive(m, x, x, x, o).output, "fused vs naive", 1e-4, 1e-4);
+  }
+}

@@ -179,6 +179,15 @@ QueryTask query_task(const SdpaProblem& p, int64_t task) {
 }
 }  // namespace
 
+// P V reads V as it lies (gemm_in_place) where its rows are an odd number of cache lines apart (the fused
+// self-attention pads its Q | K | V rows so) and Dv is whole panels: packing V's panels was half of the
+// projection stage's packing, 1.4% of a T = 1024 forward with K^T's.
+static bool values_in_place(const SdpaProblem& p) {
+  const PanelShape s = gemm_panel_shape();
+  return s.mr > 0 && p.Dv > 0 && p.Dv % s.nr == 0 && key_tile(p) <= s.max_depth && p.v.row % 16 == 0 &&
+         (p.v.row / 16) % 2 == 1;
+}
+
 // Panels where the kernel has them, K fits one block, key tiles start on panel boundaries, and a head
 // has several query tiles (with one, each key tile is packed once either way).
 TiledKvPanels::TiledKvPanels(const SdpaProblem& p) : p_(p) {
@@ -187,8 +196,9 @@ TiledKvPanels::TiledKvPanels(const SdpaProblem& p) : p_(p) {
   if (s.mr == 0 || p.Dk < 1 || p.Dk > s.max_depth || p.S < 1 || p.T <= query_tile(p) || (Bc % s.nr && Bc < p.S))
     return;
   k_size_ = panels_size(p.S, p.Dk, s.nr);
-  // V's tiles too when a key tile is one K block of P_j V_j (dv_ 0: each query tile packs them, ops::gemm)
-  dv_ = Bc <= s.max_depth ? panels_size(p.Dv, 1, s.nr) : 0;  // Dv rounded up to whole panels
+  // V's tiles too when a key tile is one K block of P_j V_j and V is not read in place (dv_ 0: in place, or each
+  // query tile packs them, ops::gemm)
+  dv_ = Bc <= s.max_depth && !values_in_place(p) ? panels_size(p.Dv, 1, s.nr) : 0;  // Dv rounded up to whole panels
   per_head_ = k_size_ + p.S * dv_;
   buf_ = ScratchPool::get(p.N * p.NH * per_head_);
   const int64_t counters = p.N * ((p.S + s.nr - 1) / s.nr);
@@ -307,8 +317,9 @@ struct TiledWorker::Impl {
     const int64_t row0 = nh * p.T + t0;  // the tile's first row among the kept ones
     const int64_t ld = kept_probs ? kept_ld : ldE;
     const bool masked = p.mask && p.mask->any();
-    // P V on V's panels, or (up to 2 rows, or without panels) ops::gemm streaming V_j in place: its sums, its bits
-    const bool panels_pv = keys && keys->has_values() && br > 2;
+    // P V on V as it lies (values_in_place) or on V's panels, or (up to 2 rows, or without panels) ops::gemm
+    // streaming V_j in place: its sums, its bits
+    const bool in_place_pv = keys && values_in_place(p) && br > 2, panels_pv = keys && keys->has_values() && br > 2;
     // With the panels, kFusedRows rows at a time through Q K^T, the softmax and P V: their scores (24 KB at a key
     // tile of 512) stay in L1 from the product that writes them to the one that reads them (the whole tile's
     // 512 KB went out to L2 and back three times). Without, the tile at once (ops::gemm packs per call).
@@ -385,7 +396,8 @@ struct TiledWorker::Impl {
           for (int64_t r = c0; r < c0 + cr; ++r) kept_tile_max[(row0 + r) * key_tiles + s0 / Bc] = m[r];
         // O += P V_j   [cr, Dv]
         float* o = O.data() + c0 * p.Dv;
-        if (panels_pv) gemm_panels_a_in_place(Trans::No, cr, p.Dv, bc, 1.0f, e, ld, keys->values(nh, s0), beta, o, p.Dv);
+        if (in_place_pv) gemm_in_place(cr, p.Dv, bc, 1.0f, e, ld, Vj, p.v.row, beta, o, p.Dv);
+        else if (panels_pv) gemm_panels_a_in_place(Trans::No, cr, p.Dv, bc, 1.0f, e, ld, keys->values(nh, s0), beta, o, p.Dv);
         else gemm(Trans::No, Trans::No, cr, p.Dv, bc, 1.0f, e, ld, Vj, p.v.row, beta, o, p.Dv, GemmThreads::This);
         // after the last key tile the pass's rows are done: their contexts go out now, while the next passes
         // compute (written after the last pass, the stores' misses were 0.8% of a T = 1024 forward)

@@ -43,6 +43,8 @@ namespace detail {
     const float* packed, int64_t j0, int64_t j1, float beta, float* C, int64_t ldc); \
   void pack_a_panels(bool ta, const float* A, int64_t lda, int64_t M, int64_t K, float* dst, bool balanced); \
   void pack_b_panels(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, float* dst); \
+  void gemm_in_place(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, \
+    int64_t ldb, float beta, float* C, int64_t ldc); \
   void panel_shape(int64_t* mr, int64_t* nr, int64_t* kc, int64_t* nc); \
   void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C, \
     int64_t ldc, bool balanced); \

@@ -321,6 +321,8 @@ struct PanelKernel {
   void (*product)(int64_t, int64_t, int64_t, float, const float*, const float*, float, float*, int64_t, bool) = nullptr;
   void (*product_a_in_place)(bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, float, float*,
                              int64_t) = nullptr;
+  void (*product_in_place)(int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+                           float*, int64_t) = nullptr;
 };
 
 const PanelKernel& panel_kernel() {
@@ -330,12 +332,12 @@ const PanelKernel& panel_kernel() {
       namespace d = detail::avx512;
       d::panel_shape(&k.shape.mr, &k.shape.nr, &k.shape.max_depth, &k.shape.max_width);
       k.pack_a = &d::pack_a_panels, k.pack_b = &d::pack_b_panels, k.product = &d::gemm_panels;
-      k.product_a_in_place = &d::gemm_panels_a_in_place;
+      k.product_a_in_place = &d::gemm_panels_a_in_place, k.product_in_place = &d::gemm_in_place;
     } else if (gemm_kernel_auto() == GemmKernel::Avx2) {
       namespace d = detail::avx2;
       d::panel_shape(&k.shape.mr, &k.shape.nr, &k.shape.max_depth, &k.shape.max_width);
       k.pack_a = &d::pack_a_panels, k.pack_b = &d::pack_b_panels, k.product = &d::gemm_panels;
-      k.product_a_in_place = &d::gemm_panels_a_in_place;
+      k.product_a_in_place = &d::gemm_panels_a_in_place, k.product_in_place = &d::gemm_in_place;
     }
     return k;
   }();
@@ -364,6 +366,13 @@ void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, 
 void gemm_panels_a_in_place(Trans ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                             const float* pb, float beta, float* C, int64_t ldc) {
   panel_kernel().product_a_in_place(ta == Trans::Yes, M, N, K, alpha, A, lda, pb, beta, C, ldc);
+}
+
+void gemm_in_place(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
+                   int64_t ldb, float beta, float* C, int64_t ldc) {
+  const PanelKernel& k = panel_kernel();
+  AK_CHECK(N % k.shape.nr == 0, "gemm_in_place: N = {} is not a multiple of the panel width {}", N, k.shape.nr);
+  k.product_in_place(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_naive(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

@@ -106,6 +106,11 @@ void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, 
 // of A serves few multiply-adds and packing it costs more than it saves).
 void gemm_panels_a_in_place(Trans ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                             const float* pb, float beta, float* C, int64_t ldc);
+// And with B [K, N] read in place too, N a multiple of nr (the same sums as B's panels would give): for a B whose
+// rows are an odd number of cache lines apart (its rows then spread over every cache set, so reading them as
+// they lie costs what reading panels does, and packing them is saved).
+void gemm_in_place(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
+                   int64_t ldb, float beta, float* C, int64_t ldc);
 
 // Reference: plain loops in double precision (tests compare gemm to it).
 void gemm_naive(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
