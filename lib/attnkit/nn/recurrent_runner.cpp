@@ -12,7 +12,6 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
-#include <mutex>
 #include <memory>
 #include <optional>
 
@@ -22,6 +21,7 @@
 #include "attnkit/tensor/barrier.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/parallel_errors.hpp"
 #include "attnkit/ops/linear.hpp"
 #include "attnkit/tensor/scratch_pool.hpp"
 #include "attnkit/tensor/threads.hpp"
@@ -329,23 +329,11 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     const int64_t chunks = (T + kChunk - 1) / kChunk;
     std::unique_ptr<std::atomic<int>[]> state(new std::atomic<int>[static_cast<size_t>(chunks)]);  // 0 free, 1 taken, 2 done
     for (int64_t c = 0; c < chunks; ++c) state[c].store(0, std::memory_order_relaxed);
-    std::exception_ptr failed;
-    std::atomic<bool> any_failed{false};
-    std::mutex failed_mutex;
-    auto guarded = [&](auto&& f) {  // an exception must not leave the region: the first is rethrown after
-      if (any_failed.load(std::memory_order_relaxed)) return;
-      try {
-        f();
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(failed_mutex);
-        if (!failed) failed = std::current_exception();
-        any_failed = true;
-      }
-    };
+    ParallelErrors errors;
     auto take = [&](int64_t c) {  // project chunk c (steps c kChunk ..) if no thread has
       int free = 0;
       if (!state[c].compare_exchange_strong(free, 1, std::memory_order_acq_rel)) return;
-      guarded([&] {
+      errors.run([&] {
         const int64_t i0 = c * kChunk, i1 = std::min(T, i0 + kChunk);
         const int64_t t0 = job.reverse ? T - i1 : i0, t1 = job.reverse ? T - i0 : i1;  // rows t (N = 1)
         parts.input[0].multiply(job.x + t0 * job.Din, t1 - t0, job.Din, xproj.data() + t0 * GH, GH,
@@ -363,7 +351,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
             take(c);
             while (state[c].load(std::memory_order_acquire) != 2) _mm_pause();
           }
-          guarded([&] { step(0, i); });
+          errors.run([&] { step(0, i); });
         }
         loop_end = Clock::now();
       } else {
@@ -372,7 +360,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     }
     const Clock::time_point end = Clock::now();
     if (job.watch_team) team_watch.report(4 * (end - loop_end) <= end - began, N * H * GH, ns_per_step(end));
-    if (failed) std::rethrow_exception(failed);
+    errors.rethrow();
   } else if (team <= 1) {
     for (int64_t i = 0; i < T; ++i) step(0, i);
     if (job.watch_alone) team_watch.report_alone(N * H * GH, ns_per_step(Clock::now()));
@@ -389,20 +377,12 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     std::atomic<int64_t> moved{0};  // pieces run by a thread other than their owner
     const Clock::time_point start = Clock::now();
     Clock::time_point loop_end;  // when thread 0 ran out of pieces
-    std::exception_ptr failed;
-    std::atomic<bool> any_failed{false};
-    std::mutex failed_mutex;
+    ParallelErrors errors;
     auto run = [&](int c, int64_t round) {
-      if (!any_failed.load(std::memory_order_relaxed)) {
-        try {
-          if (round == 0) project(c, ops::GemmThreads::This);
-          else step(c, round - 1);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(failed_mutex);
-          if (!failed) failed = std::current_exception();
-          any_failed = true;
-        }
-      }
+      errors.run([&] {
+        if (round == 0) project(c, ops::GemmThreads::This);
+        else step(c, round - 1);
+      });
       claims.finish(c, round);
     };
 #pragma omp parallel num_threads(team)
@@ -429,7 +409,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
       const Clock::time_point end = Clock::now();
       team_watch.report(4 * (end - loop_end) <= end - start && 4 * moved.load() <= T, N * H * GH, ns_per_step(end));
     }
-    if (failed) std::rethrow_exception(failed);
+    errors.rethrow();
   }
   const float* hl = h_at(T - 1);
   std::memcpy(job.h_n, hl, sizeof(float) * N * H);
@@ -599,31 +579,19 @@ void backward_direction(const DirectionBackJob& job) {
     // touches only its own columns, which no other part reads. An exception must not leave the
     // region, nor a thread stop meeting the barrier: the first one is kept and rethrown after.
     StepBarrier barrier(team);
-    std::exception_ptr failed;
-    std::atomic<bool> any_failed{false};
-    std::mutex failed_mutex;
-    auto guarded = [&](auto&& f) {
-      if (any_failed.load(std::memory_order_relaxed)) return;
-      try {
-        f();
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(failed_mutex);
-        if (!failed) failed = std::current_exception();
-        any_failed = true;
-      }
-    };
+    ParallelErrors errors;
 #pragma omp parallel num_threads(team)
     {
       const int id = omp_get_thread_num(), nt = omp_get_num_threads();  // OpenMP may give fewer
 #pragma omp single
       barrier.resize(nt);
       for (int64_t i = T - 1; i >= 0; --i) {
-        for (int c = id; c < team; c += nt) guarded([&] { cell_part(c, i); });
+        for (int c = id; c < team; c += nt) errors.run([&] { cell_part(c, i); });
         barrier.wait();
-        for (int c = id; c < team; c += nt) guarded([&] { product_part(c, i); });
+        for (int c = id; c < team; c += nt) errors.run([&] { product_part(c, i); });
       }
     }
-    if (failed) std::rethrow_exception(failed);
+    errors.rethrow();
   }
   const Tensor& dh = dhb[T & 1];  // after step 0: the gradient of h0
   const Tensor& dc = dcb[T & 1];

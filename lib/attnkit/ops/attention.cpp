@@ -14,6 +14,7 @@
 #include <omp.h>
 
 #include "attnkit/ops/matmul.hpp"
+#include "attnkit/tensor/parallel_errors.hpp"
 #include "attnkit/ops/softmax.hpp"
 #include "attnkit/ops/vector_exp.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
@@ -36,28 +37,6 @@ TileSizes g_tiles;
 // Tiles' row stride is their width plus this: a [256, 256] tile with rows exactly 1 KB apart, read
 // down its columns in place by the GEMM (P^T dO, dS^T Q), keeps falling into the same few L1 sets.
 constexpr int64_t kTilePad = 16;
-
-// Exceptions inside an OpenMP region would std::terminate: run() keeps the first one (and skips
-// the remaining work), rethrow() raises it after the region.
-class ParallelErrors {
- public:
-  template <typename F>
-  void run(F&& f) {
-    if (failed_.load(std::memory_order_relaxed)) return;
-    try {
-      f();
-    } catch (...) {
-      if (!failed_.exchange(true)) error_ = std::current_exception();
-    }
-  }
-  void rethrow() {
-    if (error_) std::rethrow_exception(error_);
-  }
-
- private:
-  std::atomic<bool> failed_{false};
-  std::exception_ptr error_;
-};
 
 // Keys [0, limit) pass the causal and key-length masks for query t of batch element n.
 int64_t row_limit(const SdpaProblem& p, int64_t n, int64_t t) {
