@@ -15,6 +15,7 @@
 #include "attnkit/tensor/compare.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
+#include "test_util.hpp"
 
 using namespace attnkit;
 
@@ -595,10 +596,6 @@ TEST_CASE("multi-head attention writes its output whole: recycled buffers full o
   const int64_t N = 2, T = 512, E = 256, NH = 4, floats = N * T * E;  // 2^18 floats: big enough to be recycled
   const nn::MultiheadAttention m = random_mha(rng, E, NH);
   const Tensor x = rand_normal({N, T, E}, rng);
-  auto recycled = [&](float value) {  // the tensors' kept buffers, all of the output's size and this value
-    std::vector<Tensor> held;
-    for (int i = 0; i < 8; ++i) held.push_back(Tensor::filled({floats}, value));
-  };
   for (int mask = 0; mask < 3; ++mask)
     for (auto hw : {nn::HeadWeights::None, nn::HeadWeights::PerHead}) {
       CAPTURE(mask);
@@ -606,14 +603,14 @@ TEST_CASE("multi-head attention writes its output whole: recycled buffers full o
       o.weights = hw;
       if (mask == 1) o.mask.causal = ops::CausalKind::UpperLeft;
       if (mask == 2) o.mask.key_lengths = {T, 0};  // the second element's queries see no key
-      recycled(0.0f);
+      test::fill_recycled_buffers(floats, 0.0f);
       const Tensor zeros = nn::multihead_attention_forward(m, x, x, x, o).output;
       const Tensor heads_zeros = nn::heads_attention_forward(x, x, x, NH, o).output;
-      recycled(std::nanf(""));
+      test::fill_recycled_buffers(floats, std::nanf(""));
       const Tensor nans = nn::multihead_attention_forward(m, x, x, x, o).output;
       CHECK(all_finite(nans));
       CHECK(nans.values() == zeros.values());
-      recycled(std::nanf(""));
+      test::fill_recycled_buffers(floats, std::nanf(""));
       const Tensor heads_nans = nn::heads_attention_forward(x, x, x, NH, o).output;
       CHECK(all_finite(heads_nans));
       CHECK(heads_nans.values() == heads_zeros.values());

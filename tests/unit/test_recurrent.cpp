@@ -625,10 +625,6 @@ TEST_CASE("the output is written whole: recycled buffers full of NaN change no b
   // and the row split (N = 64), both directions, a second layer, lengths sorted and not.
   Rng rng(43);
   ThreadsFor two(2);
-  auto recycled = [](int64_t floats, float value) {  // the tensors' kept buffers, all of this size and value
-    std::vector<Tensor> held;
-    for (int i = 0; i < 8; ++i) held.push_back(Tensor::filled({floats}, value));
-  };
   struct Case {
     int64_t N, T, H;
     int layers;
@@ -655,9 +651,9 @@ TEST_CASE("the output is written whole: recycled buffers full of NaN change no b
       if (!k.lengths.empty()) in.lengths = &k.lengths;
       const int64_t floats = k.N * k.T * k.H * (k.bidirectional ? 2 : 1);
       REQUIRE(floats >= (int64_t(1) << 18));  // big enough to be recycled
-      recycled(floats, 0.0f);
+      test::fill_recycled_buffers(floats, 0.0f);
       const Tensor zeros = m.forward(in, {}).output;
-      recycled(floats, std::nanf(""));
+      test::fill_recycled_buffers(floats, std::nanf(""));
       const Tensor nans = m.forward(in, {}).output;
       CHECK(std::all_of(nans.values().begin(), nans.values().end(), [](float v) { return std::isfinite(v); }));
       CHECK(nans.values() == zeros.values());

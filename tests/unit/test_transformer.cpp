@@ -219,10 +219,6 @@ TEST_CASE("transformer encoder layer under inference writes its outputs whole: r
   // buffer, old values and all. Every row must be written, post-LN and pre-LN.
   Rng rng(53);
   const int64_t N = 2, T = 512, E = 256, floats = N * T * E;  // 2^18 floats: big enough to be recycled
-  auto recycled = [&](float value) {
-    std::vector<Tensor> held;
-    for (int i = 0; i < 8; ++i) held.push_back(Tensor::filled({floats}, value));
-  };
   for (bool norm_first : {false, true}) {
     CAPTURE(norm_first);
     nn::TransformerLayerOptions o;
@@ -230,9 +226,9 @@ TEST_CASE("transformer encoder layer under inference writes its outputs whole: r
     nn::TransformerEncoderLayer layer(o, rng);
     const Var x(rand_normal({N, T, E}, rng));
     autograd::NoGrad no_grad;
-    recycled(0.0f);
+    test::fill_recycled_buffers(floats, 0.0f);
     const Tensor zeros = layer.forward(x, {}).value();
-    recycled(std::nanf(""));
+    test::fill_recycled_buffers(floats, std::nanf(""));
     const Tensor nans = layer.forward(x, {}).value();
     CHECK(std::all_of(nans.values().begin(), nans.values().end(), [](float v) { return std::isfinite(v); }));
     CHECK(compare(nans, zeros, Tolerance{1e-6, 1e-6}).close);

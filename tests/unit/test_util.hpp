@@ -3,10 +3,12 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/tensor.hpp"
 
 namespace attnkit::test {
 
@@ -30,6 +32,13 @@ inline std::string fixture_text(const std::string& name) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Fills the buffers that freed tensors leave for Tensor::uninitialized (tensor/tensor.cpp keeps 8, from 2^18 floats
+// on) with tensors of `floats` values `value`, so that the next big uninitialised tensors of that size start so.
+inline void fill_recycled_buffers(int64_t floats, float value) {
+  std::vector<Tensor> held;
+  for (int i = 0; i < 8; ++i) held.push_back(Tensor::filled({floats}, value));
 }
 
 }  // namespace attnkit::test

@@ -451,8 +451,8 @@ MhaResult mha(const MultiheadAttention& m, const Tensor& q, const Tensor& k, con
   if (self_attention) {
     // Q, K, V side by side in one [N*T, P] buffer (heads read in place, row stride P), each
     // projection writing its column slice. Without a cache (whose Q is [N, T, 2E + Ev]) P is padded to an odd
-    // number of cache lines, so that P V reads V's rows as they lie (ops/attention.cpp values_in_place).
-    const int64_t P0 = 2 * E + Ev, P = !cache && P0 % 16 == 0 && (P0 / 16) % 2 == 0 ? P0 + 16 : P0, in = pq.in;
+    // number of cache lines, so that P V reads V's rows as they lie (ops::values_row_stride).
+    const int64_t P = cache ? 2 * E + Ev : ops::values_row_stride(2 * E + Ev), in = pq.in;
     std::shared_ptr<float> qkv_buf = cache ? nullptr : ScratchPool::get(rows * P);
     if (cache) cache->Q = Tensor({d.N, d.T, P}), cache->K = Tensor(), cache->V = Tensor();
     float* QKV = cache ? cache->Q.data() : qkv_buf.get();

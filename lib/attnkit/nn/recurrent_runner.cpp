@@ -222,6 +222,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   const bool big = N * T * job.Din * GH >= (int64_t(1) << 25);
   const bool forks = team <= 1 && big && team_for(num_threads(), 2.0 * double(N * T * job.Din * GH)) > 1;
   FusedSteps fused(job, parts, forks);
+  const bool ahead = team <= 1 && job.project_ahead && !fused;  // one row: the projection runs beside the steps
   Scratch xproj_buf(fused ? size_t(team) * size_t(fused.part_floats) : size_t(N * T * GH), 0);
   fused.buffers = xproj_buf.data();
   MapRM xproj(xproj_buf.data(), fused ? 0 : N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
@@ -229,7 +230,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     if (fused) return;  // each step computes its own
     parts.input[size_t(c)].multiply(job.x, N * T, job.Din, xproj.data(), GH, threads);  // [N*T, cols of c]
   };
-  if (team <= 1 && !(job.project_ahead && !fused)) project(0, big ? ops::GemmThreads::Policy : ops::GemmThreads::This);
+  if (team <= 1 && !ahead) project(0, big ? ops::GemmThreads::Policy : ops::GemmThreads::This);
 
   // The initial state, the double-buffered state and GRU's hidden products, each on whole cache lines.
   const int64_t state = (2 * N * H + 15) / 16 * 16;
@@ -320,7 +321,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     }
   };
 
-  if (team <= 1 && job.project_ahead && !fused) {
+  if (ahead) {
     // One row (N = 1): the steps on this thread, x W_ih in chunks of kChunk steps' rows on a second one, ahead
     // of them (the hoisted projection was 28% of N = 1, T = 100, D = H = 128 on one thread). A chunk goes to
     // whichever thread claims it first: the steps' thread takes one itself rather than wait for a late

@@ -158,13 +158,15 @@ QueryTask query_task(const SdpaProblem& p, int64_t task) {
 }
 }  // namespace
 
-// P V reads V as it lies (gemm_in_place) where its rows are an odd number of cache lines apart (the fused
-// self-attention pads its Q | K | V rows so) and Dv is whole panels: packing V's panels was half of the
-// projection stage's packing, 1.4% of a T = 1024 forward with K^T's.
+int64_t values_row_stride(int64_t floats) { return floats % 16 == 0 && (floats / 16) % 2 == 0 ? floats + 16 : floats; }
+
+// P V reads V as it lies (gemm_in_place) where its rows are an odd number of cache lines apart
+// (values_row_stride) and Dv is whole panels: packing V's panels was half of the projection stage's packing,
+// 1.4% of a T = 1024 forward with K^T's.
 static bool values_in_place(const SdpaProblem& p) {
   const PanelShape s = gemm_panel_shape();
   return s.mr > 0 && p.Dv > 0 && p.Dv % s.nr == 0 && key_tile(p) <= s.max_depth && p.v.row % 16 == 0 &&
-         (p.v.row / 16) % 2 == 1;
+         values_row_stride(p.v.row) == p.v.row;
 }
 
 // Panels where the kernel has them, K fits one block, key tiles start on panel boundaries, and a head

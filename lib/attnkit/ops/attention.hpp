@@ -197,6 +197,11 @@ AttentionGrads attention_backward(const Tensor& query, const Tensor& keys, const
 // after K and V are written and before the workers run, or pack_keys on each block as it is written)
 // instead of once per query tile (V's were 2% of a T = 4096 forward), and each worker packs its query
 // tile once instead of once per key tile. The same sums as ops::gemm's register blocks.
+// The row stride, from `floats` on, at which the tiled kernel's P V reads V as it lies instead of packing it:
+// an odd number of cache lines (16 floats), whose rows spread over every cache set. floats itself unless it is an
+// even number of whole lines (then one line more). The fused self-attention lays out its Q | K | V rows so.
+int64_t values_row_stride(int64_t floats);
+
 class TiledKvPanels {
  public:
   explicit TiledKvPanels(const SdpaProblem& p);  // allocates; no tasks where panels do not apply
