@@ -689,3 +689,40 @@ TEST_CASE("recurrent: one row with x W_ih projected ahead on a second thread giv
     }
   }
 }
+
+TEST_CASE("recurrent: a thread done with its rows takes chunks of the other part's steps, with the same bits") {
+  // N = 64 on two threads: each runs 32 rows (row parts); the one that ends first takes chunks of the other's
+  // remaining steps (ChunkTickets). Rows 32.. are one step long, so their thread is free almost at once and
+  // computes a share of the long rows' steps: their values must be one thread's, bit for bit. Also both
+  // directions (a job each, side by side), which help each other the same way.
+  Rng rng(61);
+  const int64_t N = 64, T = 48, D = 16, H = 128;
+  std::vector<int64_t> lengths(N, 1);
+  std::fill(lengths.begin(), lengths.begin() + N / 2, T);
+  for (CellKind cell : {CellKind::Lstm, CellKind::Gru})
+    for (bool bidirectional : {false, true}) {
+      CAPTURE(ops::cell_name(cell));
+      CAPTURE(bidirectional);
+      nn::RecurrentConfig cfg;
+      cfg.cell = cell, cfg.input_size = D, cfg.hidden_size = H, cfg.bidirectional = bidirectional;
+      Recurrent m = Recurrent::random(cfg, rng);
+      const Tensor x = rand_normal({N, T, D}, rng), h0 = rand_normal({bidirectional ? 2 : 1, N, H}, rng);
+      nn::RecurrentInputs in;
+      in.x = &x, in.h0 = &h0, in.lengths = &lengths;
+      nn::RunOptions opt;
+      opt.min_macs_per_thread = 1;
+      nn::RecurrentResult one;
+      {
+        ThreadsFor policy(1);
+        one = m.forward(in, opt);
+      }
+      ThreadsFor policy(2);
+      for (int call = 0; call < 4; ++call) {
+        CAPTURE(call);
+        const nn::RecurrentResult r = m.forward(in, opt);
+        CHECK(r.output.values() == one.output.values());
+        CHECK(r.h_n.values() == one.h_n.values());
+        if (cell == CellKind::Lstm) CHECK(r.c_n.values() == one.c_n.values());
+      }
+    }
+}

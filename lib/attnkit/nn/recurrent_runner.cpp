@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "attnkit/nn/recurrent.hpp"
 #include "attnkit/nn/recurrent_packed.hpp"
@@ -32,6 +33,36 @@ using ops::CellKind;
 using ops::gate_count;
 
 namespace {
+
+// The steps of a job that runs beside others (run_side_by_side) as tickets: ticket i * chunks + k is chunk k
+// of step i (FusedSteps: a run of units, its products and its cell). The job's thread takes them in order;
+// a thread whose own job is done takes them too (one helper at a time), so the two threads end together
+// instead of one waiting for the other: the row parts of N = 64, T = 100, H = 512 ended 1-3 ms (of 65) apart,
+// which part later changing from process to process (host noise on one vCPU). A chunk's values do not
+// depend on the thread that computes it.
+struct ChunkTickets {
+  alignas(64) std::atomic<int64_t> next{0};  // the next ticket to take
+  alignas(64) std::atomic<int64_t> done{0};  // tickets finished
+  alignas(64) std::atomic<int> helpers{0};
+  std::atomic<const std::function<void(int)>*> help{nullptr};  // while the job runs: take tickets (into buffer slot 1)
+  void wait_done(int64_t tickets) const {  // until `tickets` are finished (their writes then visible)
+    for (int i = 1; done.load(std::memory_order_acquire) < tickets; ++i) {
+      _mm_pause();
+      if (i % 256 == 0) std::this_thread::yield();  // a descheduled helper: not this core's time slice
+    }
+  }
+  // From another thread, once its own job is done: helps while the job runs and no other thread does.
+  void join() {
+    if (helpers.fetch_add(1) == 0)
+      if (const std::function<void(int)>* f = help.load()) (*f)(1);
+    helpers.fetch_sub(1);
+  }
+  // The job's thread, after its last ticket: no helper enters from now on; until the ones inside have left.
+  void close() {
+    help.store(nullptr);
+    while (helpers.load() != 0) _mm_pause();
+  }
+};
 
 // One layer and direction over the whole batch.
 struct DirectionJob {
@@ -168,29 +199,42 @@ struct FusedSteps {
   int64_t part_floats = 0;  // each part's buffers: x_t and h_prev packed, a chunk's products
   float* buffers = nullptr;  // [parts][part_floats], 64-byte aligned (set before the loop)
 
-  // Part c of a step: rows x [rows, Din] (row stride ldx) and h_prev [rows, H]; cell(u0, u1, xproj, ldx,
-  // hproj, ldh, col0) runs the cell on the units [u0, u1) with their gate arguments from column col0 on.
+  // Chunks of part c's units in a step (each chunk_units_ units, the last maybe fewer).
+  int64_t chunks(int c) const {
+    const auto [u0, u1] = parts_->units[size_t(c)];
+    return (u1 - u0 + chunk_units_ - 1) / chunk_units_;
+  }
+  // Into buffer slot `slot`: a step's rows x [rows, Din] (row stride ldx) and h_prev [rows, H] packed.
+  void pack(int slot, int64_t rows, const float* x, int64_t ldx, const float* h_prev) const {
+    float* pax = buffers + slot * part_floats;
+    ops::pack_a_panels(ops::Trans::No, rows, Din_, x, ldx, pax, ops::RowBlocks::Balanced);
+    ops::pack_a_panels(ops::Trans::No, rows, H_, h_prev, H_, pax + pax_, ops::RowBlocks::Balanced);
+  }
+  // Chunk k of part c from the rows packed in `slot`: its products, then cell(u0, u1, xproj, ldx, hproj,
+  // ldh, col0) on the units [u0, u1) with their gate arguments from column col0 on.
+  template <typename Cell>
+  void chunk(int slot, int c, int64_t k, int64_t rows, Cell&& cell) const {
+    const auto [u0, u1] = parts_->units[size_t(c)];
+    const float* pax = buffers + slot * part_floats;
+    const float* pah = pax + pax_;
+    float* xp = buffers + slot * part_floats + pax_ + pah_;  // [rows, ld_] x_t W_ih (+ h_prev W_hh but for GRU)
+    float* hp = gru_ ? xp + N_ * ld_ : nullptr;               // GRU: [rows, ld_] h_prev W_hh
+    const PackedColumns &wx = parts_->input[size_t(c)], &wh = parts_->columns[size_t(c)];
+    const int64_t a = u0 + k * chunk_units_, b = std::min(u1, a + chunk_units_), j0 = G_ * (a - u0), j1 = G_ * (b - u0);
+    wx.multiply_panels(pax, rows, j0, j1, 0.0f, xp, ld_);
+    if (hp) {  // zeroed, then added into: as the hoisted path (an exact zero's sign included)
+      for (int64_t n = 0; n < rows; ++n) std::fill_n(hp + n * ld_, j1 - j0, 0.0f);
+      wh.multiply_panels(pah, rows, j0, j1, 1.0f, hp, ld_);
+    } else {
+      wh.multiply_panels(pah, rows, j0, j1, 1.0f, xp, ld_);
+    }
+    cell(a, b, xp, ld_, hp, ld_, G_ * a);
+  }
+  // Part c of a step, in its own slot c: pack, then every chunk.
   template <typename Cell>
   void step(int c, int64_t rows, const float* x, int64_t ldx, const float* h_prev, Cell&& cell) const {
-    const auto [u0, u1] = parts_->units[size_t(c)];
-    float* pax = buffers + c * part_floats;
-    float* pah = pax + pax_;
-    float* xp = pah + pah_;  // [rows, ld_] x_t W_ih (+ h_prev W_hh but for GRU)
-    float* hp = gru_ ? xp + N_ * ld_ : nullptr;  // GRU: [rows, ld_] h_prev W_hh
-    ops::pack_a_panels(ops::Trans::No, rows, Din_, x, ldx, pax, ops::RowBlocks::Balanced);
-    ops::pack_a_panels(ops::Trans::No, rows, H_, h_prev, H_, pah, ops::RowBlocks::Balanced);
-    const PackedColumns &wx = parts_->input[size_t(c)], &wh = parts_->columns[size_t(c)];
-    for (int64_t a = u0; a < u1; a += chunk_units_) {
-      const int64_t b = std::min(u1, a + chunk_units_), j0 = G_ * (a - u0), j1 = G_ * (b - u0);
-      wx.multiply_panels(pax, rows, j0, j1, 0.0f, xp, ld_);
-      if (hp) {  // zeroed, then added into: as the hoisted path (an exact zero's sign included)
-        for (int64_t n = 0; n < rows; ++n) std::fill_n(hp + n * ld_, j1 - j0, 0.0f);
-        wh.multiply_panels(pah, rows, j0, j1, 1.0f, hp, ld_);
-      } else {
-        wh.multiply_panels(pah, rows, j0, j1, 1.0f, xp, ld_);
-      }
-      cell(a, b, xp, ld_, hp, ld_, G_ * a);
-    }
+    pack(c, rows, x, ldx, h_prev);
+    for (int64_t k = 0, n = chunks(c); k < n; ++k) chunk(c, c, k, rows, cell);
   }
 
  private:
@@ -200,7 +244,8 @@ struct FusedSteps {
   int64_t N_ = 0, Din_ = 0, H_ = 0, chunk_units_ = 0, ld_ = 0, pax_ = 0, pah_ = 0;
 };
 
-void run_direction(const DirectionJob& job, const TeamParts& parts) {
+// side: the job runs beside others (run_side_by_side), whose threads may take chunks of its steps.
+void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets* side = nullptr) {
   const int G = gate_count(job.cell);
   const int64_t N = job.N, T = job.T, H = job.H, GH = G * H;
   const Recurrent::Packed& p = *job.packed;
@@ -223,7 +268,8 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
   const bool forks = team <= 1 && big && team_for(num_threads(), 2.0 * double(N * T * job.Din * GH)) > 1;
   FusedSteps fused(job, parts, forks);
   const bool ahead = team <= 1 && job.project_ahead && !fused;  // one row: the projection runs beside the steps
-  Scratch xproj_buf(fused ? size_t(team) * size_t(fused.part_floats) : size_t(N * T * GH), 0);
+  const bool tickets = team <= 1 && side && fused;  // chunks by ticket: a helper packs into slot 1
+  Scratch xproj_buf(fused ? size_t(tickets ? 2 : team) * size_t(fused.part_floats) : size_t(N * T * GH), 0);
   fused.buffers = xproj_buf.data();
   MapRM xproj(xproj_buf.data(), fused ? 0 : N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
   auto project = [&](int c, ops::GemmThreads threads) {
@@ -362,6 +408,28 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
     const Clock::time_point end = Clock::now();
     if (job.watch_team) team_watch.report(4 * (end - loop_end) <= end - began, N * H * GH, ns_per_step(end));
     errors.rethrow();
+  } else if (tickets) {
+    ChunkTickets& tk = *side;
+    const int64_t per_step = fused.chunks(0), total = T * per_step;
+    ParallelErrors errors;  // a helper's exception must not leave its thread
+    const std::function<void(int)> take = [&](int slot) {  // tickets until none is left
+      int64_t packed = -1;  // the step whose rows are in the slot
+      for (int64_t ticket; (ticket = tk.next.fetch_add(1, std::memory_order_relaxed)) < total;) {
+        const int64_t i = ticket / per_step, t = time_of(i), rows = running(t);
+        if (i != packed) {
+          tk.wait_done(i * per_step);  // step i - 1 whole: h_prev
+          errors.run([&] { fused.pack(slot, rows, job.x + t * job.Din, T * job.Din, h_at(i - 1)); });
+          packed = i;
+        }
+        errors.run([&] { fused.chunk(slot, 0, ticket % per_step, rows, [&](auto... a) { cell(i, a...); }); });
+        tk.done.fetch_add(1, std::memory_order_release);
+      }
+    };
+    tk.help.store(&take);
+    take(0);
+    tk.close();
+    tk.wait_done(total);
+    errors.rethrow();
   } else if (team <= 1) {
     for (int64_t i = 0; i < T; ++i) step(0, i);
     if (job.watch_alone) team_watch.report_alone(N * H * GH, ns_per_step(Clock::now()));
@@ -422,13 +490,15 @@ void run_direction(const DirectionJob& job, const TeamParts& parts) {
 void run_side_by_side(const std::vector<DirectionJob>& jobs, const TeamParts& first, const TeamParts* second = nullptr) {
   const int n = static_cast<int>(jobs.size());
   std::vector<std::exception_ptr> failed(jobs.size());
+  std::unique_ptr<ChunkTickets[]> tickets(new ChunkTickets[jobs.size()]);
 #pragma omp parallel for num_threads(n) schedule(static, 1)
   for (int j = 0; j < n; ++j) {
     try {
-      run_direction(jobs[size_t(j)], j > 0 && second ? *second : first);
+      run_direction(jobs[size_t(j)], j > 0 && second ? *second : first, &tickets[j]);
     } catch (...) {
       failed[size_t(j)] = std::current_exception();
     }
+    for (int o = 1; o < n; ++o) tickets[(j + o) % n].join();  // then the others' steps, if they still run
   }
   for (auto& e : failed)
     if (e) std::rethrow_exception(e);
