@@ -694,9 +694,10 @@ TEST_CASE("recurrent: a thread done with its rows takes chunks of the other part
   // N = 64 on two threads: each runs 32 rows (row parts); the one that ends first takes chunks of the other's
   // remaining steps (ChunkTickets). Rows 32.. are one step long, so their thread is free almost at once and
   // computes a share of the long rows' steps: their values must be one thread's, bit for bit. Also both
-  // directions (a job each, side by side), which help each other the same way.
+  // directions (a job each, side by side), which help each other the same way. H = 320: a step is several chunks
+  // (LSTM 128, 128 and 64 units; GRU 192 and 128), the last one partial.
   Rng rng(61);
-  const int64_t N = 64, T = 48, D = 16, H = 128;
+  const int64_t N = 64, T = 24, D = 16, H = 320;
   std::vector<int64_t> lengths(N, 1);
   std::fill(lengths.begin(), lengths.begin() + N / 2, T);
   for (CellKind cell : {CellKind::Lstm, CellKind::Gru})
