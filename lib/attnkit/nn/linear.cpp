@@ -1,6 +1,9 @@
 // Legend: I in features, O out features.
 #include "attnkit/nn/linear.hpp"
 
+#include <omp.h>
+
+#include <atomic>
 #include <cmath>
 
 #include "attnkit/autograd/functional.hpp"
@@ -8,6 +11,9 @@
 #include "attnkit/nn/state_dict.hpp"
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/parallel_errors.hpp"
+#include "attnkit/tensor/scratch_pool.hpp"
+#include "attnkit/tensor/threads.hpp"
 
 namespace attnkit::nn {
 
@@ -48,21 +54,67 @@ bool Linear::well_formed() const {
 }
 
 void Linear::apply(const float* x, int64_t rows, float* y, bool relu, const float* add) const {
-  const int64_t I = in_features(), O = out_features();
-  ops::GemmEpilogue e;
-  e.bias = has_bias_ ? bias.value.data() : nullptr;
-  e.relu = relu;
-  e.add = add, e.ldadd = O;
   // y [rows, O] = x [rows, I] W^T, then the epilogue: with W^T packed once where that gives ops::gemm's
   // bits (which would pack it on every call, in every thread)
   if (ops::gemm_packed_matches(rows)) {
-    const std::shared_ptr<const ops::GemmPackedB> w =
-        packed_.get({&weight}, [&] { return ops::GemmPackedB(ops::Trans::Yes, I, O, weight.value.data(), I); });
-    ops::gemm_packed(ops::Trans::No, rows, 1.0f, x, I, *w, 0.0f, y, O, ops::GemmThreads::Policy, e);
+    const std::shared_ptr<const ops::GemmPackedB> w = packed_weight();
+    ops::gemm_packed(ops::Trans::No, rows, 1.0f, x, in_features(), *w, 0.0f, y, out_features(),
+                     ops::GemmThreads::Policy, epilogue(relu, add));
     return;
   }
-  ops::gemm(ops::Trans::No, ops::Trans::Yes, rows, O, I, 1.0f, x, I, weight.value.data(), I, 0.0f, y, O,
-            ops::GemmThreads::Policy, e);
+  ops::gemm(ops::Trans::No, ops::Trans::Yes, rows, out_features(), in_features(), 1.0f, x, in_features(),
+            weight.value.data(), in_features(), 0.0f, y, out_features(), ops::GemmThreads::Policy, epilogue(relu, add));
+}
+
+std::shared_ptr<const ops::GemmPackedB> Linear::packed_weight() const {
+  if (!ops::gemm_packed_matches(int64_t(5))) return nullptr;
+  const int64_t I = in_features(), O = out_features();
+  return packed_.get({&weight}, [&] { return ops::GemmPackedB(ops::Trans::Yes, I, O, weight.value.data(), I); });
+}
+
+void Linear::apply_packed(const ops::GemmPackedB& w, const float* x, int64_t rows, float* y, bool relu,
+                          const float* add) const {
+  ops::gemm_packed(ops::Trans::No, rows, 1.0f, x, in_features(), w, 0.0f, y, out_features(), ops::GemmThreads::This,
+                   epilogue(relu, add));
+}
+
+ops::GemmEpilogue Linear::epilogue(bool relu, const float* add) const {
+  ops::GemmEpilogue e;
+  e.bias = has_bias_ ? bias.value.data() : nullptr;
+  e.relu = relu;
+  e.add = add, e.ldadd = out_features();
+  return e;
+}
+
+void feed_forward(const Linear& linear1, const Linear& linear2, const float* x, int64_t rows, float* y,
+                  const float* add) {
+  const int64_t I = linear1.in_features(), F = linear1.out_features(), O = linear2.out_features();
+  AK_CHECK(linear1.well_formed() && linear2.well_formed() && linear2.in_features() == F,
+           "feed_forward: linear1 [{}, {}] then linear2 [{}, {}] do not chain", F, I, O, linear2.in_features());
+  const std::shared_ptr<const ops::GemmPackedB> w1 = linear1.packed_weight(), w2 = linear2.packed_weight();
+  if (rows <= 4 || !w1 || !w2) {  // apply's own kernels (few rows: no packed weights)
+    const std::shared_ptr<float> h = ScratchPool::get(rows * F);  // [rows, F]
+    linear1.apply(x, rows, h.get(), true, nullptr);
+    linear2.apply(h.get(), rows, y, false, add);
+    return;
+  }
+  constexpr int64_t kRows = 48;  // whole register blocks; ran 3-6% faster than 24, 36, 60 or 96 (d 512, d_ff 2048)
+  const int64_t tasks = (rows + kRows - 1) / kRows;
+  const int team = team_for(tasks, 4.0 * double(rows) * double(I) * double(F));
+  const std::shared_ptr<float> hidden = ScratchPool::get(team * kRows * F);  // [team][kRows, F]
+  std::atomic<int64_t> next{0};
+  ParallelErrors errors;
+#pragma omp parallel num_threads(team) if (team > 1)
+  {
+    float* h = hidden.get() + omp_get_thread_num() * kRows * F;
+    for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < tasks;)
+      errors.run([&] {
+        const int64_t r0 = t * kRows, n = std::min(kRows, rows - r0);
+        linear1.apply_packed(*w1, x + r0 * I, n, h, true, nullptr);                              // relu(x W1^T + b1)
+        linear2.apply_packed(*w2, h, n, y + r0 * O, false, add ? add + r0 * O : nullptr);  // add + h W2^T + b2
+      });
+  }
+  errors.rethrow();
 }
 
 std::vector<Parameter*> Linear::named_parameters() {

@@ -6,7 +6,6 @@
 #include "attnkit/autograd/layers.hpp"
 #include "attnkit/autograd/multihead.hpp"
 #include "attnkit/tensor/error.hpp"
-#include "attnkit/tensor/scratch_pool.hpp"
 #include "attnkit/tensor/threads.hpp"
 
 namespace attnkit::nn {
@@ -78,13 +77,9 @@ Var ff_residual(Linear& linear1, Linear& linear2, const TransformerLayerOptions&
   if (in_place() && relu && !d.active(o.dropout) && linear1.well_formed() && linear2.well_formed() &&
       linear2.in_features() == F && !x.shape().empty() && x.shape().back() == E && x.shape() == base.shape() &&
       linear2.out_features() == E) {
-    // Inference: the hidden [rows, F] (the layer's largest buffer, 32 MB at 16 x 256 x 2048) from the
-    // scratch pool: not allocated, zero-filled and faulted in anew on every call.
-    const int64_t rows = x.value().numel() / E;
-    const std::shared_ptr<float> h = ScratchPool::get(rows * F);
-    linear1.apply(x.value().data(), rows, h.get(), true, nullptr);  // [rows, F] = relu(x W1^T + b1)
-    Tensor y = Tensor::uninitialized(base.shape());  // written whole by the product
-    linear2.apply(h.get(), rows, y.data(), false, base.value().data());  // [rows, E] = base + h W2^T + b2
+    // Inference: the hidden [rows, F] (32 MB at 16 x 256 x 2048) never whole (nn::feed_forward)
+    Tensor y = Tensor::uninitialized(base.shape());  // written whole by the products
+    feed_forward(linear1, linear2, x.value().data(), x.value().numel() / E, y.data(), base.value().data());
     return Var(std::move(y));
   }
   Var h = linear1.forward(x, {relu, nullptr});  // [N, T, F] = act(x W1^T + b1)
