@@ -12,4 +12,9 @@ function(attnkit_kernel_file_flags lib)
   # epilogue (alpha * acc, then + bias) rounds as the separate passes it replaces do.
   set_source_files_properties(${lib}/attnkit/ops/gemm_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-ffp-contract=off")
   set_source_files_properties(${lib}/attnkit/ops/gemm_avx512.cpp PROPERTIES COMPILE_OPTIONS "-mavx512f;-mfma;-ffp-contract=off")
+  # LayerNorm: its sums run several rows in lockstep (detail::fixed_sums); with contraction GCC fused c * c + acc
+  # in one form of that loop and not in another, so a row's bits depended on its place in the batch, and the
+  # output's fused x * w + b on whether Eigen's peeled scalar head or its vector body computed an element
+  # (that is, on the buffer's address). The arithmetic as written, everywhere.
+  set_source_files_properties(${lib}/attnkit/ops/layer_norm.cpp PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
 endfunction()

@@ -46,4 +46,27 @@ inline float fixed_sum(int64_t n, F&& f) {
   return (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) + tail;
 }
 
+// fixed_sum of f(x_q[i], q) for R rows x_q = x + q * ldx at once, into out[q]: the same order and bits as
+// fixed_sum per row, its 8 partial sums one 8-lane vector a row, the R rows in lockstep so that their chains of
+// dependent additions overlap (one row alone waits on each addition's latency).
+template <int R, typename F>
+inline void fixed_sums(int64_t n, int64_t ldx, const float* x, F&& f, float* out) {
+  typedef float v8 __attribute__((vector_size(32)));
+  v8 acc[R];
+  for (int q = 0; q < R; ++q) acc[q] = v8{};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int q = 0; q < R; ++q) {
+      v8 v;
+      for (int k = 0; k < 8; ++k) v[k] = f(x[q * ldx + i + k], q);
+      acc[q] += v;
+    }
+  for (int q = 0; q < R; ++q) {
+    float tail = 0.0f;
+    for (int64_t j = i; j < n; ++j) tail += f(x[q * ldx + j], q);
+    const v8 a = acc[q];
+    out[q] = (((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))) + tail;
+  }
+}
+
 }  // namespace attnkit::ops::detail
