@@ -617,6 +617,30 @@ TEST_CASE("multi-head attention writes its output whole: recycled buffers full o
     }
 }
 
+TEST_CASE("attention contexts of 1 MB and more (written with streaming stores) = the weights kernel's") {
+  // From 1 MB of contexts the tiled kernel writes them with streaming stores: with the output projection and without
+  // (the contexts are the output), every mask kind, against the kernel that materialises the heads' weights
+  // (sdpa_full: no tiles, plain stores).
+  Rng rng(67);
+  const int64_t N = 2, T = 512, E = 256, NH = 4;  // contexts [N, T, E]: 1 MB
+  const nn::MultiheadAttention m = random_mha(rng, E, NH);
+  const Tensor x = rand_normal({N, T, E}, rng);
+  for (int mask = 0; mask < 3; ++mask) {
+    CAPTURE(mask);
+    nn::MhaOptions o;
+    if (mask == 1) o.mask.causal = ops::CausalKind::UpperLeft;
+    if (mask == 2) o.mask.key_lengths = {T, 100};
+    nn::MhaOptions with_weights = o;
+    with_weights.weights = nn::HeadWeights::PerHead;
+    check_close(nn::multihead_attention_forward(m, x, x, x, o).output,
+                nn::multihead_attention_forward(m, x, x, x, with_weights).output, "projected: tiled vs weights kernel",
+                1e-4, 1e-4);
+    check_close(nn::heads_attention_forward(x, x, x, NH, o).output,
+                nn::heads_attention_forward(x, x, x, NH, with_weights).output, "heads: tiled vs weights kernel", 1e-5,
+                1e-5);
+  }
+}
+
 TEST_CASE("fused self-attention reading V as it lies (rows an odd number of cache lines apart) = op by op") {
   // Without a cache the fused forward pads its Q | K | V rows (3E = 192 floats, 12 lines) to 13 lines, and P V
   // reads V there instead of packing its panels, where the heads' Dv (32) is whole panels. Query tiles of 8 rows
