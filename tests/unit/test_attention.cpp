@@ -66,6 +66,15 @@ nn::MultiheadAttention random_mha(Rng& rng, int64_t E, int64_t NH) {
   return nn::MultiheadAttention::from_bundle(w, NH);
 }
 
+// The three mask kinds the tiled kernel's tests go through: none (kind 0), causal (1), and key lengths {T, short_len}
+// for a batch of two (2).
+nn::MhaOptions mask_kind(int kind, int64_t T, int64_t short_len) {
+  nn::MhaOptions o;
+  if (kind == 1) o.mask.causal = ops::CausalKind::UpperLeft;
+  if (kind == 2) o.mask.key_lengths = {T, short_len};
+  return o;
+}
+
 struct TileGuard {
   ops::TileSizes saved = ops::tile_sizes();
   explicit TileGuard(ops::TileSizes s) { ops::set_tile_sizes(s); }
@@ -599,10 +608,8 @@ TEST_CASE("multi-head attention writes its output whole: recycled buffers full o
   for (int mask = 0; mask < 3; ++mask)
     for (auto hw : {nn::HeadWeights::None, nn::HeadWeights::PerHead}) {
       CAPTURE(mask);
-      nn::MhaOptions o;
+      nn::MhaOptions o = mask_kind(mask, T, 0);  // kind 2: the second element's queries see no key
       o.weights = hw;
-      if (mask == 1) o.mask.causal = ops::CausalKind::UpperLeft;
-      if (mask == 2) o.mask.key_lengths = {T, 0};  // the second element's queries see no key
       test::fill_recycled_buffers(floats, 0.0f);
       const Tensor zeros = nn::multihead_attention_forward(m, x, x, x, o).output;
       const Tensor heads_zeros = nn::heads_attention_forward(x, x, x, NH, o).output;
@@ -627,9 +634,7 @@ TEST_CASE("attention contexts of 1 MB and more (written with streaming stores) =
   const Tensor x = rand_normal({N, T, E}, rng);
   for (int mask = 0; mask < 3; ++mask) {
     CAPTURE(mask);
-    nn::MhaOptions o;
-    if (mask == 1) o.mask.causal = ops::CausalKind::UpperLeft;
-    if (mask == 2) o.mask.key_lengths = {T, 100};
+    const nn::MhaOptions o = mask_kind(mask, T, 100);
     nn::MhaOptions with_weights = o;
     with_weights.weights = nn::HeadWeights::PerHead;
     check_close(nn::multihead_attention_forward(m, x, x, x, o).output,
@@ -652,9 +657,7 @@ TEST_CASE("fused self-attention reading V as it lies (rows an odd number of cach
   const Tensor x = rand_normal({N, T, E}, rng);
   for (int mask = 0; mask < 3; ++mask) {
     CAPTURE(mask);
-    nn::MhaOptions o;
-    if (mask == 1) o.mask.causal = ops::CausalKind::UpperLeft;
-    if (mask == 2) o.mask.key_lengths = {T, 17};
+    const nn::MhaOptions o = mask_kind(mask, T, 17);
     const Tensor fused = nn::multihead_attention_forward(m, x, x, x, o).output;
     check_close(fused, nn::multihead_attention_forward_ops(m, x, x, x, o).output, "fused vs op by op", 1e-5, 1e-6);
     check_close(fused, nn::multihead_attention_forward_naive(m, x, x, x, o).output, "fused vs naive", 1e-4, 1e-4);

@@ -46,10 +46,7 @@ struct ChunkTickets {
   alignas(64) std::atomic<int> helpers{0};
   std::atomic<const std::function<void(int)>*> help{nullptr};  // while the job runs: take tickets (into buffer slot 1)
   void wait_done(int64_t tickets) const {  // until `tickets` are finished (their writes then visible)
-    for (int i = 1; done.load(std::memory_order_acquire) < tickets; ++i) {
-      _mm_pause();
-      if (i % 256 == 0) std::this_thread::yield();  // a descheduled helper: not this core's time slice
-    }
+    spin_until([&] { return done.load(std::memory_order_acquire) >= tickets; });
   }
   // From another thread, once its own job is done: helps while the job runs and no other thread does.
   void join() {
@@ -60,7 +57,16 @@ struct ChunkTickets {
   // The job's thread, after its last ticket: no helper enters from now on; until the ones inside have left.
   void close() {
     help.store(nullptr);
-    while (helpers.load() != 0) _mm_pause();
+    spin_until([&] { return helpers.load() == 0; });
+  }
+
+ private:
+  template <typename F>
+  static void spin_until(F&& ready) {
+    for (int i = 1; !ready(); ++i) {
+      _mm_pause();
+      if (i % 256 == 0) std::this_thread::yield();  // a descheduled helper: not this core's time slice
+    }
   }
 };
 

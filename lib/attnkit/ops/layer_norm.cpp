@@ -34,6 +34,17 @@ NormDims check(const Tensor& x, const Tensor& weight, const Tensor& bias, const 
   return {shape_numel(without_last(x.shape())), E};
 }
 
+// For R consecutive rows of x [.., E]: mu0 = mean, mu = mu0 + mean(x - mu0), sq = sum((x - mu)^2), each sum in
+// detail::fixed_sum's order, the R rows in lockstep (detail::fixed_sums).
+template <int R>
+void row_sums(const float* x, int64_t E, float inv_E, float* mu0, float* mu, float* sq) {
+  detail::fixed_sums<R>(E, E, x, [](float v, int) { return v; }, mu0);
+  for (int q = 0; q < R; ++q) mu0[q] *= inv_E;
+  detail::fixed_sums<R>(E, E, x, [&](float v, int q) { return v - mu0[q]; }, mu);
+  for (int q = 0; q < R; ++q) mu[q] = mu0[q] + mu[q] * inv_E;
+  detail::fixed_sums<R>(E, E, x, [&](float v, int q) { const float c = v - mu[q]; return c * c; }, sq);
+}
+
 }  // namespace
 
 Tensor layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, LayerNormStats* stats,
@@ -60,22 +71,9 @@ Tensor layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& b
     const int64_t r0 = block * kRows, n = std::min(kRows, M - r0);
     const float* xs = x.data() + r0 * E;
     float mu0[kRows], mu[kRows], var[kRows];
-    if (n == kRows) {
-      detail::fixed_sums<kRows>(E, E, xs, [](float v, int) { return v; }, mu0);
-      for (int q = 0; q < kRows; ++q) mu0[q] *= inv_E;
-      detail::fixed_sums<kRows>(E, E, xs, [&](float v, int q) { return v - mu0[q]; }, mu);
-      for (int q = 0; q < kRows; ++q) mu[q] = mu0[q] + mu[q] * inv_E;
-      detail::fixed_sums<kRows>(E, E, xs, [&](float v, int q) { const float c = v - mu[q]; return c * c; }, var);
-    } else {
-      for (int64_t q = 0; q < n; ++q) {  // the last rows: one at a time, the same sums
-        const float* xp = xs + q * E;
-        detail::fixed_sums<1>(E, E, xp, [](float v, int) { return v; }, &mu0[q]);
-        mu0[q] *= inv_E;
-        detail::fixed_sums<1>(E, E, xp, [&](float v, int) { return v - mu0[q]; }, &mu[q]);
-        mu[q] = mu0[q] + mu[q] * inv_E;
-        detail::fixed_sums<1>(E, E, xp, [&](float v, int) { const float c = v - mu[q]; return c * c; }, &var[q]);
-      }
-    }
+    if (n == kRows) row_sums<kRows>(xs, E, inv_E, mu0, mu, var);
+    else
+      for (int64_t q = 0; q < n; ++q) row_sums<1>(xs + q * E, E, inv_E, &mu0[q], &mu[q], &var[q]);  // the last rows
     for (int64_t q = 0; q < n; ++q) {
       const int64_t r = r0 + q;
       CArr xr(x.data() + r * E, E);

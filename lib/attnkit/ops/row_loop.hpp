@@ -46,9 +46,10 @@ inline float fixed_sum(int64_t n, F&& f) {
   return (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) + tail;
 }
 
-// fixed_sum of f(x_q[i], q) for R rows x_q = x + q * ldx at once, into out[q]: the same order and bits as
-// fixed_sum per row, its 8 partial sums one 8-lane vector a row, the R rows in lockstep so that their chains of
-// dependent additions overlap (one row alone waits on each addition's latency).
+// fixed_sum of f(x_q[i], q) for R rows x_q = x + q * ldx at once, into out[q]: fixed_sum's order, its 8 partial
+// sums one 8-lane vector a row, the R rows in lockstep so that their chains of dependent additions overlap (one
+// row alone waits on each addition's latency). Equal bits for any R need f compiled without contraction (a
+// c * c + acc may be fused in one instantiation and not in another): layer_norm.cpp is.
 template <int R, typename F>
 inline void fixed_sums(int64_t n, int64_t ldx, const float* x, F&& f, float* out) {
   typedef float v8 __attribute__((vector_size(32)));
