@@ -67,7 +67,7 @@ void Linear::apply(const float* x, int64_t rows, float* y, bool relu, const floa
 }
 
 std::shared_ptr<const ops::GemmPackedB> Linear::packed_weight() const {
-  if (!ops::gemm_packed_matches(int64_t(5))) return nullptr;
+  if (ops::gemm_panel_shape().mr == 0) return nullptr;  // no panel kernel (Eigen's GEMM)
   const int64_t I = in_features(), O = out_features();
   return packed_.get({&weight}, [&] { return ops::GemmPackedB(ops::Trans::Yes, I, O, weight.value.data(), I); });
 }
@@ -91,14 +91,13 @@ void feed_forward(const Linear& linear1, const Linear& linear2, const float* x, 
   const int64_t I = linear1.in_features(), F = linear1.out_features(), O = linear2.out_features();
   AK_CHECK(linear1.well_formed() && linear2.well_formed() && linear2.in_features() == F,
            "feed_forward: linear1 [{}, {}] then linear2 [{}, {}] do not chain", F, I, O, linear2.in_features());
-  auto whole = [&] {  // apply's own kernels (up to 4 rows: no packed weights; or no panel kernel)
+  if (!ops::gemm_packed_matches(rows)) {  // apply's own kernels (up to 4 rows: no packed weights; or no panel kernel)
     const std::shared_ptr<float> h = ScratchPool::get(rows * F);  // [rows, F]
     linear1.apply(x, rows, h.get(), true, nullptr);
     linear2.apply(h.get(), rows, y, false, add);
-  };
-  if (!ops::gemm_packed_matches(rows)) return whole();
+    return;
+  }
   const std::shared_ptr<const ops::GemmPackedB> w1 = linear1.packed_weight(), w2 = linear2.packed_weight();
-  if (!w1 || !w2) return whole();
   constexpr int64_t kRows = 48;  // whole register blocks; ran 3-6% faster than 24, 36, 60 or 96 (d 512, d_ff 2048)
   const int64_t tasks = (rows + kRows - 1) / kRows;
   const int team = team_for(tasks, 4.0 * double(rows) * double(I) * double(F));

@@ -229,9 +229,9 @@ struct FusedSteps {
   template <typename Cell>
   void chunk(int slot, int c, int64_t k, int64_t rows, Cell&& cell) const {
     const auto [u0, u1] = parts_->units[size_t(c)];
-    const float* pax = buffers + slot * part_floats;
+    float* pax = buffers + slot * part_floats;
     const float* pah = pax + pax_;
-    float* xp = buffers + slot * part_floats + pax_ + pah_;  // [rows, ld_] x_t W_ih (+ h_prev W_hh but for GRU)
+    float* xp = pax + pax_ + pah_;  // [rows, ld_] x_t W_ih (+ h_prev W_hh but for GRU)
     float* hp = gru_ ? xp + N_ * ld_ : nullptr;               // GRU: [rows, ld_] h_prev W_hh
     const PackedColumns &wx = parts_->input[size_t(c)], &wh = parts_->columns[size_t(c)];
     const int64_t a = u0 + k * chunk_units_, b = std::min(u1, a + chunk_units_), j0 = G_ * (a - u0), j1 = G_ * (b - u0);

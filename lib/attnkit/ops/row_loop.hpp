@@ -35,6 +35,11 @@ void for_rows(int64_t rows, int64_t cols, Body&& body) {
 // partial sums (vectorised by the compiler), then a fixed tree. Eigen's .sum() on a Map starts its packets
 // at the first aligned address, so its last bits depended on the heap, and a resumed training run drifted
 // from an uninterrupted one (tests/cli/lib/misalign.cpp shows it).
+// fixed_sum's last step: its 8 partial sums by a fixed tree, then the tail.
+inline float fixed_tree(const float (&acc)[8], float tail) {
+  return (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) + tail;
+}
+
 template <typename F>
 inline float fixed_sum(int64_t n, F&& f) {
   float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
@@ -43,7 +48,7 @@ inline float fixed_sum(int64_t n, F&& f) {
     for (int k = 0; k < 8; ++k) acc[k] += f(i + k);
   float tail = 0.0f;
   for (; i < n; ++i) tail += f(i);
-  return (((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))) + tail;
+  return fixed_tree(acc, tail);
 }
 
 // fixed_sum of f(x_q[i], q) for R rows x_q = x + q * ldx at once, into out[q]: fixed_sum's order, its 8 partial
@@ -65,8 +70,9 @@ inline void fixed_sums(int64_t n, int64_t ldx, const float* x, F&& f, float* out
   for (int q = 0; q < R; ++q) {
     float tail = 0.0f;
     for (int64_t j = i; j < n; ++j) tail += f(x[q * ldx + j], q);
-    const v8 a = acc[q];
-    out[q] = (((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))) + tail;
+    float lanes[8];
+    for (int k = 0; k < 8; ++k) lanes[k] = acc[q][k];
+    out[q] = fixed_tree(lanes, tail);
   }
 }
 
