@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -726,4 +727,49 @@ TEST_CASE("recurrent: a thread done with its rows takes chunks of the other part
         if (cell == CellKind::Lstm) CHECK(r.c_n.values() == one.c_n.values());
       }
     }
+}
+
+TEST_CASE("recurrent: a zero initial state skips step 0's h_prev W_hh, with the bits of the product; an inf in W_hh still gives NaN") {
+  // nn run_direction: with h0 zero (or absent) and W_hh finite, step 0's hidden product is exactly +0 and is
+  // skipped. A batch whose h0 is zero but in its last row computes it for every row: the other rows must equal,
+  // bit for bit, the same rows run from a zero h0 (rows do not depend on their neighbours). Hoisted input
+  // projection (4 rows), own input product per step (40 rows, two threads: row parts), one row; every cell,
+  // both directions. An inf in W_hh makes 0 * inf = NaN in step 0's gate arguments (as PyTorch's product does).
+  Rng rng(57);
+  const int64_t T = 5, D = 6, H = 40;
+  for (CellKind cell : {CellKind::Lstm, CellKind::Gru, CellKind::RnnTanh})
+    for (bool bidirectional : {false, true})
+      for (int64_t N : {1, 4, 40})
+        for (int threads : {1, 2}) {
+          CAPTURE(ops::cell_name(cell));
+          CAPTURE(bidirectional);
+          CAPTURE(N);
+          CAPTURE(threads);
+          ThreadsFor policy(threads);
+          nn::RecurrentConfig cfg;
+          cfg.cell = cell, cfg.input_size = D, cfg.hidden_size = H, cfg.bidirectional = bidirectional;
+          Recurrent m = Recurrent::random(cfg, rng);
+          const int64_t S = bidirectional ? 2 : 1, M = N + 1;  // one more row, with a nonzero h0
+          Tensor x = rand_normal({M, T, D}, rng), h0({S, M, H}), xs({N, T, D});
+          for (int64_t k = 0; k < S; ++k)
+            for (int64_t u = 0; u < H; ++u) h0[(k * M + N) * H + u] = 0.5f;
+          std::copy(x.data(), x.data() + N * T * D, xs.data());
+          nn::RecurrentInputs with_h, zero;
+          with_h.x = &x, with_h.h0 = &h0, zero.x = &xs;
+          const nn::RecurrentResult a = m.forward(with_h), b = m.forward(zero);
+          const int64_t W = a.output.dim(2);
+          for (int64_t k = 0; k < N * T * W; ++k) REQUIRE(a.output[k] == b.output[k]);
+          for (int64_t k = 0; k < S; ++k)
+            for (int64_t u = 0; u < N * H; ++u) REQUIRE(a.h_n[k * M * H + u] == b.h_n[k * N * H + u]);
+
+          for (nn::Parameter* p : {&m.direction(0).w_hh}) {
+            p->value[3 * H + 7] = std::numeric_limits<float>::infinity();  // row 3 of W_hh: unit 3 of the first gate
+            p->touch();
+          }
+          const Tensor y = m.forward(zero).output;
+          const int64_t t0 = 0;  // the forward direction's first step
+          bool nan = false;
+          for (int64_t n = 0; n < N; ++n) nan = nan || std::isnan(y[(n * T + t0) * W + 3]);
+          CHECK(nan);
+        }
 }

@@ -151,6 +151,7 @@ class Recurrent : public Module {
     Tensor wh;    // [H, G*H] blocked columns
     Tensor bias;  // [G*H] blocked: b_ih + b_hh (GRU's n part: b_in only)
     Tensor b_hn;  // [H] GRU
+    bool wh_finite = false;  // every W_hh value finite: a zero h_prev then makes h_prev W_hh exactly +0
   };
   struct Derived;  // recurrent_packed.hpp: the packed copies, their versions, the per-team packs
 

@@ -218,16 +218,18 @@ struct FusedSteps {
     const auto [u0, u1] = parts_->units[size_t(c)];
     return (u1 - u0 + chunk_units_ - 1) / chunk_units_;
   }
-  // Into buffer slot `slot`: a step's rows x [rows, Din] (row stride ldx) and h_prev [rows, H] packed.
+  // Into buffer slot `slot`: a step's rows x [rows, Din] (row stride ldx) and h_prev [rows, H] packed
+  // (h_prev nullptr: a zero state, not packed).
   void pack(int slot, int64_t rows, const float* x, int64_t ldx, const float* h_prev) const {
     float* pax = buffers + slot * part_floats;
     ops::pack_a_panels(ops::Trans::No, rows, Din_, x, ldx, pax, ops::RowBlocks::Balanced);
-    ops::pack_a_panels(ops::Trans::No, rows, H_, h_prev, H_, pax + pax_, ops::RowBlocks::Balanced);
+    if (h_prev) ops::pack_a_panels(ops::Trans::No, rows, H_, h_prev, H_, pax + pax_, ops::RowBlocks::Balanced);
   }
-  // Chunk k of part c from the rows packed in `slot`: its products, then cell(u0, u1, xproj, ldx, hproj,
-  // ldh, col0) on the units [u0, u1) with their gate arguments from column col0 on.
+  // Chunk k of part c from the rows packed in `slot`: its products (h_prev W_hh only `with_h`: else h_prev is
+  // zero and the product exactly +0), then cell(u0, u1, xproj, ldx, hproj, ldh, col0) on the units [u0, u1)
+  // with their gate arguments from column col0 on.
   template <typename Cell>
-  void chunk(int slot, int c, int64_t k, int64_t rows, Cell&& cell) const {
+  void chunk(int slot, int c, int64_t k, int64_t rows, bool with_h, Cell&& cell) const {
     const auto [u0, u1] = parts_->units[size_t(c)];
     float* pax = buffers + slot * part_floats;
     const float* pah = pax + pax_;
@@ -238,17 +240,17 @@ struct FusedSteps {
     wx.multiply_panels(pax, rows, j0, j1, 0.0f, xp, ld_);
     if (hp) {  // zeroed, then added into: as the hoisted path (an exact zero's sign included)
       for (int64_t n = 0; n < rows; ++n) std::fill_n(hp + n * ld_, j1 - j0, 0.0f);
-      wh.multiply_panels(pah, rows, j0, j1, 1.0f, hp, ld_);
-    } else {
+      if (with_h) wh.multiply_panels(pah, rows, j0, j1, 1.0f, hp, ld_);
+    } else if (with_h) {
       wh.multiply_panels(pah, rows, j0, j1, 1.0f, xp, ld_);
     }
     cell(a, b, xp, ld_, hp, ld_, G_ * a);
   }
-  // Part c of a step, in its own slot c: pack, then every chunk.
+  // Part c of a step, in its own slot c: pack, then every chunk (h_prev nullptr: a zero state).
   template <typename Cell>
   void step(int c, int64_t rows, const float* x, int64_t ldx, const float* h_prev, Cell&& cell) const {
     pack(c, rows, x, ldx, h_prev);
-    for (int64_t k = 0, n = chunks(c); k < n; ++k) chunk(c, c, k, rows, cell);
+    for (int64_t k = 0, n = chunks(c); k < n; ++k) chunk(c, c, k, rows, h_prev != nullptr, cell);
   }
 
  private:
@@ -303,6 +305,10 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
   else init.topRows(N).setZero();
   if (job.c0) init.bottomRows(N) = as_matrix(job.c0, N, H);
   else init.bottomRows(N).setZero();
+  // A zero initial h (the default) and a finite W_hh: step 0's h_prev W_hh is exactly +0 (every sum starts at +0
+  // and adds only zeros), and adding +0 changes no gate argument (none is -0: a sum from +0 never is), so that
+  // product is skipped: the same bits. A W_hh with an inf or a NaN gives NaN there, as PyTorch's does.
+  const bool zero_start = p.wh_finite && (init.topRows(N).array() == 0.0f).all();
 
   ops::RecurrentCache* cache = job.cache;
   if (cache) {
@@ -366,17 +372,19 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
     const auto [u0, u1] = parts.units[c];
     if (u0 >= u1) return;
     const int64_t rows = running(t);
+    const bool with_h = i > 0 || !zero_start;
     if (fused) {  // rows n*T + t of x
-      fused.step(c, rows, job.x + t * job.Din, T * job.Din, h_at(i - 1), [&](auto... a) { cell(i, a...); });
+      fused.step(c, rows, job.x + t * job.Din, T * job.Din, with_h ? h_at(i - 1) : nullptr,
+                 [&](auto... a) { cell(i, a...); });
       return;
     }
     const PackedColumns& wh = parts.columns[c];
     if (gru) {
       hproj.middleCols(G * u0, G * (u1 - u0)).setZero();
-      wh.multiply_add(h_at(i - 1), rows, hproj.data(), GH);
+      if (with_h) wh.multiply_add(h_at(i - 1), rows, hproj.data(), GH);
       cell(i, u0, u1, xproj.data() + t * GH, T * GH, hproj.data(), GH, 0);
     } else {
-      wh.multiply_add(h_at(i - 1), rows, xproj.data() + t * GH, T * GH);  // rows n*T + t
+      if (with_h) wh.multiply_add(h_at(i - 1), rows, xproj.data() + t * GH, T * GH);  // rows n*T + t
       cell(i, u0, u1, xproj.data() + t * GH, T * GH, nullptr, 0, 0);
     }
   };
@@ -430,12 +438,17 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
       int64_t packed = -1;  // the step whose rows are in the slot
       for (int64_t ticket; (ticket = tk.next.fetch_add(1, std::memory_order_relaxed)) < total;) {
         const int64_t i = ticket / per_step, t = time_of(i), rows = running(t);
+        const bool with_h = i > 0 || !zero_start;
         if (i != packed) {
           tk.wait_done(i * per_step);  // step i - 1 whole: h_prev
-          errors.run([&] { fused.pack(slot, rows, job.x + t * job.Din, T * job.Din, h_at(i - 1)); });
+          errors.run([&] {
+            fused.pack(slot, rows, job.x + t * job.Din, T * job.Din, with_h ? h_at(i - 1) : nullptr);
+          });
           packed = i;
         }
-        errors.run([&] { fused.chunk(slot, 0, ticket % per_step, rows, [&](auto... a) { cell(i, a...); }); });
+        errors.run([&] {
+          fused.chunk(slot, 0, ticket % per_step, rows, with_h, [&](auto... a) { cell(i, a...); });
+        });
         tk.done.fetch_add(1, std::memory_order_release);
       }
     };

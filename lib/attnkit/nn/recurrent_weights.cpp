@@ -138,6 +138,7 @@ Recurrent::Packed pack_direction(const Recurrent::DirectionParams& w, CellKind c
   };
   transpose_into(w_ih, Din, p.wx);  // [Din, G*H]
   transpose_into(w_hh, H, p.wh);    // [H, G*H]
+  p.wh_finite = std::all_of(w_hh.data(), w_hh.data() + w_hh.numel(), [](float v) { return std::isfinite(v); });
   return p;
 }
 
