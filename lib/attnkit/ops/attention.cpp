@@ -312,7 +312,16 @@ struct TiledWorker::Impl {
     m.head(br).setConstant(kNegInf);
     l.head(br).setZero();
     auto Ot = O.topRows(br);  // written by the first key tile's P V (beta 0)
-    if (keys) pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, q_panels.data());
+    // Q's panels in balanced blocks (256 rows: 14 of 12 and 8 of 11, not 21 of 12 and a pass of 4 rows whose
+    // products ran at half the rate); a pass takes Fr / mr consecutive blocks
+    const int64_t mr = gemm_panel_shape().mr, per_pass = std::max<int64_t>(1, Fr / std::max<int64_t>(mr, 1));
+    if (keys) pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, q_panels.data(), RowBlocks::Balanced);
+    // pass g: rows [pass_row(g), pass_row(g + 1)), Q's panels from block g * per_pass on
+    const int64_t passes = keys ? (((br + mr - 1) / mr) + per_pass - 1) / per_pass : (br + Fr - 1) / Fr;
+    auto pass_row = [&](int64_t g) {
+      if (!keys) return std::min(g * Fr, br);
+      return balanced_block_start(br, mr, std::min(g * per_pass, (br + mr - 1) / mr));
+    };
     const int64_t row0 = nh * p.T + t0;  // the tile's first row among the kept ones
     const int64_t ld = kept_probs ? kept_ld : ldE;
     const bool masked = p.mask && p.mask->any();
@@ -329,12 +338,14 @@ struct TiledWorker::Impl {
       const float* Vj = p.v.data + n * p.v.batch + h * p.v.head + s0 * p.v.row;  // [bc, Dv]
       const bool first = s0 == 0;
       const float beta = first ? 0.0f : 1.0f;  // the first key tile's P V overwrites O
-      for (int64_t c0 = 0; c0 < br; c0 += Fr) {
-        const int64_t cr = std::min(Fr, br - c0);
+      for (int64_t g = 0; g < passes; ++g) {
+        const int64_t c0 = pass_row(g), cr = pass_row(g + 1) - c0;
         // E = scale Q K_j^T for rows c0 .. c0 + cr   [cr, bc] (row stride ld): in the worker's tile, or where it is kept
         float* e = kept_probs ? kept_probs + (row0 + c0) * kept_ld + s0 : E.data();
-        auto scores = [&] {  // (Q's panels: rows c0.. at c0 * Dk, c0 a multiple of the kernel's mr)
-          if (keys) gemm_panels(cr, bc, p.Dk, p.scale, q_panels.data() + c0 * p.Dk, keys->head(nh) + s0 * p.Dk, 0.0f, e, ld);
+        auto scores = [&] {  // (Q's panels: the pass's blocks from g * per_pass * mr * Dk on)
+          if (keys)
+            gemm_panels(cr, bc, p.Dk, p.scale, q_panels.data() + g * per_pass * mr * p.Dk, keys->head(nh) + s0 * p.Dk,
+                        0.0f, e, ld, RowBlocks::Balanced);
           else gemm(Trans::No, Trans::Yes, cr, bc, p.Dk, p.scale, Qi + c0 * p.q.row, p.q.row, Kj, p.k.row, 0.0f, e, ld, GemmThreads::This);
         };
         scores();

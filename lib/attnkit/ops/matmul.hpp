@@ -97,6 +97,13 @@ inline int64_t panels_size(int64_t rows, int64_t K, int64_t panel) { return (row
 // such panels serve products of all M rows only (no block [i0, ..) of them), packed and multiplied alike.
 // The bits are the same either way.
 enum class RowBlocks { Panels, Balanced };
+// The first row of block i of M rows in RowBlocks::Balanced blocks of at most mr rows (block i holds rows
+// [balanced_block_start(M, mr, i), balanced_block_start(M, mr, i + 1)); the longer blocks first). Block i's
+// panel starts at i * mr * K. A run of consecutive blocks, taken as rows of their own, splits into the same blocks.
+inline int64_t balanced_block_start(int64_t M, int64_t mr, int64_t i) {
+  const int64_t P = (M + mr - 1) / mr, base = M / P, extra = M % P;
+  return i * base + (i < extra ? i : extra);
+}
 void pack_a_panels(Trans ta, int64_t M, int64_t K, const float* A, int64_t lda, float* dst,
                    RowBlocks blocks = RowBlocks::Panels);
 void pack_b_panels(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb, float* dst);
