@@ -2,6 +2,7 @@
 // compare, the portable Rng (fixed draws), numpy-identical printing, and diff reports.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -82,31 +83,68 @@ TEST_CASE("Tensor: shape, numel, dim, reshape, unravel_index") {
   CHECK(a[0] == 1);
 }
 
-TEST_CASE("Tensor::uninitialized: a big freed buffer is reused, a small tensor is zero-filled") {
+TEST_CASE("Tensor::uninitialized: a big freed buffer of its own is reused, others are not kept, a small tensor is zero-filled") {
   CHECK(Tensor::uninitialized({3, 2}).values() == std::vector<float>(6, 0.0f));
-  const int64_t n = (int64_t(1) << 18) + 12345;  // 1 MB and a size no other test frees
+  const int64_t n = (int64_t(1) << 18) + 12345;  // 1 MB and sizes no other test frees
+  auto filled = [](int64_t size, float v) {  // an uninitialized() tensor, then written
+    Tensor t = Tensor::uninitialized({size});
+    std::fill(t.values().begin(), t.values().end(), v);
+    return t;
+  };
   const float* freed = nullptr;
   {
-    const Tensor a = Tensor::filled({n}, 7.0f);
+    const Tensor a = filled(n, 7.0f);
     freed = a.data();
   }
   const Tensor b = Tensor::uninitialized({n});
   CHECK(b.numel() == n);
   CHECK(b.data() == freed);  // the freed tensor's buffer, its values still there
   CHECK(b[n - 1] == 7.0f);
-  // a buffer a move assignment replaces is kept too
-  Tensor c = Tensor::filled({n + 1}, 3.0f);
+  // a buffer a move assignment replaces is kept too, and one a copy assignment replaces
+  Tensor c = filled(n + 1, 3.0f);
   const float* replaced = c.data();
   c = Tensor::scalar(1.0f);
   CHECK(Tensor::uninitialized({n + 1}).data() == replaced);
+  Tensor c2 = filled(n + 3, 3.0f);
+  const float* copied_over = c2.data();
+  c2 = Tensor::scalar(2.0f);  // (a move of a temporary)
+  const Tensor scalar = Tensor::scalar(5.0f);
+  Tensor c3 = filled(n + 4, 3.0f);
+  const float* copy_assigned = c3.data();
+  c3 = scalar;
+  CHECK(c3[0] == 5.0f);
+  CHECK(Tensor::uninitialized({n + 4}).data() == copy_assigned);
+  CHECK(Tensor::uninitialized({n + 3}).data() == copied_over);
   // one more than twice the size is not taken
   const float* big = nullptr;
   {
-    const Tensor d = Tensor::filled({2 * n + 6}, 1.0f);
+    const Tensor d = filled(2 * n + 6, 1.0f);
     big = d.data();
   }
   const Tensor e = Tensor::uninitialized({n + 2});
   CHECK(e.data() != big);
+  // a tensor not from uninitialized() (a reader's, a copy, a move of a copy) is freed, not kept: its values never
+  // come back, while the uninitialized() one's do
+  const int64_t m = (int64_t(1) << 18) + 23456;
+  {
+    const Tensor f = Tensor::filled({m}, 11.0f);
+    const Tensor g = filled(m + 7, 12.0f);
+    Tensor copy = g;
+    std::fill(copy.values().begin(), copy.values().end(), 13.0f);
+    Tensor moved = std::move(copy);
+    std::fill(moved.values().begin(), moved.values().end(), 14.0f);
+  }
+  std::vector<Tensor> taken;  // held, so that each takes another kept buffer (at most 8 are kept)
+  int kept_own = 0;
+  for (int i = 0; i < 9; ++i) {
+    taken.push_back(Tensor::uninitialized({m}));
+    const float v = taken.back()[m - 1];
+    CHECK(v != 11.0f);
+    CHECK(v != 13.0f);
+    CHECK(v != 14.0f);
+    kept_own += v == 12.0f;
+  }
+  CHECK(kept_own == 1);
 }
 
 TEST_CASE("linspace and arange: the same float32 bits as numpy (tests/fixtures/numpy)") {

@@ -1,5 +1,6 @@
 // Small helpers shared by the unit tests.
 #pragma once
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -38,7 +39,10 @@ inline std::string fixture_text(const std::string& name) {
 // on) with tensors of `floats` values `value`, so that the next big uninitialised tensors of that size start so.
 inline void fill_recycled_buffers(int64_t floats, float value) {
   std::vector<Tensor> held;
-  for (int i = 0; i < 8; ++i) held.push_back(Tensor::filled({floats}, value));
+  for (int i = 0; i < 8; ++i) {  // only uninitialized() buffers are kept when freed
+    held.push_back(Tensor::uninitialized({floats}));
+    std::fill(held.back().values().begin(), held.back().values().end(), value);
+  }
 }
 
 }  // namespace attnkit::test

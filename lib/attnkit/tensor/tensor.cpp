@@ -26,7 +26,7 @@ Tensor::Tensor(Shape shape, std::vector<float> data) : shape_(std::move(shape)),
            attnkit::shape_str(shape_), shape_numel(shape_), data_.size());
 }
 
-// Buffers of big tensors freed recently, for Tensor::uninitialized: a forward's output [N, T, H] was
+// Buffers of big Tensor::uninitialized tensors freed recently, for the next ones: a forward's output [N, T, H] was
 // zero-filled on one thread while the other waited (0.4-0.6 ms of a 65 ms LSTM forward at N = 64, T = 100,
 // H = 512; 0.7% of a T = 1024 self-attention). At most kKept buffers and kKeptBytes in all (memory a library
 // user would otherwise get back), the oldest dropped first.
@@ -83,19 +83,42 @@ Tensor Tensor::uninitialized(Shape shape) {
   if (n < kMinFloats) return Tensor(std::move(shape));
   std::vector<float> v = recycler().take(n);
   if (v.empty()) v.resize(n);  // none kept fits: a fresh, zero-filled one
-  return Tensor(std::move(shape), std::move(v));
+  Tensor t(std::move(shape), std::move(v));
+  t.recyclable_ = true;
+  return t;
 }
 
-Tensor& Tensor::operator=(Tensor&& other) noexcept {
+void Tensor::give_back() noexcept {
+  if (recyclable_) recycler().give(data_);
+  recyclable_ = false;
+}
+
+Tensor::Tensor(Tensor&& other) noexcept
+    : shape_(std::move(other.shape_)), data_(std::move(other.data_)), recyclable_(other.recyclable_) {
+  other.recyclable_ = false;
+}
+
+Tensor& Tensor::operator=(const Tensor& other) {
   if (this != &other) {
-    recycler().give(data_);
-    shape_ = std::move(other.shape_);
-    data_ = std::move(other.data_);
+    give_back();
+    shape_ = other.shape_;
+    data_ = other.data_;
   }
   return *this;
 }
 
-Tensor::~Tensor() { recycler().give(data_); }
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this != &other) {
+    give_back();
+    shape_ = std::move(other.shape_);
+    data_ = std::move(other.data_);
+    recyclable_ = other.recyclable_;
+    other.recyclable_ = false;
+  }
+  return *this;
+}
+
+Tensor::~Tensor() { give_back(); }
 
 Tensor Tensor::filled(Shape shape, float value) {
   Tensor t(std::move(shape));
