@@ -324,6 +324,8 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
     if (i < 0) return init.data();
     return cache ? cache->h.data() + time_of(i) * N * H : hbuf.data() + (i & 1) * N * H;
   };
+  // h_prev of step i for its product with W_hh, or nullptr where that product is skipped (step 0 of a zero_start)
+  auto h_prev_of = [&](int64_t i) -> const float* { return i == 0 && zero_start ? nullptr : h_at(i - 1); };
   auto c_at = [&](int64_t i) -> float* {
     if (i < 0) return init.data() + N * H;
     return cache && job.cell == CellKind::Lstm ? cache->c.data() + time_of(i) * N * H : cbuf.data() + (i & 1) * N * H;
@@ -372,19 +374,18 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
     const auto [u0, u1] = parts.units[c];
     if (u0 >= u1) return;
     const int64_t rows = running(t);
-    const bool with_h = i > 0 || !zero_start;
+    const float* h_prev = h_prev_of(i);
     if (fused) {  // rows n*T + t of x
-      fused.step(c, rows, job.x + t * job.Din, T * job.Din, with_h ? h_at(i - 1) : nullptr,
-                 [&](auto... a) { cell(i, a...); });
+      fused.step(c, rows, job.x + t * job.Din, T * job.Din, h_prev, [&](auto... a) { cell(i, a...); });
       return;
     }
     const PackedColumns& wh = parts.columns[c];
     if (gru) {
       hproj.middleCols(G * u0, G * (u1 - u0)).setZero();
-      if (with_h) wh.multiply_add(h_at(i - 1), rows, hproj.data(), GH);
+      if (h_prev) wh.multiply_add(h_prev, rows, hproj.data(), GH);
       cell(i, u0, u1, xproj.data() + t * GH, T * GH, hproj.data(), GH, 0);
     } else {
-      if (with_h) wh.multiply_add(h_at(i - 1), rows, xproj.data() + t * GH, T * GH);  // rows n*T + t
+      if (h_prev) wh.multiply_add(h_prev, rows, xproj.data() + t * GH, T * GH);  // rows n*T + t
       cell(i, u0, u1, xproj.data() + t * GH, T * GH, nullptr, 0, 0);
     }
   };
@@ -438,16 +439,14 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
       int64_t packed = -1;  // the step whose rows are in the slot
       for (int64_t ticket; (ticket = tk.next.fetch_add(1, std::memory_order_relaxed)) < total;) {
         const int64_t i = ticket / per_step, t = time_of(i), rows = running(t);
-        const bool with_h = i > 0 || !zero_start;
+        const float* h_prev = h_prev_of(i);
         if (i != packed) {
           tk.wait_done(i * per_step);  // step i - 1 whole: h_prev
-          errors.run([&] {
-            fused.pack(slot, rows, job.x + t * job.Din, T * job.Din, with_h ? h_at(i - 1) : nullptr);
-          });
+          errors.run([&] { fused.pack(slot, rows, job.x + t * job.Din, T * job.Din, h_prev); });
           packed = i;
         }
         errors.run([&] {
-          fused.chunk(slot, 0, ticket % per_step, rows, with_h, [&](auto... a) { cell(i, a...); });
+          fused.chunk(slot, 0, ticket % per_step, rows, h_prev != nullptr, [&](auto... a) { cell(i, a...); });
         });
         tk.done.fetch_add(1, std::memory_order_release);
       }

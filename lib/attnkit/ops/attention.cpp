@@ -317,10 +317,10 @@ struct TiledWorker::Impl {
     const int64_t mr = gemm_panel_shape().mr, per_pass = std::max<int64_t>(1, Fr / std::max<int64_t>(mr, 1));
     if (keys) pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, q_panels.data(), RowBlocks::Balanced);
     // pass g: rows [pass_row(g), pass_row(g + 1)), Q's panels from block g * per_pass on
-    const int64_t passes = keys ? (((br + mr - 1) / mr) + per_pass - 1) / per_pass : (br + Fr - 1) / Fr;
+    const int64_t blocks = keys ? (br + mr - 1) / mr : 0;
+    const int64_t passes = keys ? (blocks + per_pass - 1) / per_pass : (br + Fr - 1) / Fr;
     auto pass_row = [&](int64_t g) {
-      if (!keys) return std::min(g * Fr, br);
-      return balanced_block_start(br, mr, std::min(g * per_pass, (br + mr - 1) / mr));
+      return keys ? balanced_block_start(br, mr, std::min(g * per_pass, blocks)) : std::min(g * Fr, br);
     };
     const int64_t row0 = nh * p.T + t0;  // the tile's first row among the kept ones
     const int64_t ld = kept_probs ? kept_ld : ldE;
