@@ -113,6 +113,19 @@ TEST_CASE("compare-arch analytic table: values computed by hand") {
     CHECK(rows[i].path_length == path[i]);
   }
   CHECK(arch::local_pairs(8, 4) == 28);
+  // the closed form against the loop over every query it replaces, windows wider than n included
+  for (int64_t n = 1; n <= 40; ++n)
+    for (int64_t r = 1; r <= 90; ++r) {
+      const int64_t left = r / 2, right = r - 1 - left;
+      int64_t loop = 0;
+      for (int64_t t = 0; t < n; ++t) loop += std::min(n - 1, t + right) - std::max<int64_t>(0, t - left) + 1;
+      CAPTURE(n);
+      CAPTURE(r);
+      REQUIRE(arch::local_pairs(n, r) == loop);
+    }
+  // O(1) in n: 10^12 positions with a window of 4 (2 on the left, 1 on the right)
+  CHECK(arch::local_pairs(1000000000000, 4) == 4 * 1000000000000 - 3 - 1);
+  CHECK_THROWS_AS(arch::local_pairs(int64_t{1} << 62, int64_t{1} << 40), Error);
   CHECK(arch::conv_stack_depth(1, 3) == 1);
   CHECK(arch::conv_stack_depth(3, 3) == 1);
   CHECK(arch::conv_stack_depth(4, 3) == 2);

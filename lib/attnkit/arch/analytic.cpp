@@ -1,6 +1,7 @@
 #include "attnkit/arch/analytic.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -55,10 +56,18 @@ int64_t conv_stack_depth(int64_t n, int64_t k) {
 }
 
 int64_t local_pairs(int64_t n, int64_t r) {
+  // Query t sees keys t - left .. t + right within [0, n). Counted by offset delta = key - query: an offset
+  // of size |delta| < n is taken by n - |delta| queries, so
+  //   pairs = sum_{delta = -left}^{right} max(0, n - |delta|)
+  //         = (a + 1) n - a (a + 1) / 2 + b n - b (b + 1) / 2,   a = min(right, n - 1), b = min(left, n - 1),
+  // in O(1) for any n (compare-arch --n 1e12).
+  AK_CHECK(n >= 1 && r >= 1, "local attention: n = {} and window r = {}, expected at least 1 each", n, r);
   const int64_t left = r / 2, right = r - 1 - left;
-  int64_t pairs = 0;
-  for (int64_t t = 0; t < n; ++t) pairs += std::min(n - 1, t + right) - std::max<int64_t>(0, t - left) + 1;
-  return pairs;
+  const __int128 a = std::min(right, n - 1), b = std::min(left, n - 1), N = n;
+  const __int128 pairs = (a + 1) * N - a * (a + 1) / 2 + b * N - b * (b + 1) / 2;
+  AK_CHECK(pairs <= std::numeric_limits<int64_t>::max(),
+           "local attention: n = {} with window r = {} has more than 2^63 - 1 query-key pairs", n, r);
+  return static_cast<int64_t>(pairs);
 }
 
 double layer_flops(Layer layer, const Sizes& s) {
