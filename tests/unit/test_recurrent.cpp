@@ -502,7 +502,7 @@ TEST_CASE("recurrent: one Parameter per state_dict tensor, in state_dict order")
   cfg.cell = CellKind::Lstm, cfg.input_size = 3, cfg.hidden_size = 4, cfg.layers = 2, cfg.bidirectional = true;
   Recurrent m = Recurrent::random(cfg, rng);
   std::vector<std::string> names;
-  for (const nn::Parameter* p : m.named_parameters()) names.push_back(p->name);
+  for (const Parameter* p : m.named_parameters()) names.push_back(p->name);
   // nn.LSTM(3, 4, num_layers=2, bidirectional=True).state_dict().keys()
   const std::vector<std::string> torch_order = {
       "weight_ih_l0",         "weight_hh_l0",         "bias_ih_l0",         "bias_hh_l0",
@@ -513,7 +513,7 @@ TEST_CASE("recurrent: one Parameter per state_dict tensor, in state_dict order")
   CHECK(m.named_parameters()[8]->value.shape() == Shape{16, 8});  // weight_ih_l1: [4*H, 2*H]
   // The bundle holds the same tensors under the same names.
   io::Value b = m.to_bundle(WeightLayout::Torch);
-  for (const nn::Parameter* p : m.named_parameters()) check_close(member(b, p->name), p->value, p->name, 0);
+  for (const Parameter* p : m.named_parameters()) check_close(member(b, p->name), p->value, p->name, 0);
   // A copy owns its parameters.
   Recurrent copy = m;
   copy.direction(0).w_hh.value[0] += 1.0f;
@@ -536,7 +536,7 @@ TEST_CASE("recurrent: a forward after a parameter changed (touch) uses the new v
       opt.min_macs_per_thread = 1;
       const Tensor before = m.forward(in, opt).output;  // packs every layer (and the team's W_hh)
       // Change W_hh of layer 1 and b_ih of layer 0 in place, as an optimizer step does, then touch.
-      for (nn::Parameter* p : {&m.direction(1).w_hh, &m.direction(0).b_ih}) {
+      for (Parameter* p : {&m.direction(1).w_hh, &m.direction(0).b_ih}) {
         for (float& v : p->value.values()) v *= 0.5f;
         p->touch();
       }
@@ -762,7 +762,7 @@ TEST_CASE("recurrent: a zero initial state skips step 0's h_prev W_hh, with the 
           for (int64_t k = 0; k < S; ++k)
             for (int64_t u = 0; u < N * H; ++u) REQUIRE(a.h_n[k * M * H + u] == b.h_n[k * N * H + u]);
 
-          for (nn::Parameter* p : {&m.direction(0).w_hh}) {
+          for (Parameter* p : {&m.direction(0).w_hh}) {
             p->value[3 * H + 7] = std::numeric_limits<float>::infinity();  // row 3 of W_hh: unit 3 of the first gate
             p->touch();
           }

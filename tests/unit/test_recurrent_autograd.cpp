@@ -100,7 +100,7 @@ TEST_CASE("autograd::recurrent: a frozen input still trains the weights; glue op
   dy.output = &ones;
   direct.backward(in, res, dy, {});
   for (size_t i = 0; i < 4; ++i) {
-    const nn::Parameter& p = *m.named_parameters()[i];
+    const Parameter& p = *m.named_parameters()[i];
     same(p.grad, direct.named_parameters()[i]->grad, p.name);
     double norm = 0;
     for (float v : p.grad.values()) norm += double(v) * v;

@@ -265,7 +265,7 @@ TEST_CASE("recurrent layer backward: layers, bidirectional, h0/c0, ragged length
       std::vector<std::string> names = {"x", "h0"};
       std::vector<const Tensor*> analytic = {&dx, &dh0};
       if (lstm) inputs.push_back(&c0), names.push_back("c0"), analytic.push_back(&dc0);
-      for (nn::Parameter* p : m.named_parameters()) {
+      for (Parameter* p : m.named_parameters()) {
         inputs.push_back(&p->value), names.push_back(p->name), analytic.push_back(&p->grad);
       }
       // The loss is computed in double, so a small nudge costs no precision, and keeps the nudged
@@ -337,10 +337,10 @@ TEST_CASE("recurrent layer backward: PyTorch autograd golden gradients (pack_pad
     close(dx, *get(gv, "input"), "d input");
     if (h0) close(dh0, *get(gv, "h0"), "d h0");
     if (c0) close(dc0, *get(gv, "c0"), "d c0");
-    for (const nn::Parameter* p : m.named_parameters()) close(p->grad, *get(gv, p->name), "d " + p->name);
+    for (const Parameter* p : m.named_parameters()) close(p->grad, *get(gv, p->name), "d " + p->name);
     // backward adds: a second pass doubles every gradient
     m.backward(in, r, dy, g);
-    for (const nn::Parameter* p : m.named_parameters()) close(p->grad, scaled(*get(gv, p->name), 2.0f), "2 x d " + p->name);
+    for (const Parameter* p : m.named_parameters()) close(p->grad, scaled(*get(gv, p->name), 2.0f), "2 x d " + p->name);
     }
   }
 }

@@ -23,7 +23,7 @@ RecurrentVars recurrent(nn::Recurrent& layer, const Var& x, const Var& h0, const
 
   // inputs: x, h0, c0, then every parameter (its grad buffer is the Parameter's grad)
   std::vector<Var> inputs = {x, h0, c0};
-  for (nn::Parameter* p : layer.named_parameters()) inputs.push_back(Var::param(*p));
+  for (Parameter* p : layer.named_parameters()) inputs.push_back(Var::param(*p));
   std::vector<Tensor> outputs = {result->output, result->h_n};
   if (lstm) outputs.push_back(result->c_n);
   if (!options.keep_cache) result.reset();

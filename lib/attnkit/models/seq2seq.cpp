@@ -165,7 +165,7 @@ std::vector<nn::Recurrent> make_layers(nn::CellKind cell, int64_t input, int64_t
     rc.layers = 1;
     rc.bidirectional = bidirectional;
     out.push_back(nn::Recurrent::random(rc, rng));
-    for (nn::Parameter* p : out.back().named_parameters()) {
+    for (Parameter* p : out.back().named_parameters()) {
       std::string name = p->name;  // "weight_ih_l0[_reverse]"
       const size_t at = name.find("_l0");
       if (at != std::string::npos) name.replace(at, 3, "_l" + std::to_string(k));
@@ -195,19 +195,19 @@ Seq2Seq::Seq2Seq(const Seq2SeqConfig& config, Rng& rng)
   const int64_t Hd = config.decoder_hidden();
   const float bound = 1.0f / std::sqrt(static_cast<float>(Hd));
   if (config.attention == AttentionKind::General) {
-    att_W_ = nn::Parameter("attention.W", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, Hd]
+    att_W_ = Parameter("attention.W", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, Hd]
   } else if (config.attention == AttentionKind::Additive) {
-    att_W_q_ = nn::Parameter("attention.W_q", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, A = Hd]
-    att_W_k_ = nn::Parameter("attention.W_k", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, A]
-    att_v_ = nn::Parameter("attention.v", rand_uniform({Hd}, rng, -bound, bound));          // [A]
+    att_W_q_ = Parameter("attention.W_q", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, A = Hd]
+    att_W_k_ = Parameter("attention.W_k", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, A]
+    att_v_ = Parameter("attention.v", rand_uniform({Hd}, rng, -bound, bound));          // [A]
   }
   if (config.attention != AttentionKind::None) combine_.emplace(2 * Hd, Hd, rng, true, "combine");
 }
 
-std::vector<nn::Parameter*> Seq2Seq::named_parameters() {
-  std::vector<nn::Parameter*> out;
+std::vector<Parameter*> Seq2Seq::named_parameters() {
+  std::vector<Parameter*> out;
   auto add = [&](nn::Module& m) {
-    for (nn::Parameter* p : m.named_parameters()) out.push_back(p);
+    for (Parameter* p : m.named_parameters()) out.push_back(p);
   };
   add(src_embed_);
   for (nn::Recurrent& r : encoder_) add(r);
@@ -226,7 +226,7 @@ std::vector<nn::Parameter*> Seq2Seq::named_parameters() {
 
 io::Value Seq2Seq::parameters_value() const {
   io::Value v;
-  for (const nn::Parameter* p : named_parameters()) {
+  for (const Parameter* p : named_parameters()) {
     const size_t dot = p->name.find('.');
     v.set_path({p->name.substr(0, dot), p->name.substr(dot + 1)}, p->value);
   }

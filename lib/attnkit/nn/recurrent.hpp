@@ -3,7 +3,7 @@
 //
 // Legend: N batch, T time steps, D input size, H hidden size, L layers, dirs 1 or 2, G gates.
 //
-// The weights are nn::Parameters (the one source of truth: name, value, grad, version), one per
+// The weights are Parameters (the one source of truth: name, value, grad, version), one per
 // PyTorch state_dict tensor, listed by named_parameters() in state_dict order. The kernels run on a
 // derived internal layout: W_ih^T [D_k, G*H] and W_hh^T [H, G*H] with the columns in ops' blocked
 // order, one bias row folding b_ih + b_hh (GRU keeps b_hn apart), and W_hh packed for the GEMM
