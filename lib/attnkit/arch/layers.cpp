@@ -6,7 +6,6 @@
 #include "attnkit/autograd/conv1d.hpp"
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/layers.hpp"
-#include "attnkit/autograd/recurrent.hpp"
 #include "attnkit/nn/linear.hpp"
 #include "attnkit/nn/recurrent.hpp"
 
@@ -50,8 +49,8 @@ class ConvLayers : public SequenceLayer {
 class RecurrentLayer : public SequenceLayer {
  public:
   RecurrentLayer(const Sizes& s, ops::CellKind cell, Rng& rng)
-      : rnn_(nn::Recurrent::random(nn::RecurrentConfig{cell, s.d, s.d, 1, false}, rng)) {}
-  Var forward(const Var& x) override { return autograd::recurrent(rnn_, x).output; }  // [B, n, d]
+      : rnn_(nn::Recurrent::random(ops::RecurrentConfig{cell, s.d, s.d, 1, false}, rng)) {}
+  Var forward(const Var& x) override { return rnn_.forward(x).output; }  // [B, n, d]
   std::vector<Parameter*> parameters() override { return rnn_.named_parameters(); }
 
  private:

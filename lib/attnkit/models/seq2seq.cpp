@@ -9,7 +9,6 @@
 #include "attnkit/autograd/attention.hpp"
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/layers.hpp"
-#include "attnkit/autograd/recurrent.hpp"
 #include "attnkit/nn/state_dict.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/train/vocab.hpp"
@@ -158,7 +157,7 @@ std::vector<nn::Recurrent> make_layers(nn::CellKind cell, int64_t input, int64_t
                                        Rng& rng, const std::string& prefix) {
   std::vector<nn::Recurrent> out;
   for (int k = 0; k < layers; ++k) {
-    nn::RecurrentConfig rc;
+    ops::RecurrentConfig rc;
     rc.cell = cell;
     rc.input_size = k == 0 ? input : (bidirectional ? 2 : 1) * hidden;
     rc.hidden_size = hidden;
@@ -250,7 +249,7 @@ Seq2Seq::StackResult Seq2Seq::run_stack(std::vector<nn::Recurrent>& layers, cons
                                         const ForwardOptions& o) {
   const int L = static_cast<int>(layers.size());
   if (L == 1) {
-    auto r = autograd::recurrent(layers[0], x, h0, c0, lengths);
+    auto r = layers[0].forward(x, h0, c0, lengths);
     return {r.output, r.h_n, r.c_n};
   }
   const int dirs = layers[0].config().directions();
@@ -259,7 +258,7 @@ Seq2Seq::StackResult Seq2Seq::run_stack(std::vector<nn::Recurrent>& layers, cons
   for (int k = 0; k < L; ++k) {
     const Var h0k = h0.defined() ? autograd::slice(h0, 0, k * dirs, (k + 1) * dirs) : Var();  // [dirs, N, H']
     const Var c0k = c0.defined() ? autograd::slice(c0, 0, k * dirs, (k + 1) * dirs) : Var();
-    auto r = autograd::recurrent(layers[size_t(k)], in, h0k, c0k, lengths);  // output [N, T', dirs*H']
+    auto r = layers[size_t(k)].forward(in, h0k, c0k, lengths);  // output [N, T', dirs*H']
     hs.push_back(r.h_n);
     if (r.c_n.defined()) cs.push_back(r.c_n);
     in = k + 1 < L ? drop(r.output, o) : r.output;
