@@ -87,16 +87,16 @@ int main(int argc, char** argv) {
   }
   set_num_threads(threads);
   if (!malloc_default) retain_freed_memory();  // the tools' allocator policy (tools::run, tensor/memory.hpp)
-  nn::RecurrentConfig cfg;
+  ops::RecurrentConfig cfg;
   cfg.cell = cell == "gru" ? ops::CellKind::Gru : cell == "rnn" ? ops::CellKind::RnnTanh : ops::CellKind::Lstm;
   cfg.input_size = D, cfg.hidden_size = H;
   const int64_t G = ops::gate_count(cfg.cell);
   Rng rng(1);
   nn::Recurrent model = nn::Recurrent::random(cfg, rng);
   Tensor x = rand_normal({N, T, D}, rng);
-  nn::RecurrentInputs in;
+  ops::RecurrentInputs in;
   in.x = &x;
-  nn::RunOptions opt;
+  ops::RunOptions opt;
   volatile float sink = 0;
   std::vector<double> ours;
   if (!backward) {
@@ -106,11 +106,11 @@ int main(int argc, char** argv) {
     Tensor ones = Tensor::filled({N, T, H}, 1.0f);  // d out.sum() / d out
     Tensor dx({N, T, D});
     ours = times(reps, [&] {
-      nn::RecurrentResult r = model.forward(in, opt);
+      ops::RecurrentResult r = model.forward(in, opt);
       model.zero_grad();
-      nn::RecurrentGradOutputs dy;
+      ops::RecurrentGradOutputs dy;
       dy.output = &ones;
-      nn::RecurrentGradInputs g;
+      ops::RecurrentGradInputs g;
       g.x = &dx;
       model.backward(in, r, dy, g);
       sink = sink + dx[0];

@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> rows(static_cast<size_t>(N));
   for (int64_t n = 0; n < N; ++n) rows[size_t(n)] = n;
   const train::Batch batch = train::make_batch(data, rows, false);
-  const std::vector<nn::Parameter*> params = model.named_parameters();
+  const std::vector<Parameter*> params = model.named_parameters();
   train::AdamOptions ao;
   ao.lr = 1e-3;
   train::Adam adam(params, ao);

@@ -124,12 +124,12 @@ int main(int argc, char** argv) {
       return dy.reshaped(out.shape());
     };
     // The weights' gradients under the weights' own names; out_proj nested when it came nested.
-    auto add_weight_grads = [&](io::Value& grad, const std::vector<nn::Parameter*>& params) {
+    auto add_weight_grads = [&](io::Value& grad, const std::vector<Parameter*>& params) {
       const io::Value& w = sources.value(weights_ref);
       const io::Value* outer = w.find("out_proj");
       const bool nested = outer && outer->is_bundle();
       io::Value out_proj = io::Value::bundle();
-      for (nn::Parameter* p : params) {
+      for (Parameter* p : params) {
         if (nested && p->name.rfind("out_proj.", 0) == 0) out_proj.set(p->name.substr(9), std::move(p->grad));
         else grad.set(p->name, std::move(p->grad));
       }

@@ -1,5 +1,6 @@
 // lstm-run: run a stacked (bi)directional RNN / LSTM / GRU over JSON sequences (docs/lstm-run.md).
 #include <iostream>
+#include <optional>
 
 #include "attnkit/app/recurrent_request.hpp"
 #include "attnkit/io/atomic_file.hpp"
@@ -98,7 +99,7 @@ int main(int argc, char** argv) {
     io::Sources sources(in.read_options());
     std::optional<nn::Recurrent> model;
     if (init) {
-      nn::RecurrentConfig config;
+      ops::RecurrentConfig config;
       config.cell = cell, config.input_size = input_size, config.hidden_size = hidden_size;
       config.layers = layers, config.bidirectional = bidirectional;
       const int64_t gates = cell == ops::CellKind::Lstm ? 4 : cell == ops::CellKind::Gru ? 3 : 1;

@@ -471,7 +471,7 @@ TEST_CASE("MultiheadAttention is a Module: parameters named and ordered like PyT
   w.set("out_proj", std::move(out));  // nested form
   auto names = [](nn::Module& mod) {
     std::vector<std::string> n;
-    for (nn::Parameter* p : mod.named_parameters()) n.push_back(p->name);
+    for (Parameter* p : mod.named_parameters()) n.push_back(p->name);
     return n;
   };
   nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, 2);
@@ -581,13 +581,13 @@ TEST_CASE("fused multi-head forward after an in-place weight change (touched) ru
         CHECK(nn::multihead_attention_forward(a, x, *kv, *kv, {}, &cache).output.values() == y.values());
       };
       fused_matches_ops(m, "before");  // packs the weights
-      for (nn::Parameter* p : m.named_parameters()) {  // as an optimizer step does
+      for (Parameter* p : m.named_parameters()) {  // as an optimizer step does
         for (float& v : p->value.values()) v = 0.5f * v + 0.01f;
         p->touch();
       }
       fused_matches_ops(m, "after the change");
       nn::MultiheadAttention copy = m;
-      for (nn::Parameter* p : copy.named_parameters()) {
+      for (Parameter* p : copy.named_parameters()) {
         for (float& v : p->value.values()) v *= -1.5f;
         p->touch();
       }

@@ -22,7 +22,7 @@ TEST_CASE("autograd::attention: gradients reach query, keys, values and Paramete
       Rng rng(17);
       const int64_t dk = kind == ops::ScoreKind::ScaledDot ? Dq : Dk;
       Tensor q0 = rand_normal({N, T, Dq}, rng), k0 = rand_normal({N, S, dk}, rng), v0 = rand_normal({N, S, Dv}, rng);
-      nn::Parameter W("W", rand_normal({Dq, Dk}, rng, 0, 0.6f)), Wq("W_q", rand_normal({Dq, A}, rng, 0, 0.6f)),
+      Parameter W("W", rand_normal({Dq, Dk}, rng, 0, 0.6f)), Wq("W_q", rand_normal({Dq, A}, rng, 0, 0.6f)),
           Wk("W_k", rand_normal({Dk, A}, rng, 0, 0.6f)), vw("v", rand_normal({A}, rng)), b("b", rand_normal({A}, rng, 0, 0.3f));
       Tensor proj0 = rand_normal({Dv, 2}, rng);  // a matmul after the attention: the node chains
       autograd::AttentionOptions o;
@@ -53,7 +53,7 @@ TEST_CASE("autograd::attention: gradients reach query, keys, values and Paramete
       if (kind == ops::ScoreKind::Additive) {
         for (Tensor* t : {&ref.weights.W_q, &ref.weights.W_k, &ref.weights.v, &ref.weights.b}) inputs.push_back(t);
         for (const char* n : {"W_q", "W_k", "v", "b"}) names.push_back(n);
-        for (nn::Parameter* p : {&Wq, &Wk, &vw, &b}) grads.push_back(&p->grad);
+        for (Parameter* p : {&Wq, &Wk, &vw, &b}) grads.push_back(&p->grad);
       }
       CHECK(test::gradient_mismatch(inputs, names, loss, grads) == "");
       CHECK(proj.grad().empty());  // requires_grad false: no gradient

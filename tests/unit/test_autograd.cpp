@@ -107,7 +107,7 @@ TEST_CASE("autograd: a graph of glue ops against finite differences, through the
 }
 
 TEST_CASE("autograd: NoGrad records nothing; parameters receive their gradient; deep chains run iteratively") {
-  nn::Parameter p("weight", Tensor({2, 2}, {1, 2, 3, 4}));
+  Parameter p("weight", Tensor({2, 2}, {1, 2, 3, 4}));
   Var x(Tensor({1, 2}, {1, 1}));
   {
     autograd::NoGrad off;

@@ -690,7 +690,7 @@ TEST_CASE("autograd layers: each wrapper's gradient equals its backward kernel's
     autograd::backward(yd, &dy);
     for (int64_t i = 0; i < dy.numel(); ++i) CHECK(xd.grad()[i] == dy[i] * mask[i]);
 
-    nn::Parameter table("weight", rand_normal({5, 3}, rng));
+    Parameter table("weight", rand_normal({5, 3}, rng));
     Var e = autograd::embedding(Var::param(table), Tensor({4}, {4, 0, 4, 2}), {int64_t{0}});
     autograd::backward(e, &dy);
     for (int j = 0; j < 3; ++j) {
@@ -971,11 +971,11 @@ TEST_CASE("nn layers together against PyTorch: embed -> norm -> gelu(tanh) -> pr
   nn::Embedding embed(10, 6, rng, int64_t{0}, "embed");
   nn::LayerNorm norm(6, 1e-5f, true, "norm");
   nn::Linear proj(6, 4, rng, true, "proj");
-  std::vector<nn::Parameter*> all;
+  std::vector<Parameter*> all;
   for (nn::Module* m : std::initializer_list<nn::Module*>{&embed, &norm, &proj})
-    for (nn::Parameter* p : m->named_parameters()) all.push_back(p);
+    for (Parameter* p : m->named_parameters()) all.push_back(p);
   std::vector<std::string> names;
-  for (nn::Parameter* p : all) names.push_back(p->name);
+  for (Parameter* p : all) names.push_back(p->name);
   CHECK(names == sd.names());  // PyTorch's state_dict names, in its order
   embed.load(sd), norm.load(sd), proj.load(sd);
   const Tensor ids = member(c, "ids"), targets = member(c, "targets");
@@ -994,5 +994,5 @@ TEST_CASE("nn layers together against PyTorch: embed -> norm -> gelu(tanh) -> pr
   auto [logits, loss] = run();
   autograd::backward(loss);
   const io::Value& g = *c.find("grads");
-  for (nn::Parameter* p : all) check_close(p->grad, member(g, p->name.c_str()), "tiny grad " + p->name, 1e-4, 2e-5);
+  for (Parameter* p : all) check_close(p->grad, member(g, p->name.c_str()), "tiny grad " + p->name, 1e-4, 2e-5);
 }

@@ -208,7 +208,7 @@ TEST_CASE("multi-head attention backward: finite differences of a double referen
           names.push_back("key"), names.push_back("value");
           grads.push_back(&dk), grads.push_back(&dv);
         }
-        for (nn::Parameter* p : m.named_parameters()) {
+        for (Parameter* p : m.named_parameters()) {
           inputs.push_back(&p->value);
           names.push_back(p->name);
           grads.push_back(&p->grad);
@@ -381,7 +381,7 @@ TEST_CASE("multi-head and split-heads backward: PyTorch autograd golden gradient
       nn::multihead_attention_backward(m, q, kk, vv, ok, cache, dy, &dq, self ? &dq : &dk, self ? &dq : &dv);
       close(dq, get(grad, self ? "x" : "query"), "d query");
       if (!self) close(dk, get(grad, "key"), "d key"), close(dv, get(grad, "value"), "d value");
-      for (nn::Parameter* p : m.named_parameters()) close(p->grad, get(grad, p->name), "d " + p->name);
+      for (Parameter* p : m.named_parameters()) close(p->grad, get(grad, p->name), "d " + p->name);
     }
     CHECK(m.named_parameters().size() >= 3);
     // through the autograd wrapper: the same
@@ -390,7 +390,7 @@ TEST_CASE("multi-head and split-heads backward: PyTorch autograd golden gradient
     autograd::Var xk = self ? xq : autograd::Var(k, true), xv = self ? xq : autograd::Var(v, true);
     autograd::backward(autograd::multihead_attention(m2, xq, xk, xv, o), &dy);
     close(xq.grad(), get(grad, self ? "x" : "query"), "autograd d query");
-    for (nn::Parameter* p : m2.named_parameters()) close(p->grad, get(grad, p->name), "autograd d " + p->name);
+    for (Parameter* p : m2.named_parameters()) close(p->grad, get(grad, p->name), "autograd d " + p->name);
   }
   CHECK(cases == 8);
 }

@@ -86,23 +86,23 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 
 // The parameters of the optimizer fixture, in a container whose elements do not move.
 struct Params {
-  std::deque<nn::Parameter> storage;
-  std::vector<nn::Parameter*> list;
+  std::deque<Parameter> storage;
+  std::vector<Parameter*> list;
   explicit Params(const json& params) {
     for (const auto& [name, value] : params.items()) {
       storage.emplace_back(name, tensor_of(value));
       list.push_back(&storage.back());
     }
   }
-  nn::Parameter& operator[](const std::string& name) {
-    for (nn::Parameter* p : list)
+  Parameter& operator[](const std::string& name) {
+    for (Parameter* p : list)
       if (p->name == name) return *p;
     FAIL("no parameter " << name);
     return storage.front();
   }
 };
 
-std::unique_ptr<train::Optimizer> make_optimizer(const json& c, const std::vector<nn::Parameter*>& params,
+std::unique_ptr<train::Optimizer> make_optimizer(const json& c, const std::vector<Parameter*>& params,
                                                  std::string kind = "") {
   if (kind.empty()) kind = c.at("optimizer").get<std::string>();
   const json& o = c.at("options");
@@ -146,10 +146,10 @@ TEST_CASE("optim: SGD, Adam and AdamW follow torch.optim step by step (fixtures)
     for (size_t step = 0; step < c.at("expected").size(); ++step) {
       CAPTURE(step);
       std::vector<uint64_t> versions;
-      for (nn::Parameter* p : params.list) versions.push_back(p->version);
+      for (Parameter* p : params.list) versions.push_back(p->version);
       run_step(*opt, params, f, c, step);
       for (size_t k = 0; k < params.list.size(); ++k) {
-        const nn::Parameter& p = *params.list[k];
+        const Parameter& p = *params.list[k];
         CAPTURE(p.name);
         CHECK(mismatch(p.value, tensor_of(c.at("expected").at(step).at(p.name)), kOptimizerUlps) == "");
         // touched exactly when updated (an empty grad is skipped, as PyTorch skips grad None)
@@ -197,12 +197,12 @@ TEST_CASE("optim: save -> JSON -> restore -> step gives the same bits as steppin
       const std::string saved = io::to_json(b->state());
       // a fresh process: new parameters holding the saved values, a new optimizer, the state read back
       Params resumed(f.at("params"));
-      for (nn::Parameter* p : resumed.list) p->value = first[p->name].value;
+      for (Parameter* p : resumed.list) p->value = first[p->name].value;
       auto r = make_optimizer(c, resumed.list);
       r->load_state(io::parse_json(saved, "saved state"));
       CHECK(io::to_json(r->state()) == saved);
       for (size_t s = stop; s < steps; ++s) run_step(*r, resumed, f, c, s);
-      for (nn::Parameter* p : resumed.list) {
+      for (Parameter* p : resumed.list) {
         CAPTURE(p->name);
         CHECK(same_bits(p->value, straight[p->name].value));
       }
@@ -212,7 +212,7 @@ TEST_CASE("optim: save -> JSON -> restore -> step gives the same bits as steppin
 }
 
 TEST_CASE("optim: the saved state's layout") {
-  nn::Parameter w("w", Tensor({2, 2}, {1, 2, 3, 4})), b("b", Tensor({2}, {1, 1}));
+  Parameter w("w", Tensor({2, 2}, {1, 2, 3, 4})), b("b", Tensor({2}, {1, 1}));
   w.grad = Tensor({2, 2}, {0.5f, -0.5f, 1, 0});
   train::AdamOptions o;
   o.amsgrad = true;
@@ -242,7 +242,7 @@ TEST_CASE("optim: the saved state's layout") {
 }
 
 TEST_CASE("optim: load_state refuses a state that does not fit, and changes nothing then") {
-  nn::Parameter w("enc.weight", Tensor({2, 3})), b("enc.bias", Tensor({3}));
+  Parameter w("enc.weight", Tensor({2, 3})), b("enc.bias", Tensor({3}));
   w.grad = Tensor::filled({2, 3}, 0.1f);
   b.grad = Tensor::filled({3}, -0.2f);
   train::Adam adam({&w, &b}, train::AdamOptions{});
@@ -311,8 +311,8 @@ TEST_CASE("optim: load_state refuses a state that does not fit, and changes noth
 }
 
 TEST_CASE("optim: bad hyperparameters are refused, naming the option and the value") {
-  nn::Parameter w("w", Tensor({2}));
-  std::vector<nn::Parameter*> ps = {&w};
+  Parameter w("w", Tensor({2}));
+  std::vector<Parameter*> ps = {&w};
   auto sgd = [&](auto set) {
     train::SgdOptions o;
     set(o);
@@ -361,7 +361,7 @@ TEST_CASE("optim: bad hyperparameters are refused, naming the option and the val
   s.set_lr(0.25);
   CHECK(s.lr() == 0.25);
 
-  nn::Parameter w2("w", Tensor({3}));
+  Parameter w2("w", Tensor({3}));
   CHECK(error_of([&] { train::Sgd bad({&w, &w2}, train::SgdOptions{}); }) ==
         "SGD: two parameters are called 'w' (the optimizer's state is keyed by name)");
   CHECK(error_of([&] { train::Adam bad({&w, nullptr}, train::AdamOptions{}); }) ==
@@ -369,20 +369,20 @@ TEST_CASE("optim: bad hyperparameters are refused, naming the option and the val
 }
 
 TEST_CASE("optim: a grad of the wrong shape is refused before anything changes; zero_grad") {
-  nn::Parameter a("a", Tensor({2}, {1, 2})), b("b", Tensor({2, 2}));
+  Parameter a("a", Tensor({2}, {1, 2})), b("b", Tensor({2, 2}));
   a.grad = Tensor({2}, {1, 1});
   b.grad = Tensor({4});
   for (int kind = 0; kind < 2; ++kind) {
     std::unique_ptr<train::Optimizer> opt;
-    if (kind == 0) opt = std::make_unique<train::Sgd>(std::vector<nn::Parameter*>{&a, &b}, train::SgdOptions{});
-    else opt = std::make_unique<train::AdamW>(std::vector<nn::Parameter*>{&a, &b});
+    if (kind == 0) opt = std::make_unique<train::Sgd>(std::vector<Parameter*>{&a, &b}, train::SgdOptions{});
+    else opt = std::make_unique<train::AdamW>(std::vector<Parameter*>{&a, &b});
     CHECK(error_of([&] { opt->step(); }) ==
           fmt::format("{}: the grad of 'b' has shape [4], expected [2, 2] (the value's)", opt->name()));
     CHECK(a.value.values() == std::vector<float>{1, 2});
     CHECK(a.version == 0);
     CHECK(io::to_json(opt->state()) == "{}");
   }
-  nn::Parameter c("c", Tensor({3}));
+  Parameter c("c", Tensor({3}));
   b.grad = Tensor::filled({2, 2}, 3.0f);
   train::Sgd sgd({&a, &b, &c}, train::SgdOptions{});
   sgd.zero_grad();
@@ -401,8 +401,8 @@ TEST_CASE("clip_grad_norm: torch.nn.utils.clip_grad_norm_ (fixtures, error_if_no
     const std::string name = c.at("name");
     CAPTURE(name);
     // the generator's parameters: a [3, 4], b [5], c [] (a scalar); a null grad is grad None
-    std::deque<nn::Parameter> storage;
-    std::vector<nn::Parameter*> params;
+    std::deque<Parameter> storage;
+    std::vector<Parameter*> params;
     for (auto [n, shape] : {std::pair<std::string, Shape>{"a", {3, 4}}, {"b", {5}}, {"c", {}}}) {
       storage.emplace_back(n, Tensor(shape));
       storage.back().grad = tensor_of(c.at("grads").at(n));
@@ -411,7 +411,7 @@ TEST_CASE("clip_grad_norm: torch.nn.utils.clip_grad_norm_ (fixtures, error_if_no
     const float want = number(c.at("total_norm"));
     const float got = train::clip_grad_norm(params, {c.at("max_norm").get<double>(), train::NonFinite::Scale});
     CHECK(mismatch(Tensor::scalar(got), Tensor::scalar(want), kClipUlps) == "");
-    for (nn::Parameter* p : params) {
+    for (Parameter* p : params) {
       CAPTURE(p->name);
       CHECK(mismatch(p->grad, tensor_of(c.at("clipped").at(p->name)), kClipUlps) == "");
     }
@@ -419,10 +419,10 @@ TEST_CASE("clip_grad_norm: torch.nn.utils.clip_grad_norm_ (fixtures, error_if_no
 }
 
 TEST_CASE("clip_grad_norm: a non-finite norm is an error by default, the grads untouched") {
-  nn::Parameter a("enc.weight", Tensor({2, 2})), b("enc.bias", Tensor({3}));
+  Parameter a("enc.weight", Tensor({2, 2})), b("enc.bias", Tensor({3}));
   a.grad = Tensor({2, 2}, {1, 2, 3, 4});
   b.grad = Tensor({3}, {0, INFINITY, NAN});
-  const std::vector<nn::Parameter*> ps = {&a, &b};
+  const std::vector<Parameter*> ps = {&a, &b};
   CHECK(error_of([&] { train::clip_grad_norm(ps, {}); }) ==
         "clip_grad_norm: the total L2 norm of the gradients is nan: the grad of 'enc.bias' is inf at [1]");
   CHECK(a.grad.values() == std::vector<float>{1, 2, 3, 4});
@@ -445,7 +445,7 @@ TEST_CASE("clip_grad_norm: a non-finite norm is an error by default, the grads u
   CHECK(error_of([&] { train::clip_grad_norm(ps, {NAN}); }) ==
         "clip_grad_norm: max_norm must be > 0 and finite, got nan");
   // no grads at all: norm 0, as PyTorch
-  nn::Parameter c("c", Tensor({2}));
+  Parameter c("c", Tensor({2}));
   CHECK(train::clip_grad_norm({&c}, {}) == 0.0f);
   CHECK(train::grad_norm({}) == 0.0f);
 }

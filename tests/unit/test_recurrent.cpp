@@ -104,7 +104,7 @@ TEST_CASE("recurrent: PyTorch golden values (nn.RNN / nn.LSTM / nn.GRU)") {
       else CHECK(out.find("c_n") == nullptr);
     }
     if (member(f, "x").rank() == 3) {
-      nn::RecurrentInputs in;
+      ops::RecurrentInputs in;
       in.x = &member(f, "x");
       in.h0 = optional_member(f, "h0");
       in.c0 = optional_member(f, "c0");
@@ -114,10 +114,10 @@ TEST_CASE("recurrent: PyTorch golden values (nn.RNN / nn.LSTM / nn.GRU)") {
         in.lengths = &lengths;
       }
       ThreadsFor policy(2);
-      nn::RunOptions opt;
+      ops::RunOptions opt;
       opt.min_macs_per_thread = 1;  // split even these tiny layers across the threads
       opt.keep_cache = true;
-      nn::RecurrentResult r = model.forward(in, opt);
+      ops::RecurrentResult r = model.forward(in, opt);
       check_close(r.output, member(expected, "output"), name + " output (threaded loop)");
       check_close(r.h_n, member(expected, "h_n"), name + " h_n (threaded loop)");
       CHECK(r.caches.size() == size_t(model.config().layers * model.config().directions()));
@@ -132,18 +132,18 @@ TEST_CASE("recurrent: fast cells match the reference cells step by step") {
       CAPTURE(ops::cell_name(cell));
       CAPTURE(H);
       const int64_t N = 3, D = 5, T = 3;
-      nn::RecurrentConfig cfg;
+      ops::RecurrentConfig cfg;
       cfg.cell = cell, cfg.input_size = D, cfg.hidden_size = H;
       Recurrent model = Recurrent::random(cfg, rng);
       Tensor x = rand_normal({N, T, D}, rng), h0 = rand_normal({1, N, H}, rng), c0 = rand_normal({1, N, H}, rng);
-      nn::RecurrentInputs in;
+      ops::RecurrentInputs in;
       in.x = &x, in.h0 = &h0;
       if (cell == CellKind::Lstm) in.c0 = &c0;
       for (int threads : {1, 2}) {
         ThreadsFor policy(threads);
-        nn::RunOptions opt;
+        ops::RunOptions opt;
         opt.min_macs_per_thread = 1, opt.trace = true;
-        nn::RecurrentResult r = model.forward(in, opt);
+        ops::RecurrentResult r = model.forward(in, opt);
         const auto& w = model.direction(0);
         Tensor h = h0.reshaped({N, H}), c = c0.reshaped({N, H});
         const ops::RecurrentCache& cache = r.caches[0];
@@ -182,7 +182,7 @@ TEST_CASE("recurrent: a forward that keeps the training cache gives the bits of 
   // block (lstm_block with its records): the same arithmetic, so the same bits; padded rows, a partial
   // block (H = 37), two layers, the hoisted projection (N = 5) and fused steps (N = 18), 1 and 2 threads.
   Rng rng(37);
-  nn::RecurrentConfig cfg;
+  ops::RecurrentConfig cfg;
   cfg.cell = CellKind::Lstm, cfg.input_size = 6, cfg.hidden_size = 37, cfg.layers = 2;
   Recurrent m = Recurrent::random(cfg, rng);
   for (int64_t N : {5, 18}) {
@@ -194,11 +194,11 @@ TEST_CASE("recurrent: a forward that keeps the training cache gives the bits of 
       CAPTURE(N);
       CAPTURE(threads);
       ThreadsFor policy(threads);
-      nn::RecurrentInputs in;
+      ops::RecurrentInputs in;
       in.x = &x, in.lengths = &lengths;
-      nn::RunOptions plain, kept;
+      ops::RunOptions plain, kept;
       kept.keep_cache = true;
-      const nn::RecurrentResult a = m.forward(in, plain), b = m.forward(in, kept);
+      const ops::RecurrentResult a = m.forward(in, plain), b = m.forward(in, kept);
       REQUIRE(a.output.values() == b.output.values());
       REQUIRE(a.h_n.values() == b.h_n.values());
       REQUIRE(a.c_n.values() == b.c_n.values());
@@ -246,7 +246,7 @@ TEST_CASE("recurrent: a whole sequence in the cs231n layout (float64 numpy)") {
 
 TEST_CASE("recurrent: layers, directions and sizes follow from the names") {
   Rng rng(3);
-  nn::RecurrentConfig cfg;
+  ops::RecurrentConfig cfg;
   cfg.cell = CellKind::Gru, cfg.input_size = 3, cfg.hidden_size = 4, cfg.layers = 3, cfg.bidirectional = true;
   Recurrent m = Recurrent::random(cfg, rng);
   io::Value b = m.to_bundle(WeightLayout::Torch);
@@ -261,7 +261,7 @@ TEST_CASE("recurrent: layers, directions and sizes follow from the names") {
 
 TEST_CASE("recurrent: bad weights and inputs say what is wrong") {
   Rng rng(5);
-  nn::RecurrentConfig cfg;
+  ops::RecurrentConfig cfg;
   cfg.cell = CellKind::Lstm, cfg.input_size = 3, cfg.hidden_size = 4, cfg.layers = 2;
   Recurrent m = Recurrent::random(cfg, rng);
   io::Value good = m.to_bundle(WeightLayout::Torch);
@@ -318,7 +318,7 @@ TEST_CASE("recurrent: padded steps change nothing") {
   // A sequence of length 2 padded to 5 gives the same state as the 2-step sequence alone.
   Rng rng(9);
   for (CellKind cell : {CellKind::Lstm, CellKind::Gru}) {
-    nn::RecurrentConfig cfg;
+    ops::RecurrentConfig cfg;
     cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 5, cfg.bidirectional = true;
     Recurrent m = Recurrent::random(cfg, rng);
     Tensor x = rand_normal({1, 5, 3}, rng);
@@ -339,7 +339,7 @@ TEST_CASE("recurrent: the trace of each direction is the first layer's output") 
   Rng rng(21);
   for (CellKind cell : {CellKind::Lstm, CellKind::Gru, CellKind::RnnTanh}) {
     CAPTURE(ops::cell_name(cell));
-    nn::RecurrentConfig cfg;
+    ops::RecurrentConfig cfg;
     cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 5, cfg.bidirectional = true;
     Recurrent m = Recurrent::random(cfg, rng);
     app::SequenceRequest req;
@@ -367,15 +367,15 @@ TEST_CASE("recurrent: one thread and a team give the same bits") {
   Rng rng(31);
   for (CellKind cell : {CellKind::Lstm, CellKind::Gru, CellKind::RnnTanh}) {
     CAPTURE(ops::cell_name(cell));
-    nn::RecurrentConfig cfg;
+    ops::RecurrentConfig cfg;
     cfg.cell = cell, cfg.input_size = 7, cfg.hidden_size = 40;  // blocks of 16, 16, 8 units
     Recurrent m = Recurrent::random(cfg, rng);
     Tensor x = rand_normal({2, 12, 7}, rng), h0 = rand_normal({1, 2, 40}, rng);
-    nn::RecurrentInputs in;
+    ops::RecurrentInputs in;
     in.x = &x, in.h0 = &h0;
-    nn::RunOptions opt;
+    ops::RunOptions opt;
     opt.min_macs_per_thread = 1;
-    nn::RecurrentResult one, team;
+    ops::RecurrentResult one, team;
     {
       ThreadsFor policy(1);
       one = m.forward(in, opt);
@@ -392,11 +392,11 @@ TEST_CASE("recurrent: one thread and a team give the same bits") {
     Tensor x1({1, 12, 7}), h01({1, 1, 40});
     std::copy(x.data(), x.data() + 12 * 7, x1.data());
     std::copy(h0.data(), h0.data() + 40, h01.data());
-    nn::RecurrentInputs in1;
+    ops::RecurrentInputs in1;
     in1.x = &x1, in1.h0 = &h01;
     for (int threads : {1, 2}) {
       ThreadsFor policy(threads);
-      const nn::RecurrentResult r = m.forward(in1, opt);
+      const ops::RecurrentResult r = m.forward(in1, opt);
       for (int64_t k = 0; k < 12 * 40; ++k) REQUIRE(r.output[k] == one.output[k]);
       for (int64_t k = 0; k < 40; ++k) REQUIRE(r.h_n[k] == one.h_n[k]);
     }
@@ -416,14 +416,14 @@ TEST_CASE("recurrent: a batch of 16 rows or more (steps with their own input pro
     for (bool bidirectional : {false, true}) {
       CAPTURE(ops::cell_name(cell));
       CAPTURE(bidirectional);
-      nn::RecurrentConfig cfg;
+      ops::RecurrentConfig cfg;
       cfg.cell = cell, cfg.input_size = D, cfg.hidden_size = H, cfg.layers = 2, cfg.bidirectional = bidirectional;
       Recurrent m = Recurrent::random(cfg, rng);
       const int64_t S = 2 * (bidirectional ? 2 : 1);  // layers x directions
       Tensor x = rand_normal({N, T, D}, rng), h0 = rand_normal({S, N, H}, rng), c0 = rand_normal({S, N, H}, rng);
       std::vector<int64_t> lengths(N);
       for (int64_t r = 0; r < N; ++r) lengths[size_t(r)] = std::max<int64_t>(0, T - r / 4);  // 9 9 9 9 8 .. 0 0
-      nn::RunOptions opt;
+      ops::RunOptions opt;
       opt.min_macs_per_thread = 1;  // a team even for these small steps
       for (int64_t r0 = 0; r0 < N; r0 += n) {  // rows [r0, r0 + n) alone
         CAPTURE(r0);
@@ -442,11 +442,11 @@ TEST_CASE("recurrent: a batch of 16 rows or more (steps with their own input pro
               CAPTURE(cache);
               opt.keep_cache = cache;
               ThreadsFor policy(threads);
-              nn::RecurrentInputs big, small;
+              ops::RecurrentInputs big, small;
               big.x = &x, big.h0 = &h0, small.x = &xs, small.h0 = &h0s;
               if (cell == CellKind::Lstm) big.c0 = &c0, small.c0 = &c0s;
               if (ragged) big.lengths = &lengths, small.lengths = &lengths_s;
-              const nn::RecurrentResult a = m.forward(big, opt), b = m.forward(small, opt);
+              const ops::RecurrentResult a = m.forward(big, opt), b = m.forward(small, opt);
               const int64_t W = a.output.dim(2);
               for (int64_t r = 0; r < n; ++r)
                 for (int64_t k = 0; k < T * W; ++k)
@@ -469,7 +469,7 @@ TEST_CASE("recurrent: a batch sorted by length (the finished rows skip the hidde
     for (bool bidirectional : {false, true}) {
       CAPTURE(ops::cell_name(cell));
       CAPTURE(bidirectional);
-      nn::RecurrentConfig cfg;
+      ops::RecurrentConfig cfg;
       cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 20, cfg.layers = 2, cfg.bidirectional = bidirectional;
       Recurrent m = Recurrent::random(cfg, rng);
       const int64_t N = 4, T = 5, H = 20, dirs = bidirectional ? 2 : 1;
@@ -498,11 +498,11 @@ TEST_CASE("recurrent: a batch sorted by length (the finished rows skip the hidde
 
 TEST_CASE("recurrent: one Parameter per state_dict tensor, in state_dict order") {
   Rng rng(41);
-  nn::RecurrentConfig cfg;
+  ops::RecurrentConfig cfg;
   cfg.cell = CellKind::Lstm, cfg.input_size = 3, cfg.hidden_size = 4, cfg.layers = 2, cfg.bidirectional = true;
   Recurrent m = Recurrent::random(cfg, rng);
   std::vector<std::string> names;
-  for (const nn::Parameter* p : m.named_parameters()) names.push_back(p->name);
+  for (const Parameter* p : m.named_parameters()) names.push_back(p->name);
   // nn.LSTM(3, 4, num_layers=2, bidirectional=True).state_dict().keys()
   const std::vector<std::string> torch_order = {
       "weight_ih_l0",         "weight_hh_l0",         "bias_ih_l0",         "bias_hh_l0",
@@ -513,7 +513,7 @@ TEST_CASE("recurrent: one Parameter per state_dict tensor, in state_dict order")
   CHECK(m.named_parameters()[8]->value.shape() == Shape{16, 8});  // weight_ih_l1: [4*H, 2*H]
   // The bundle holds the same tensors under the same names.
   io::Value b = m.to_bundle(WeightLayout::Torch);
-  for (const nn::Parameter* p : m.named_parameters()) check_close(member(b, p->name), p->value, p->name, 0);
+  for (const Parameter* p : m.named_parameters()) check_close(member(b, p->name), p->value, p->name, 0);
   // A copy owns its parameters.
   Recurrent copy = m;
   copy.direction(0).w_hh.value[0] += 1.0f;
@@ -524,19 +524,19 @@ TEST_CASE("recurrent: a forward after a parameter changed (touch) uses the new v
   Rng rng(43);
   for (CellKind cell : {CellKind::Lstm, CellKind::Gru, CellKind::RnnTanh}) {
     CAPTURE(ops::cell_name(cell));
-    nn::RecurrentConfig cfg;
+    ops::RecurrentConfig cfg;
     cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 20, cfg.layers = 2;
     Recurrent m = Recurrent::random(cfg, rng);
     Tensor x = rand_normal({2, 4, 3}, rng);
-    nn::RecurrentInputs in;
+    ops::RecurrentInputs in;
     in.x = &x;
     for (int threads : {1, 2}) {
       ThreadsFor policy(threads);
-      nn::RunOptions opt;
+      ops::RunOptions opt;
       opt.min_macs_per_thread = 1;
       const Tensor before = m.forward(in, opt).output;  // packs every layer (and the team's W_hh)
       // Change W_hh of layer 1 and b_ih of layer 0 in place, as an optimizer step does, then touch.
-      for (nn::Parameter* p : {&m.direction(1).w_hh, &m.direction(0).b_ih}) {
+      for (Parameter* p : {&m.direction(1).w_hh, &m.direction(0).b_ih}) {
         for (float& v : p->value.values()) v *= 0.5f;
         p->touch();
       }
@@ -552,7 +552,7 @@ TEST_CASE("recurrent: a forward after a parameter changed (touch) uses the new v
 TEST_CASE("recurrent: the constructor refuses wrong or empty weights and biases with a message") {
   const int64_t D = 3, H = 4;
   auto make = [&](Tensor b_ih, Tensor b_hh, Tensor w_hh = Tensor({16, 4})) {
-    nn::RecurrentConfig cfg;
+    ops::RecurrentConfig cfg;
     cfg.cell = CellKind::Lstm, cfg.input_size = D, cfg.hidden_size = H;
     std::vector<nn::DirectionWeights> w(1);
     w[0].w_ih = Tensor({16, D}), w[0].w_hh = std::move(w_hh), w[0].b_ih = std::move(b_ih), w[0].b_hh = std::move(b_hh);
@@ -577,23 +577,23 @@ TEST_CASE("the training cache is written whole: recycled scratch full of NaN cha
   const std::vector<int64_t> lengths = {8, 8, 7, 5, 5, 3, 1, 0};
   for (CellKind cell : {CellKind::Lstm, CellKind::Gru}) {
     CAPTURE(ops::cell_name(cell));
-    nn::RecurrentConfig cfg;
+    ops::RecurrentConfig cfg;
     cfg.cell = cell, cfg.input_size = D, cfg.hidden_size = H;
     Recurrent m = Recurrent::random(cfg, rng);
     const Tensor x = rand_normal({N, T, D}, rng), dy = rand_normal({N, T, H}, rng);
-    nn::RecurrentInputs in;
+    ops::RecurrentInputs in;
     in.x = &x, in.lengths = &lengths;
-    nn::RunOptions opt;
+    ops::RunOptions opt;
     opt.keep_cache = true;
     auto run = [&](Tensor& dx, std::vector<Tensor>& kept) {
-      nn::RecurrentResult r = m.forward(in, opt);
+      ops::RecurrentResult r = m.forward(in, opt);
       const ops::RecurrentCache& c = r.caches.at(0);
       kept.clear();
       for (const ScratchTensor* t : {&c.gates, &c.c, &c.tanh_c, &c.hn, &c.h}) kept.push_back(t->to_tensor());
       m.zero_grad();
-      nn::RecurrentGradOutputs g;
+      ops::RecurrentGradOutputs g;
       g.output = &dy;
-      nn::RecurrentGradInputs gi;
+      ops::RecurrentGradInputs gi;
       dx = Tensor({N, T, D});
       gi.x = &dx;
       m.backward(in, r, g, gi);
@@ -642,12 +642,12 @@ TEST_CASE("the output is written whole: recycled buffers full of NaN change no b
       CAPTURE(k.N);
       CAPTURE(k.layers);
       CAPTURE(ops::cell_name(cell));
-      nn::RecurrentConfig cfg;
+      ops::RecurrentConfig cfg;
       cfg.cell = cell, cfg.input_size = 16, cfg.hidden_size = k.H, cfg.layers = k.layers,
       cfg.bidirectional = k.bidirectional;
       Recurrent m = Recurrent::random(cfg, rng);
       const Tensor x = rand_normal({k.N, k.T, 16}, rng);
-      nn::RecurrentInputs in;
+      ops::RecurrentInputs in;
       in.x = &x;
       if (!k.lengths.empty()) in.lengths = &k.lengths;
       const int64_t floats = k.N * k.T * k.H * (k.bidirectional ? 2 : 1);
@@ -668,14 +668,14 @@ TEST_CASE("recurrent: one row with x W_ih projected ahead on a second thread giv
   Rng rng(59);
   for (CellKind cell : {CellKind::Lstm, CellKind::Gru}) {
     CAPTURE(ops::cell_name(cell));
-    nn::RecurrentConfig cfg;
+    ops::RecurrentConfig cfg;
     cfg.cell = cell, cfg.input_size = 16, cfg.hidden_size = 128;
     Recurrent m = Recurrent::random(cfg, rng);
     const Tensor x = rand_normal({1, 37, 16}, rng), h0 = rand_normal({1, 1, 128}, rng);
     const std::vector<int64_t> lengths = {30};
-    nn::RecurrentInputs in;
+    ops::RecurrentInputs in;
     in.x = &x, in.h0 = &h0, in.lengths = &lengths;
-    nn::RecurrentResult one;
+    ops::RecurrentResult one;
     {
       ThreadsFor policy(1);
       one = m.forward(in, {});
@@ -683,7 +683,7 @@ TEST_CASE("recurrent: one row with x W_ih projected ahead on a second thread giv
     ThreadsFor policy(2);
     for (int call = 0; call < 6; ++call) {
       CAPTURE(call);
-      const nn::RecurrentResult r = m.forward(in, {});
+      const ops::RecurrentResult r = m.forward(in, {});
       CHECK(r.output.values() == one.output.values());
       CHECK(r.h_n.values() == one.h_n.values());
       if (cell == CellKind::Lstm) CHECK(r.c_n.values() == one.c_n.values());
@@ -705,15 +705,15 @@ TEST_CASE("recurrent: a thread done with its rows takes chunks of the other part
     for (bool bidirectional : {false, true}) {
       CAPTURE(ops::cell_name(cell));
       CAPTURE(bidirectional);
-      nn::RecurrentConfig cfg;
+      ops::RecurrentConfig cfg;
       cfg.cell = cell, cfg.input_size = D, cfg.hidden_size = H, cfg.bidirectional = bidirectional;
       Recurrent m = Recurrent::random(cfg, rng);
       const Tensor x = rand_normal({N, T, D}, rng), h0 = rand_normal({bidirectional ? 2 : 1, N, H}, rng);
-      nn::RecurrentInputs in;
+      ops::RecurrentInputs in;
       in.x = &x, in.h0 = &h0, in.lengths = &lengths;
-      nn::RunOptions opt;
+      ops::RunOptions opt;
       opt.min_macs_per_thread = 1;
-      nn::RecurrentResult one;
+      ops::RecurrentResult one;
       {
         ThreadsFor policy(1);
         one = m.forward(in, opt);
@@ -721,7 +721,7 @@ TEST_CASE("recurrent: a thread done with its rows takes chunks of the other part
       ThreadsFor policy(2);
       for (int call = 0; call < 4; ++call) {
         CAPTURE(call);
-        const nn::RecurrentResult r = m.forward(in, opt);
+        const ops::RecurrentResult r = m.forward(in, opt);
         CHECK(r.output.values() == one.output.values());
         CHECK(r.h_n.values() == one.h_n.values());
         if (cell == CellKind::Lstm) CHECK(r.c_n.values() == one.c_n.values());
@@ -746,7 +746,7 @@ TEST_CASE("recurrent: a zero initial state skips step 0's h_prev W_hh, with the 
           CAPTURE(N);
           CAPTURE(threads);
           ThreadsFor policy(threads);
-          nn::RecurrentConfig cfg;
+          ops::RecurrentConfig cfg;
           cfg.cell = cell, cfg.input_size = D, cfg.hidden_size = H, cfg.bidirectional = bidirectional;
           Recurrent m = Recurrent::random(cfg, rng);
           const int64_t S = bidirectional ? 2 : 1, M = N + 1;  // one more row, with a nonzero h0
@@ -754,15 +754,15 @@ TEST_CASE("recurrent: a zero initial state skips step 0's h_prev W_hh, with the 
           for (int64_t k = 0; k < S; ++k)
             for (int64_t u = 0; u < H; ++u) h0[(k * M + N) * H + u] = 0.5f;
           std::copy(x.data(), x.data() + N * T * D, xs.data());
-          nn::RecurrentInputs with_h, zero;
+          ops::RecurrentInputs with_h, zero;
           with_h.x = &x, with_h.h0 = &h0, zero.x = &xs;
-          const nn::RecurrentResult a = m.forward(with_h), b = m.forward(zero);
+          const ops::RecurrentResult a = m.forward(with_h), b = m.forward(zero);
           const int64_t W = a.output.dim(2);
           for (int64_t k = 0; k < N * T * W; ++k) REQUIRE(a.output[k] == b.output[k]);
           for (int64_t k = 0; k < S; ++k)
             for (int64_t u = 0; u < N * H; ++u) REQUIRE(a.h_n[k * M * H + u] == b.h_n[k * N * H + u]);
 
-          for (nn::Parameter* p : {&m.direction(0).w_hh}) {
+          for (Parameter* p : {&m.direction(0).w_hh}) {
             p->value[3 * H + 7] = std::numeric_limits<float>::infinity();  // row 3 of W_hh: unit 3 of the first gate
             p->touch();
           }

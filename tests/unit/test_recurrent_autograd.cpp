@@ -31,7 +31,7 @@ TEST_CASE("autograd::recurrent: gradients through the tape equal the direct laye
     const std::string name = ops::cell_name(cell);
     CAPTURE(name);
     const bool lstm = cell == CellKind::Lstm;
-    nn::RecurrentConfig cfg;
+    ops::RecurrentConfig cfg;
     cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 5, cfg.layers = 2, cfg.bidirectional = true;
     nn::Recurrent through_tape = nn::Recurrent::random(cfg, rng);
     nn::Recurrent direct = through_tape;  // same weights
@@ -44,7 +44,7 @@ TEST_CASE("autograd::recurrent: gradients through the tape equal the direct laye
     // through the tape: the outputs as roots with upstream gradients
     autograd::Var xv(x, true), h0v(h0, true), c0v;
     if (lstm) c0v = autograd::Var(c0, true);
-    autograd::RecurrentVars r = autograd::recurrent(through_tape, xv, h0v, c0v, &lengths);
+    autograd::RecurrentVars r = through_tape.forward(xv, h0v, c0v, &lengths);
     CHECK(autograd::tape_size() == 1);  // one node for the whole layer
     std::vector<autograd::Var> roots = {r.output, r.h_n};
     std::vector<Tensor> grads = {dy_out, dy_hn};
@@ -54,17 +54,17 @@ TEST_CASE("autograd::recurrent: gradients through the tape equal the direct laye
     CHECK(autograd::tape_size() == 0);
 
     // directly
-    nn::RecurrentInputs in;
+    ops::RecurrentInputs in;
     in.x = &x, in.h0 = &h0, in.c0 = lstm ? &c0 : nullptr, in.lengths = &lengths;
-    nn::RunOptions opt;
+    ops::RunOptions opt;
     opt.keep_cache = true;
-    nn::RecurrentResult res = direct.forward(in, opt);
+    ops::RecurrentResult res = direct.forward(in, opt);
     same(r.output.value(), res.output, "output");
     same(r.h_n.value(), res.h_n, "h_n");
     Tensor dx(x.shape()), dh0(h0.shape()), dc0(c0.shape());
-    nn::RecurrentGradOutputs dy;
+    ops::RecurrentGradOutputs dy;
     dy.output = &dy_out, dy.h_n = &dy_hn, dy.c_n = lstm ? &dy_cn : nullptr;
-    nn::RecurrentGradInputs g;
+    ops::RecurrentGradInputs g;
     g.x = &dx, g.h0 = &dh0, g.c0 = lstm ? &dc0 : nullptr;
     direct.backward(in, res, dy, g);
 
@@ -80,27 +80,27 @@ TEST_CASE("autograd::recurrent: gradients through the tape equal the direct laye
 
 TEST_CASE("autograd::recurrent: a frozen input still trains the weights; glue ops after it; NoGrad keeps nothing") {
   Rng rng(304);
-  nn::RecurrentConfig cfg;
+  ops::RecurrentConfig cfg;
   cfg.cell = CellKind::Gru, cfg.input_size = 2, cfg.hidden_size = 3;
   nn::Recurrent m = nn::Recurrent::random(cfg, rng);
   nn::Recurrent direct = m;
   Tensor x = rand_normal({2, 3, 2}, rng);
   autograd::Var xv(x, false);  // data: no gradient wanted
-  autograd::RecurrentVars r = autograd::recurrent(m, xv);
+  autograd::RecurrentVars r = m.forward(xv);
   autograd::backward(autograd::sum(r.output));  // d sum / d output = 1
   CHECK(xv.grad().empty());
   // the same through the direct backward with dy = ones
-  nn::RecurrentInputs in;
+  ops::RecurrentInputs in;
   in.x = &x;
-  nn::RunOptions opt;
+  ops::RunOptions opt;
   opt.keep_cache = true;
-  nn::RecurrentResult res = direct.forward(in, opt);
+  ops::RecurrentResult res = direct.forward(in, opt);
   Tensor ones = Tensor::filled(res.output.shape(), 1.0f);
-  nn::RecurrentGradOutputs dy;
+  ops::RecurrentGradOutputs dy;
   dy.output = &ones;
   direct.backward(in, res, dy, {});
   for (size_t i = 0; i < 4; ++i) {
-    const nn::Parameter& p = *m.named_parameters()[i];
+    const Parameter& p = *m.named_parameters()[i];
     same(p.grad, direct.named_parameters()[i]->grad, p.name);
     double norm = 0;
     for (float v : p.grad.values()) norm += double(v) * v;
@@ -108,7 +108,7 @@ TEST_CASE("autograd::recurrent: a frozen input still trains the weights; glue op
   }
   {
     autograd::NoGrad off;
-    autograd::RecurrentVars q = autograd::recurrent(m, autograd::Var(x, true));
+    autograd::RecurrentVars q = m.forward(autograd::Var(x, true));
     CHECK(autograd::tape_size() == 0);
     CHECK_FALSE(q.output.requires_grad());
   }

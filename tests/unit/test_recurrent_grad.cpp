@@ -224,7 +224,7 @@ TEST_CASE("recurrent layer backward: layers, bidirectional, h0/c0, ragged length
     const std::string cell_name = ops::cell_name(cell);
     CAPTURE(cell_name);
     const bool lstm = cell == CellKind::Lstm;
-    nn::RecurrentConfig cfg;
+    ops::RecurrentConfig cfg;
     cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 4, cfg.layers = 2, cfg.bidirectional = true;
     Recurrent m = Recurrent::random(cfg, rng);
     const int64_t N = 3, T = 4, H = 4, LD = 4;
@@ -244,19 +244,19 @@ TEST_CASE("recurrent layer backward: layers, bidirectional, h0/c0, ragged length
       CAPTURE(threads);
       const int old = num_threads();
       set_num_threads(threads);
-      nn::RecurrentInputs in;
+      ops::RecurrentInputs in;
       in.x = &x, in.h0 = &h0, in.c0 = lstm ? &c0 : nullptr, in.lengths = &lengths;
-      nn::RunOptions opt;
+      ops::RunOptions opt;
       opt.keep_cache = true, opt.min_macs_per_thread = opt.min_macs_per_thread_backward = 1;
-      nn::RecurrentResult r = m.forward(in, opt);
+      ops::RecurrentResult r = m.forward(in, opt);
       // the fast forward agrees with the double reference
       RefResult ref = reference_layer(m, x, &h0, lstm ? &c0 : nullptr, lengths);
       for (int64_t i = 0; i < r.output.numel(); ++i) REQUIRE(r.output[i] == doctest::Approx(ref.output[size_t(i)]).epsilon(1e-4));
       m.zero_grad();
       Tensor dx(x.shape()), dh0(h0.shape()), dc0(c0.shape());
-      nn::RecurrentGradOutputs dy;
+      ops::RecurrentGradOutputs dy;
       dy.output = &dy_out, dy.h_n = &dy_hn, dy.c_n = lstm ? &dy_cn : nullptr;
-      nn::RecurrentGradInputs g;
+      ops::RecurrentGradInputs g;
       g.x = &dx, g.h0 = &dh0, g.c0 = lstm ? &dc0 : nullptr;
       m.backward(in, r, dy, g);
       set_num_threads(old);
@@ -265,7 +265,7 @@ TEST_CASE("recurrent layer backward: layers, bidirectional, h0/c0, ragged length
       std::vector<std::string> names = {"x", "h0"};
       std::vector<const Tensor*> analytic = {&dx, &dh0};
       if (lstm) inputs.push_back(&c0), names.push_back("c0"), analytic.push_back(&dc0);
-      for (nn::Parameter* p : m.named_parameters()) {
+      for (Parameter* p : m.named_parameters()) {
         inputs.push_back(&p->value), names.push_back(p->name), analytic.push_back(&p->grad);
       }
       // The loss is computed in double, so a small nudge costs no precision, and keeps the nudged
@@ -302,7 +302,7 @@ TEST_CASE("recurrent layer backward: PyTorch autograd golden gradients (pack_pad
     const Tensor* h0 = get(f, "h0");
     const Tensor* c0 = get(f, "c0");
     std::vector<int64_t> lengths;
-    nn::RecurrentInputs in;
+    ops::RecurrentInputs in;
     in.x = &x, in.h0 = h0, in.c0 = c0;
     if (const Tensor* l = get(f, "lengths")) {
       lengths = io::lengths_from(*l, x.dim(0), x.dim(1), "lengths");
@@ -313,10 +313,10 @@ TEST_CASE("recurrent layer backward: PyTorch autograd golden gradients (pack_pad
     const int old_threads = num_threads();
     set_num_threads(threads);
     m.zero_grad();
-    nn::RunOptions opt;
+    ops::RunOptions opt;
     opt.keep_cache = true;
     opt.min_macs_per_thread = opt.min_macs_per_thread_backward = 1;
-    nn::RecurrentResult r = m.forward(in, opt);
+    ops::RecurrentResult r = m.forward(in, opt);
     const io::Value& e = *f.find("expected");
     const io::Value& dyv = *f.find("dy");
     const io::Value& gv = *f.find("grad");
@@ -327,40 +327,40 @@ TEST_CASE("recurrent layer backward: PyTorch autograd golden gradients (pack_pad
     };
     close(r.output, *get(e, "output"), "output");
     close(r.h_n, *get(e, "h_n"), "h_n");
-    nn::RecurrentGradOutputs dy;
+    ops::RecurrentGradOutputs dy;
     dy.output = get(dyv, "output"), dy.h_n = get(dyv, "h_n"), dy.c_n = get(dyv, "c_n");
     Tensor dx(x.shape()), dh0(h0 ? h0->shape() : Shape{0}), dc0(c0 ? c0->shape() : Shape{0});
-    nn::RecurrentGradInputs g;
+    ops::RecurrentGradInputs g;
     g.x = &dx, g.h0 = h0 ? &dh0 : nullptr, g.c0 = c0 ? &dc0 : nullptr;
     m.backward(in, r, dy, g, opt);
     set_num_threads(old_threads);
     close(dx, *get(gv, "input"), "d input");
     if (h0) close(dh0, *get(gv, "h0"), "d h0");
     if (c0) close(dc0, *get(gv, "c0"), "d c0");
-    for (const nn::Parameter* p : m.named_parameters()) close(p->grad, *get(gv, p->name), "d " + p->name);
+    for (const Parameter* p : m.named_parameters()) close(p->grad, *get(gv, p->name), "d " + p->name);
     // backward adds: a second pass doubles every gradient
     m.backward(in, r, dy, g);
-    for (const nn::Parameter* p : m.named_parameters()) close(p->grad, scaled(*get(gv, p->name), 2.0f), "2 x d " + p->name);
+    for (const Parameter* p : m.named_parameters()) close(p->grad, scaled(*get(gv, p->name), 2.0f), "2 x d " + p->name);
     }
   }
 }
 
 TEST_CASE("recurrent layer backward: refuses a forward without a cache and misshapen gradients") {
   Rng rng(7);
-  nn::RecurrentConfig cfg;
+  ops::RecurrentConfig cfg;
   cfg.cell = CellKind::Gru, cfg.input_size = 2, cfg.hidden_size = 3;
   Recurrent m = Recurrent::random(cfg, rng);
   Tensor x = rand_normal({2, 3, 2}, rng);
-  nn::RecurrentInputs in;
+  ops::RecurrentInputs in;
   in.x = &x;
-  nn::RecurrentResult plain = m.forward(in);
+  ops::RecurrentResult plain = m.forward(in);
   CHECK(test::error_of([&] { m.backward(in, plain, {}, {}); }) ==
         "recurrent backward: the forward pass kept no cache (run it with RunOptions::keep_cache)");
-  nn::RunOptions opt;
+  ops::RunOptions opt;
   opt.keep_cache = true;
-  nn::RecurrentResult r = m.forward(in, opt);
+  ops::RecurrentResult r = m.forward(in, opt);
   Tensor bad({2, 3, 4});
-  nn::RecurrentGradOutputs dy;
+  ops::RecurrentGradOutputs dy;
   dy.output = &bad;
   CHECK(test::error_of([&] { m.backward(in, r, dy, {}); }) ==
         "recurrent backward: the gradient of output has shape [2, 3, 4], expected [2, 3, 3]");
@@ -411,22 +411,22 @@ TEST_CASE("recurrent layer backward: after a parameter changed (touch), backward
   for (CellKind cell : {CellKind::Lstm, CellKind::Gru}) {
     const std::string cell_name = ops::cell_name(cell);
     CAPTURE(cell_name);
-    nn::RecurrentConfig cfg;
+    ops::RecurrentConfig cfg;
     cfg.cell = cell, cfg.input_size = 3, cfg.hidden_size = 20;
     Recurrent m = Recurrent::random(cfg, rng);
     Tensor x = rand_normal({2, 3, 3}, rng), dy_out = rand_normal({2, 3, 20}, rng);
     const int old = num_threads();
     set_num_threads(2);
-    nn::RunOptions opt;
+    ops::RunOptions opt;
     opt.keep_cache = true, opt.min_macs_per_thread = opt.min_macs_per_thread_backward = 1;  // two parts of 16 and 4 units
-    nn::RecurrentInputs in;
+    ops::RecurrentInputs in;
     in.x = &x;
-    nn::RecurrentGradOutputs dy;
+    ops::RecurrentGradOutputs dy;
     dy.output = &dy_out;
     auto grads_of = [&](Recurrent& model) {
       model.zero_grad();
       Tensor dx(x.shape());
-      nn::RecurrentGradInputs g;
+      ops::RecurrentGradInputs g;
       g.x = &dx;
       model.backward(in, model.forward(in, opt), dy, g, opt);
       return dx;

@@ -56,7 +56,7 @@ std::string spot_check(models::Seq2Seq& m, const train::Batch& b, const models::
   m.zero_grad();
   autograd::backward(forward_fixed(m, b, o).loss);
   const float h = 1e-2f;
-  for (nn::Parameter* p : m.named_parameters()) {
+  for (Parameter* p : m.named_parameters()) {
     REQUIRE(p->grad.shape() == p->value.shape());
     int done = 0;
     for (int tries = 0; tries < 64 && done < per_param; ++tries) {
@@ -224,7 +224,7 @@ TEST_CASE("seq2seq: parameter names, order and sub-bundles") {
     CHECK(m2.named_parameters()[16]->name == "encoder.bias_hh_l1_reverse");
   }
   std::vector<std::string> names;
-  for (nn::Parameter* p : m.named_parameters()) names.push_back(p->name);
+  for (Parameter* p : m.named_parameters()) names.push_back(p->name);
   CHECK(names == std::vector<std::string>{
                      "src_embed.weight", "encoder.weight_ih_l0", "encoder.weight_hh_l0", "encoder.bias_ih_l0",
                      "encoder.bias_hh_l0", "encoder.weight_ih_l0_reverse", "encoder.weight_hh_l0_reverse",

@@ -85,7 +85,7 @@ TEST_CASE("transformer layers: PyTorch golden forward and gradients (post-LN, pr
     Rng rng(1);
     const Tensor dy = get(c, "dy");
     const io::Value& grad = *c.find("grad");
-    std::vector<nn::Parameter*> params;
+    std::vector<Parameter*> params;
     Var out, x(get(c, "x"), true), other;
     std::unique_ptr<nn::Module> keep;
     if (kind == "encoder_layer") {
@@ -110,9 +110,9 @@ TEST_CASE("transformer layers: PyTorch golden forward and gradients (post-LN, pr
         nn::TransformerEncoder enc;
         nn::TransformerDecoder dec;
         Both(const nn::TransformerLayerOptions& o, int64_t L, Rng& rng) : enc(o, L, rng), dec(o, L, rng) {}
-        std::vector<nn::Parameter*> named_parameters() override {
+        std::vector<Parameter*> named_parameters() override {
           auto p = enc.named_parameters();
-          for (nn::Parameter* q : dec.named_parameters()) p.push_back(q);
+          for (Parameter* q : dec.named_parameters()) p.push_back(q);
           return p;
         }
       };
@@ -133,7 +133,7 @@ TEST_CASE("transformer layers: PyTorch golden forward and gradients (post-LN, pr
     close(x.grad(), get(grad, "x"), "d x");
     if (other.defined()) close(other.grad(), get(grad, kind == "transformer" ? "src" : "memory"), "d memory/src");
     int n = 0;
-    for (nn::Parameter* p : keep->named_parameters()) {
+    for (Parameter* p : keep->named_parameters()) {
       close(p->grad, get(grad, p->name), "d " + p->name);
       ++n;
     }

@@ -96,13 +96,13 @@ TEST_CASE("transformer model: the loss gradient of every parameter against centr
     // Every parameter, at 3 elements drawn at random (all of them would take thousands of forwards): the
     // probes are the checked inputs, written into the parameters before each loss.
     struct Probe {
-      nn::Parameter* p;
+      Parameter* p;
       std::vector<int64_t> at;
     };
     std::vector<Probe> probes;
     std::vector<Tensor> values, grads;
     Rng pick(7);
-    for (nn::Parameter* p : m.named_parameters()) {
+    for (Parameter* p : m.named_parameters()) {
       p->grad_buffer();  // zeros when no gradient reached it (the check then names it)
       Probe pr{p, {}};
       const int64_t count = std::min<int64_t>(3, p->value.numel());
@@ -208,7 +208,7 @@ TEST_CASE("transformer model: config round trip and checks, state_dict names, pa
   for (size_t i = 0; i < params.size(); ++i) CHECK(m2.named_parameters()[i]->value.values() == params[i]->value.values());
   // a flat PyTorch-style state_dict loads too; a wrong shape is refused naming the parameter
   io::Value flat;
-  for (const nn::Parameter* p : m.named_parameters()) flat.set(p->name, p->value);
+  for (const Parameter* p : m.named_parameters()) flat.set(p->name, p->value);
   m2.load_parameters(flat, "flat.json");
   flat.set("decoder.norm.weight", Tensor({7}));
   CHECK(test::error_of([&] { m2.load_parameters(flat, "flat.json"); }).find("decoder.norm.weight has shape [7], expected [8]") !=

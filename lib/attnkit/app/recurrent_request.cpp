@@ -59,7 +59,7 @@ io::Value trace_bundle(const ops::RecurrentCache& cache, CellKind cell, WeightLa
 }
 
 io::Value run_sequence(nn::Recurrent& model, const SequenceRequest& req) {
-  const nn::RecurrentConfig& cfg = model.config();
+  const ops::RecurrentConfig& cfg = model.config();
   const int64_t LD = cfg.layers * cfg.directions(), H = cfg.hidden_size, D = cfg.input_size;
   const bool tm = req.time_major;
   auto from = [](const std::string& source) { return source.empty() ? std::string() : source + ": "; };
@@ -91,7 +91,7 @@ io::Value run_sequence(nn::Recurrent& model, const SequenceRequest& req) {
   std::vector<int64_t> lengths;
   if (req.lengths) lengths = io::lengths_from(*req.lengths, N, T, from(req.sources.lengths) + "lengths");
 
-  nn::RecurrentInputs in;
+  ops::RecurrentInputs in;
   in.x = &x;
   in.h0 = h0 ? &*h0 : nullptr;
   in.c0 = c0 ? &*c0 : nullptr;
@@ -136,10 +136,10 @@ io::Value run_sequence(nn::Recurrent& model, const SequenceRequest& req) {
     }
   }
 
-  nn::RunOptions options;
+  ops::RunOptions options;
   options.trace = req.trace;
   options.keep_cache = req.grad_output != nullptr;
-  nn::RecurrentResult r = model.forward(in, options);
+  ops::RecurrentResult r = model.forward(in, options);
 
   auto drop_n = [&](Tensor t, int axis) {  // remove the batch axis of a [T, D] run
     if (!unbatched) return t;
@@ -162,11 +162,11 @@ io::Value run_sequence(nn::Recurrent& model, const SequenceRequest& req) {
   if (req.grad_output) {
     model.zero_grad();
     Tensor dx(x.shape()), dh0(h0 ? h0->shape() : Shape{0}), dc0(c0 ? c0->shape() : Shape{0});
-    nn::RecurrentGradOutputs dy;
+    ops::RecurrentGradOutputs dy;
     dy.output = dy_out ? &*dy_out : nullptr;
     dy.h_n = dy_hn ? &*dy_hn : nullptr;
     dy.c_n = dy_cn ? &*dy_cn : nullptr;
-    nn::RecurrentGradInputs gi;
+    ops::RecurrentGradInputs gi;
     gi.x = &dx, gi.h0 = h0 ? &dh0 : nullptr, gi.c0 = c0 ? &dc0 : nullptr;
     model.backward(in, r, dy, gi);
     io::Value grad = io::Value::bundle();

@@ -6,7 +6,6 @@
 #include "attnkit/autograd/conv1d.hpp"
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/layers.hpp"
-#include "attnkit/autograd/recurrent.hpp"
 #include "attnkit/nn/linear.hpp"
 #include "attnkit/nn/recurrent.hpp"
 
@@ -23,8 +22,8 @@ class ConvLayers : public SequenceLayer {
     const float bound = 1.0f / std::sqrt(float(s.d * s.k));
     int64_t dilation = 1;
     for (int64_t l = 0; l < depth; ++l, dilation *= s.k) {
-      weights_.push_back(nn::Parameter{"conv" + std::to_string(l) + ".weight", rand_uniform({s.d, s.d, s.k}, rng, -bound, bound)});
-      biases_.push_back(nn::Parameter{"conv" + std::to_string(l) + ".bias", rand_uniform({s.d}, rng, -bound, bound)});
+      weights_.push_back(Parameter{"conv" + std::to_string(l) + ".weight", rand_uniform({s.d, s.d, s.k}, rng, -bound, bound)});
+      biases_.push_back(Parameter{"conv" + std::to_string(l) + ".bias", rand_uniform({s.d}, rng, -bound, bound)});
       options_.push_back({ops::ConvPadding::Causal, dilation});
     }
   }
@@ -36,23 +35,23 @@ class ConvLayers : public SequenceLayer {
     }
     return h;
   }
-  std::vector<nn::Parameter*> parameters() override {
-    std::vector<nn::Parameter*> p;
+  std::vector<Parameter*> parameters() override {
+    std::vector<Parameter*> p;
     for (size_t l = 0; l < weights_.size(); ++l) p.insert(p.end(), {&weights_[l], &biases_[l]});
     return p;
   }
 
  private:
-  std::vector<nn::Parameter> weights_, biases_;  // [d, d, k], [d]
+  std::vector<Parameter> weights_, biases_;  // [d, d, k], [d]
   std::vector<ops::Conv1dOptions> options_;
 };
 
 class RecurrentLayer : public SequenceLayer {
  public:
   RecurrentLayer(const Sizes& s, ops::CellKind cell, Rng& rng)
-      : rnn_(nn::Recurrent::random(nn::RecurrentConfig{cell, s.d, s.d, 1, false}, rng)) {}
-  Var forward(const Var& x) override { return autograd::recurrent(rnn_, x).output; }  // [B, n, d]
-  std::vector<nn::Parameter*> parameters() override { return rnn_.named_parameters(); }
+      : rnn_(nn::Recurrent::random(ops::RecurrentConfig{cell, s.d, s.d, 1, false}, rng)) {}
+  Var forward(const Var& x) override { return rnn_.forward(x).output; }  // [B, n, d]
+  std::vector<Parameter*> parameters() override { return rnn_.named_parameters(); }
 
  private:
   nn::Recurrent rnn_;
@@ -76,10 +75,10 @@ class AttentionLayer : public SequenceLayer {
     }
     return o_.forward(context);  // [B, n, d]
   }
-  std::vector<nn::Parameter*> parameters() override {
-    std::vector<nn::Parameter*> p;
+  std::vector<Parameter*> parameters() override {
+    std::vector<Parameter*> p;
     for (nn::Linear* l : {&q_, &k_, &v_, &o_})
-      for (nn::Parameter* x : l->named_parameters()) p.push_back(x);
+      for (Parameter* x : l->named_parameters()) p.push_back(x);
     return p;
   }
 

@@ -12,7 +12,7 @@
 
 #include "attnkit/arch/analytic.hpp"
 #include "attnkit/autograd/var.hpp"
-#include "attnkit/nn/parameter.hpp"
+#include "attnkit/tensor/parameter.hpp"
 #include "attnkit/tensor/random.hpp"
 
 namespace attnkit::arch {
@@ -22,7 +22,7 @@ class SequenceLayer {
   virtual ~SequenceLayer() = default;
   // x [B, n, d] -> [B, n, d]. Recorded unless under NoGrad; the layer must outlive the backward pass.
   virtual autograd::Var forward(const autograd::Var& x) = 0;
-  virtual std::vector<nn::Parameter*> parameters() = 0;
+  virtual std::vector<Parameter*> parameters() = 0;
 };
 
 // A layer of type `layer` for model size s.d (s.k, s.r and, for the stack's depth, s.n as well).

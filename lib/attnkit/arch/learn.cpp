@@ -38,7 +38,7 @@ Batch make_batch(int64_t B, int64_t n, const LearnOptions& o, Rng& rng) {
 }
 
 // Logits [B, K] at the last position.
-Var logits_of(SequenceLayer& layer, nn::Parameter& embedding, nn::Linear& readout, const Batch& b, int64_t n) {
+Var logits_of(SequenceLayer& layer, Parameter& embedding, nn::Linear& readout, const Batch& b, int64_t n) {
   const int64_t B = int64_t(b.targets.size());
   const Var x = autograd::embedding(Var::param(embedding), b.ids, {B, n});  // [B, n, d]
   const Var y = layer.forward(x);                                              // [B, n, d]
@@ -66,12 +66,12 @@ std::vector<LearnResult> learn(const Sizes& sizes, const LearnOptions& o) {
     for (Layer l : o.layers) {
       if (o.progress) o.progress(fmt::format("learn: {} at n={}", layer_name(l), n), done, total);
       Rng init(o.seed + 1);
-      nn::Parameter embedding{"embedding.weight", rand_normal({o.keys + o.distractors, o.d}, init)};  // [V, d]
+      Parameter embedding{"embedding.weight", rand_normal({o.keys + o.distractors, o.d}, init)};  // [V, d]
       auto layer = make_layer(l, s, init);
       nn::Linear readout(o.d, o.keys, init, true, "readout");
-      std::vector<nn::Parameter*> params{&embedding};
-      for (nn::Parameter* p : layer->parameters()) params.push_back(p);
-      for (nn::Parameter* p : readout.named_parameters()) params.push_back(p);
+      std::vector<Parameter*> params{&embedding};
+      for (Parameter* p : layer->parameters()) params.push_back(p);
+      for (Parameter* p : readout.named_parameters()) params.push_back(p);
       train::AdamOptions adam;
       adam.lr = o.lr;
       train::Adam optimizer(params, adam);

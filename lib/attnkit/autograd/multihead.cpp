@@ -11,7 +11,7 @@ Var multihead_attention(nn::MultiheadAttention& m, const Var& query, const Var& 
   nn::MhaResult r = nn::multihead_attention_forward(m, query.value(), key.value(), value.value(), options, cache.get());
   if (weights) *weights = std::move(r.weights);
   std::vector<Var> inputs{query, key, value};
-  for (nn::Parameter* p : m.named_parameters()) inputs.push_back(Var::param(*p));
+  for (Parameter* p : m.named_parameters()) inputs.push_back(Var::param(*p));
   return record("multihead_attention", inputs, std::move(r.output),
                 [mp = &m, qi = query.impl(), ki = key.impl(), vi = value.impl(), options, cache](
                     const std::vector<const Tensor*>& out_grads, const std::vector<Tensor*>& in_grads) {

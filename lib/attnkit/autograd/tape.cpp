@@ -31,7 +31,7 @@ Var::Var(Tensor value, bool requires_grad) : impl_(std::make_shared<VarImpl>()) 
   impl_->requires_grad = requires_grad;
 }
 
-Var Var::param(nn::Parameter& p) {
+Var Var::param(Parameter& p) {
   Var v;
   v.impl_ = std::make_shared<VarImpl>();
   v.impl_->param = &p;

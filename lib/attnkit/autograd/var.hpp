@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "attnkit/nn/parameter.hpp"
+#include "attnkit/tensor/parameter.hpp"
 #include "attnkit/tensor/tensor.hpp"
 
 namespace attnkit::autograd {
@@ -31,7 +31,7 @@ struct VarImpl {
   Tensor value;
   Tensor grad;                     // empty until a backward pass adds into it
   bool requires_grad = false;
-  nn::Parameter* param = nullptr;  // a leaf bound to a parameter: value and grad live there
+  Parameter* param = nullptr;  // a leaf bound to a parameter: value and grad live there
   bool leaf = true;
 
   const Tensor& val() const { return param ? param->value : value; }
@@ -43,7 +43,7 @@ class Var {
   Var() = default;
   explicit Var(Tensor value, bool requires_grad = false);
   // A leaf bound to `p` (not copied): its gradient accumulates into p.grad.
-  static Var param(nn::Parameter& p);
+  static Var param(Parameter& p);
 
   bool defined() const { return impl_ != nullptr; }
   const Tensor& value() const { return impl_->val(); }

@@ -200,7 +200,7 @@ LoadedModel load_exported(const std::string& config_path, const std::string& wei
   std::vector<std::string> stored;
   tensor_names(weights, "", stored);
   std::vector<std::string> used;
-  for (const nn::Parameter* p : m.model->named_parameters()) used.push_back(p->name);
+  for (const Parameter* p : m.model->named_parameters()) used.push_back(p->name);
   for (const std::string& name : stored)
     AK_CHECK(std::find(used.begin(), used.end(), name) != used.end(),
              "{}: weight {} is not a parameter of the {} model {} describes", weights_path, name, m.family,

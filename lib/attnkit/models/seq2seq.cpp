@@ -9,7 +9,6 @@
 #include "attnkit/autograd/attention.hpp"
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/layers.hpp"
-#include "attnkit/autograd/recurrent.hpp"
 #include "attnkit/nn/state_dict.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/train/vocab.hpp"
@@ -158,14 +157,14 @@ std::vector<nn::Recurrent> make_layers(nn::CellKind cell, int64_t input, int64_t
                                        Rng& rng, const std::string& prefix) {
   std::vector<nn::Recurrent> out;
   for (int k = 0; k < layers; ++k) {
-    nn::RecurrentConfig rc;
+    ops::RecurrentConfig rc;
     rc.cell = cell;
     rc.input_size = k == 0 ? input : (bidirectional ? 2 : 1) * hidden;
     rc.hidden_size = hidden;
     rc.layers = 1;
     rc.bidirectional = bidirectional;
     out.push_back(nn::Recurrent::random(rc, rng));
-    for (nn::Parameter* p : out.back().named_parameters()) {
+    for (Parameter* p : out.back().named_parameters()) {
       std::string name = p->name;  // "weight_ih_l0[_reverse]"
       const size_t at = name.find("_l0");
       if (at != std::string::npos) name.replace(at, 3, "_l" + std::to_string(k));
@@ -195,19 +194,19 @@ Seq2Seq::Seq2Seq(const Seq2SeqConfig& config, Rng& rng)
   const int64_t Hd = config.decoder_hidden();
   const float bound = 1.0f / std::sqrt(static_cast<float>(Hd));
   if (config.attention == AttentionKind::General) {
-    att_W_ = nn::Parameter("attention.W", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, Hd]
+    att_W_ = Parameter("attention.W", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, Hd]
   } else if (config.attention == AttentionKind::Additive) {
-    att_W_q_ = nn::Parameter("attention.W_q", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, A = Hd]
-    att_W_k_ = nn::Parameter("attention.W_k", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, A]
-    att_v_ = nn::Parameter("attention.v", rand_uniform({Hd}, rng, -bound, bound));          // [A]
+    att_W_q_ = Parameter("attention.W_q", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, A = Hd]
+    att_W_k_ = Parameter("attention.W_k", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, A]
+    att_v_ = Parameter("attention.v", rand_uniform({Hd}, rng, -bound, bound));          // [A]
   }
   if (config.attention != AttentionKind::None) combine_.emplace(2 * Hd, Hd, rng, true, "combine");
 }
 
-std::vector<nn::Parameter*> Seq2Seq::named_parameters() {
-  std::vector<nn::Parameter*> out;
+std::vector<Parameter*> Seq2Seq::named_parameters() {
+  std::vector<Parameter*> out;
   auto add = [&](nn::Module& m) {
-    for (nn::Parameter* p : m.named_parameters()) out.push_back(p);
+    for (Parameter* p : m.named_parameters()) out.push_back(p);
   };
   add(src_embed_);
   for (nn::Recurrent& r : encoder_) add(r);
@@ -226,7 +225,7 @@ std::vector<nn::Parameter*> Seq2Seq::named_parameters() {
 
 io::Value Seq2Seq::parameters_value() const {
   io::Value v;
-  for (const nn::Parameter* p : named_parameters()) {
+  for (const Parameter* p : named_parameters()) {
     const size_t dot = p->name.find('.');
     v.set_path({p->name.substr(0, dot), p->name.substr(dot + 1)}, p->value);
   }
@@ -250,7 +249,7 @@ Seq2Seq::StackResult Seq2Seq::run_stack(std::vector<nn::Recurrent>& layers, cons
                                         const ForwardOptions& o) {
   const int L = static_cast<int>(layers.size());
   if (L == 1) {
-    auto r = autograd::recurrent(layers[0], x, h0, c0, lengths);
+    auto r = layers[0].forward(x, h0, c0, lengths);
     return {r.output, r.h_n, r.c_n};
   }
   const int dirs = layers[0].config().directions();
@@ -259,7 +258,7 @@ Seq2Seq::StackResult Seq2Seq::run_stack(std::vector<nn::Recurrent>& layers, cons
   for (int k = 0; k < L; ++k) {
     const Var h0k = h0.defined() ? autograd::slice(h0, 0, k * dirs, (k + 1) * dirs) : Var();  // [dirs, N, H']
     const Var c0k = c0.defined() ? autograd::slice(c0, 0, k * dirs, (k + 1) * dirs) : Var();
-    auto r = autograd::recurrent(layers[size_t(k)], in, h0k, c0k, lengths);  // output [N, T', dirs*H']
+    auto r = layers[size_t(k)].forward(in, h0k, c0k, lengths);  // output [N, T', dirs*H']
     hs.push_back(r.h_n);
     if (r.c_n.defined()) cs.push_back(r.c_n);
     in = k + 1 < L ? drop(r.output, o) : r.output;

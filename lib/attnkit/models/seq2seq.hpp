@@ -114,7 +114,7 @@ class Seq2Seq : public TranslationModel {
   // prefix again from s0 (no cache); cross_attention(-1 or 0, -1 or 0): the attention's weights.
   std::unique_ptr<DecoderState> start_decoding(const train::Batch& sources, bool use_cache) override;
 
-  std::vector<nn::Parameter*> named_parameters() override;
+  std::vector<Parameter*> named_parameters() override;
   using Module::named_parameters;
 
   // Parameters as sub-bundles: {"encoder": {"weight_ih_l0": ...}, "src_embed": {"weight": ...}, ...}.
@@ -154,7 +154,7 @@ class Seq2Seq : public TranslationModel {
   std::vector<nn::Recurrent> encoder_;  // L layers
   nn::Embedding tgt_embed_;
   std::vector<nn::Recurrent> decoder_;  // L layers
-  nn::Parameter att_W_, att_W_q_, att_W_k_, att_v_;  // used as the attention kind needs
+  Parameter att_W_, att_W_q_, att_W_k_, att_v_;  // used as the attention kind needs
   std::optional<nn::Linear> combine_;
   nn::Linear output_;
 };

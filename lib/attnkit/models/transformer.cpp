@@ -76,7 +76,7 @@ std::string text(const io::Value& b, const char* name, std::string_view what, co
 }
 
 // xavier_uniform_ of a [out, in] matrix.
-void xavier(nn::Parameter& p, Rng& rng) {
+void xavier(Parameter& p, Rng& rng) {
   const int64_t out = p.value.dim(0), in = p.value.dim(1);
   const float bound = static_cast<float>(std::sqrt(6.0 / double(in + out)));
   p.value = rand_uniform(p.value.shape(), rng, -bound, bound);
@@ -186,7 +186,7 @@ Transformer::Transformer(const TransformerConfig& config, Rng& rng)
       decoder_(config.layer_options(), config.decoder_layers, rng, "decoder.") {
   if (!config.shared_embeddings) tgt_embed_.emplace(config.tgt_vocab, config.d_model, rng, config.pad_id, "tgt_embed");
   if (config.tied_output) {
-    output_bias_ = nn::Parameter("output.bias", Tensor({config.tgt_vocab}));  // [Vt]
+    output_bias_ = Parameter("output.bias", Tensor({config.tgt_vocab}));  // [Vt]
   } else {
     output_.emplace(config.d_model, config.tgt_vocab, rng, true, "output");
     xavier(output_->weight, rng);
@@ -199,10 +199,10 @@ Transformer::Transformer(const TransformerConfig& config, Rng& rng)
   if (config.positional == nn::PositionalKind::Learned) xavier(pos_.weight, rng);
 }
 
-std::vector<nn::Parameter*> Transformer::named_parameters() {
-  std::vector<nn::Parameter*> out;
+std::vector<Parameter*> Transformer::named_parameters() {
+  std::vector<Parameter*> out;
   auto add = [&](nn::Module& m) {
-    for (nn::Parameter* p : m.named_parameters()) out.push_back(p);
+    for (Parameter* p : m.named_parameters()) out.push_back(p);
   };
   add(src_embed_);
   if (tgt_embed_) add(*tgt_embed_);
@@ -216,7 +216,7 @@ std::vector<nn::Parameter*> Transformer::named_parameters() {
 
 io::Value Transformer::parameters_value() const {
   io::Value v;
-  for (const nn::Parameter* p : named_parameters()) {
+  for (const Parameter* p : named_parameters()) {
     const size_t dot = p->name.find('.');
     v.set_path({p->name.substr(0, dot), p->name.substr(dot + 1)}, p->value);
   }

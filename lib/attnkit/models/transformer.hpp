@@ -93,7 +93,7 @@ class Transformer : public TranslationModel {
   // layers over the whole prefix (causal) and projects the memory again.
   std::unique_ptr<DecoderState> start_decoding(const train::Batch& sources, bool use_cache) override;
 
-  std::vector<nn::Parameter*> named_parameters() override;
+  std::vector<Parameter*> named_parameters() override;
   using Module::named_parameters;
   io::Value parameters_value() const override;
   void load_parameters(const io::Value& bundle, std::string_view what) override;
@@ -127,7 +127,7 @@ class Transformer : public TranslationModel {
   nn::TransformerEncoder encoder_;
   nn::TransformerDecoder decoder_;
   std::optional<nn::Linear> output_;  // weight and bias, or only the bias (tied)
-  nn::Parameter output_bias_;         // tied: "output.bias"
+  Parameter output_bias_;         // tied: "output.bias"
   bool training_ = true;
   uint64_t dropout_seed_ = 1;
   Rng dropout_rng_{1};

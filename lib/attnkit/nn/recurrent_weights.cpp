@@ -1,14 +1,12 @@
-// Recurrent layers: the weights in both layouts (torch state_dict, cs231n), their checks, and the
-// conversion into the internal (packed, blocked) layout. The runner is recurrent_runner.cpp.
+// Recurrent layers: the weights in both layouts (torch state_dict, cs231n) and their checks. The runs
+// (the derived layout, forward, backward) are recurrent.cpp.
 // Legend: N batch, T steps, D input size, H hidden size, L layers, G gates, dirs 1 or 2.
 #include "attnkit/nn/recurrent.hpp"
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 
 #include "attnkit/io/bundle_lookup.hpp"
-#include "attnkit/nn/recurrent_packed.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::nn {
@@ -105,51 +103,9 @@ std::string torch_suffix(int index, int dirs) {
   return fmt::format("_l{}{}", index / dirs, index % dirs ? "_reverse" : "");
 }
 
-// The internal layout of one direction: transposed, blocked columns, folded biases.
-Recurrent::Packed pack_direction(const Recurrent::DirectionParams& w, CellKind cell, int64_t H) {
-  const int G = gate_count(cell);
-  const Tensor &w_ih = w.w_ih.value, &w_hh = w.w_hh.value, &b_ih = w.b_ih.value, &b_hh = w.b_hh.value;
-  const int64_t Din = w_ih.dim(1);
-  const int64_t GH = G * H;
-  Recurrent::Packed p{Tensor({Din, GH}), Tensor({H, GH}), Tensor({GH}), Tensor({H})};
-  std::vector<int64_t> col_of(static_cast<size_t>(GH));  // row g*H + u of W -> its column in the blocked layout
-  for (int g = 0; g < G; ++g) {
-    for (int64_t u = 0; u < H; ++u) {
-      const int64_t col = ops::blocked_column(u, g, H, G), row = g * H + u;
-      col_of[size_t(row)] = col;
-      const bool hn = cell == CellKind::Gru && g == 2;  // b_hn stays inside r ⊙ (W_hn h + b_hn)
-      p.bias[col] = b_ih[row] + (hn ? 0.0f : b_hh[row]);
-      if (hn) p.b_hn[u] = b_hh[row];
-    }
-  }
-  // dst[k, col_of[row]] = src[row, k]: transposed a band of 16 rows at a time, so the reads run along 16 rows and
-  // the writes fill 16 neighbouring columns (a whole unit block) of each dst row; one row (or one column) at a
-  // time strode through dst by G*H floats per element and cost 2-3% of a training step (its weights are repacked
-  // after every optimizer step).
-  auto transpose_into = [&](const Tensor& src, int64_t K, Tensor& dst) {  // src [G*H, K] -> dst [K, G*H]
-    constexpr int64_t kBand = 16;
-    for (int64_t r0 = 0; r0 < GH; r0 += kBand) {
-      const int64_t r1 = std::min(GH, r0 + kBand);
-      for (int64_t k = 0; k < K; ++k) {
-        float* out = dst.data() + k * GH;
-        for (int64_t r = r0; r < r1; ++r) out[col_of[size_t(r)]] = src[r * K + k];
-      }
-    }
-  };
-  transpose_into(w_ih, Din, p.wx);  // [Din, G*H]
-  transpose_into(w_hh, H, p.wh);    // [H, G*H]
-  p.wh_finite = std::all_of(w_hh.data(), w_hh.data() + w_hh.numel(), [](float v) { return std::isfinite(v); });
-  return p;
-}
-
-std::array<uint64_t, 4> versions_of(const Recurrent::DirectionParams& w) {
-  return {w.w_ih.version, w.w_hh.version, w.b_ih.version, w.b_hh.version};
-}
-
 }  // namespace
 
-Recurrent::Recurrent(RecurrentConfig config, std::vector<DirectionWeights> weights)
-    : config_(config), derived_(std::make_unique<Derived>()) {
+Recurrent::Recurrent(ops::RecurrentConfig config, std::vector<DirectionWeights> weights) : config_(config) {
   const int dirs = config_.directions();
   const int64_t H = config_.hidden_size;
   AK_CHECK(H > 0 && config_.input_size > 0 && config_.layers > 0, "recurrent: sizes must be positive (D {}, H {}, L {})",
@@ -163,24 +119,8 @@ Recurrent::Recurrent(RecurrentConfig config, std::vector<DirectionWeights> weigh
                        Parameter("bias_ih" + sfx, std::move(w.b_ih)), Parameter("bias_hh" + sfx, std::move(w.b_hh))});
   }
   check_parameters();
-  derived_->packed.resize(params_.size());
-  derived_->versions.resize(params_.size());
-  derived_->built.assign(params_.size(), false);
+  packed_.resize(params_.size());
 }
-
-Recurrent::Recurrent(const Recurrent& other)
-    : config_(other.config_), params_(other.params_), derived_(std::make_unique<Derived>()) {
-  derived_->packed.resize(params_.size());
-  derived_->versions.resize(params_.size());
-  derived_->built.assign(params_.size(), false);
-}
-Recurrent& Recurrent::operator=(const Recurrent& other) {
-  if (this != &other) *this = Recurrent(other);
-  return *this;
-}
-Recurrent::Recurrent(Recurrent&&) noexcept = default;
-Recurrent& Recurrent::operator=(Recurrent&&) noexcept = default;
-Recurrent::~Recurrent() = default;
 
 std::vector<Parameter*> Recurrent::named_parameters() {
   std::vector<Parameter*> out;
@@ -211,25 +151,10 @@ void Recurrent::check_parameters() const {
   }
 }
 
-const Recurrent::Packed& Recurrent::packed(int index) const {
-  AK_CHECK(derived_, "recurrent: the model was moved from");
-  Derived& d = *derived_;
-  std::lock_guard<std::mutex> lock(d.mutex);
-  const DirectionParams& w = params_[size_t(index)];
-  if (!d.built[size_t(index)] || d.versions[size_t(index)] != versions_of(w)) {
-    check_parameters();
-    d.packed[size_t(index)] = pack_direction(w, config_.cell, config_.hidden_size);
-    d.versions[size_t(index)] = versions_of(w);
-    d.built[size_t(index)] = true;
-    d.cache.forget(index);  // the W_hh packs of the old values
-  }
-  return d.packed[size_t(index)];
-}
-
 Recurrent Recurrent::from_bundle(const io::Value& bundle, CellKind cell, WeightLayout layout) {
   const int G = gate_count(cell);
   const std::string gh = gates_str(G);
-  RecurrentConfig config;
+  ops::RecurrentConfig config;
   config.cell = cell;
   std::vector<DirectionWeights> weights;
   auto suffix = [](int k, bool rev, bool bare0) {
@@ -338,7 +263,7 @@ Recurrent Recurrent::from_bundle(const io::Value& bundle, CellKind cell, WeightL
   return Recurrent(config, std::move(weights));
 }
 
-Recurrent Recurrent::random(const RecurrentConfig& config, Rng& rng) {
+Recurrent Recurrent::random(const ops::RecurrentConfig& config, Rng& rng) {
   const int G = gate_count(config.cell), dirs = config.directions();
   const int64_t H = config.hidden_size;
   AK_CHECK(H > 0 && config.input_size > 0 && config.layers > 0, "recurrent: sizes must be positive (D {}, H {}, L {})",

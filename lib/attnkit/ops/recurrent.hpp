@@ -116,7 +116,7 @@ void gru_cell_backward(const CellBackStep& s);
 void cell_backward(const CellBackStep& s);  // dispatches on s.cell
 
 // What the backward pass of one layer and direction needs, time-major, standard layout.
-// Filled by the sequence runner when asked (nn::RunOptions::keep_cache); `pre` only for traces.
+// Filled by the recurrent stack when asked (RunOptions::keep_cache, recurrent_stack.hpp); `pre` only for traces.
 // Scratch (recycled, never zero-filled): every step writes all of its rows, padded ones included.
 struct RecurrentCache {
   ScratchTensor gates;   // [T, N, G*H] activated gates (RNN: empty, h is its own derivative source)

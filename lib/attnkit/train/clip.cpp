@@ -22,9 +22,9 @@ double sum_of_squares(const float* g, int64_t n) {
 }
 
 // Sum of squares of every non-empty grad, in double.
-double sum_of_squares(const std::vector<nn::Parameter*>& params) {
+double sum_of_squares(const std::vector<Parameter*>& params) {
   double sum = 0.0;
-  for (const nn::Parameter* p : params) {
+  for (const Parameter* p : params) {
     AK_CHECK(p != nullptr, "clip_grad_norm: a parameter is a null pointer");
     if (p->grad.empty()) continue;
     AK_CHECK(p->grad.shape() == p->value.shape(), "clip_grad_norm: the grad of '{}' has shape {}, expected {}",
@@ -35,8 +35,8 @@ double sum_of_squares(const std::vector<nn::Parameter*>& params) {
 }
 
 // Why the norm is not finite: the first non-finite grad element, or an overflow of float32.
-[[noreturn]] void fail_non_finite(const std::vector<nn::Parameter*>& params, float total) {
-  for (const nn::Parameter* p : params) {
+[[noreturn]] void fail_non_finite(const std::vector<Parameter*>& params, float total) {
+  for (const Parameter* p : params) {
     for (int64_t i = 0; i < p->grad.numel(); ++i) {
       if (!std::isfinite(p->grad[i]))
         fail("clip_grad_norm: the total L2 norm of the gradients is {}: the grad of '{}' is {} at {}", total, p->name,
@@ -48,11 +48,11 @@ double sum_of_squares(const std::vector<nn::Parameter*>& params) {
 
 }  // namespace
 
-float grad_norm(const std::vector<nn::Parameter*>& params) {
+float grad_norm(const std::vector<Parameter*>& params) {
   return static_cast<float>(std::sqrt(sum_of_squares(params)));
 }
 
-float clip_grad_norm(const std::vector<nn::Parameter*>& params, const ClipOptions& options) {
+float clip_grad_norm(const std::vector<Parameter*>& params, const ClipOptions& options) {
   AK_CHECK(std::isfinite(options.max_norm) && options.max_norm > 0.0,
            "clip_grad_norm: max_norm must be > 0 and finite, got {}", options.max_norm);
   const float total = grad_norm(params);
@@ -62,7 +62,7 @@ float clip_grad_norm(const std::vector<nn::Parameter*>& params, const ClipOption
   // PyTorch multiplies by clamp(clip_coef, max=1) always; a factor of 1 changes nothing, so skip it. A NaN
   // coefficient (NaN norm, NonFinite::Scale) fails `coef >= 1` and is applied, as in PyTorch.
   if (coef >= 1.0f) return total;
-  for (nn::Parameter* p : params) {
+  for (Parameter* p : params) {
     if (p->grad.empty()) continue;
     float* g = p->grad.data();
     const int64_t n = p->grad.numel();

@@ -19,7 +19,7 @@
 #pragma once
 #include <vector>
 
-#include "attnkit/nn/parameter.hpp"
+#include "attnkit/tensor/parameter.hpp"
 
 namespace attnkit::train {
 
@@ -31,9 +31,9 @@ struct ClipOptions {
 };
 
 // Clips the grads in place; returns the total L2 norm before clipping (as a float32, as PyTorch's tensor).
-float clip_grad_norm(const std::vector<nn::Parameter*>& params, const ClipOptions& options);
+float clip_grad_norm(const std::vector<Parameter*>& params, const ClipOptions& options);
 
 // The total L2 norm of the non-empty grads, nothing changed (computed as clip_grad_norm computes it).
-float grad_norm(const std::vector<nn::Parameter*>& params);
+float grad_norm(const std::vector<Parameter*>& params);
 
 }  // namespace attnkit::train

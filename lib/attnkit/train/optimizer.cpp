@@ -29,7 +29,7 @@ void check_beta(std::string_view opt, std::string_view option, double value) {
 
 // The members of one parameter's state: each a tensor of the parameter's shape ("step": a scalar).
 // Refuses a member that is not one of `names`, and a missing one.
-std::vector<const Tensor*> state_members(std::string_view what, const nn::Parameter& p, const io::Value& entry,
+std::vector<const Tensor*> state_members(std::string_view what, const Parameter& p, const io::Value& entry,
                                          const std::vector<std::string_view>& names) {
   AK_CHECK(entry.is_bundle(), "{}: the state of '{}' is not a bundle", what, p.name);
   std::string expected;
@@ -65,7 +65,7 @@ std::vector<const Tensor*> state_members(std::string_view what, const nn::Parame
 
 // ------------------------------------------------------------------------------------------- Optimizer
 
-Optimizer::Optimizer(std::string_view name, std::vector<nn::Parameter*> params, double lr)
+Optimizer::Optimizer(std::string_view name, std::vector<Parameter*> params, double lr)
     : name_(name), params_(std::move(params)), lr_(0.0) {
   std::unordered_set<std::string> seen;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -82,13 +82,13 @@ void Optimizer::set_lr(double lr) {
 }
 
 void Optimizer::zero_grad() {
-  for (nn::Parameter* p : params_) p->zero_grad();
+  for (Parameter* p : params_) p->zero_grad();
 }
 
 std::vector<size_t> Optimizer::parameters_to_update() const {
   std::vector<size_t> out;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const nn::Parameter& p = *params_[i];
+    const Parameter& p = *params_[i];
     if (p.grad.empty()) continue;
     AK_CHECK(p.grad.shape() == p.value.shape(), "{}: the grad of '{}' has shape {}, expected {} (the value's)", name_,
              p.name, p.grad.shape_str(), p.value.shape_str());
@@ -105,7 +105,7 @@ size_t Optimizer::index_of(const std::string& member) const {
 
 // ------------------------------------------------------------------------------------------- SGD
 
-Sgd::Sgd(std::vector<nn::Parameter*> params, const SgdOptions& options)
+Sgd::Sgd(std::vector<Parameter*> params, const SgdOptions& options)
     : Optimizer("SGD", std::move(params), options.lr), options_(options) {
   check_non_negative(name_, "momentum", options.momentum);
   AK_CHECK(std::isfinite(options.dampening), "SGD: dampening must be finite, got {}", options.dampening);
@@ -126,7 +126,7 @@ void Sgd::step() {
   const float one_minus_dampening = static_cast<float>(1.0 - options_.dampening);
   const float neg_lr = static_cast<float>(-lr_);
   for (size_t k : parameters_to_update()) {
-    nn::Parameter& param = *params_[k];
+    Parameter& param = *params_[k];
     const int64_t n = param.value.numel();
     float* p = param.value.data();
     const float* g = param.grad.data();
@@ -179,13 +179,13 @@ void Sgd::load_state(const io::Value& state) {
 
 // ------------------------------------------------------------------------------------------- Adam, AdamW
 
-Adam::Adam(std::vector<nn::Parameter*> params, const AdamOptions& options)
+Adam::Adam(std::vector<Parameter*> params, const AdamOptions& options)
     : Adam("Adam", std::move(params), options, false) {}
 
-AdamW::AdamW(std::vector<nn::Parameter*> params, const AdamWOptions& options)
+AdamW::AdamW(std::vector<Parameter*> params, const AdamWOptions& options)
     : Adam("AdamW", std::move(params), options, true) {}
 
-Adam::Adam(std::string_view name, std::vector<nn::Parameter*> params, const AdamOptions& options, bool decoupled)
+Adam::Adam(std::string_view name, std::vector<Parameter*> params, const AdamOptions& options, bool decoupled)
     : Optimizer(name, std::move(params), options.lr), options_(options), decoupled_(decoupled) {
   check_beta(name_, "beta1", options.beta1);
   check_beta(name_, "beta2", options.beta2);
@@ -238,7 +238,7 @@ void Adam::step() {
   const float eps = static_cast<float>(o.eps);
   const bool amsgrad = o.amsgrad;
   for (size_t k : parameters_to_update()) {
-    nn::Parameter& param = *params_[k];
+    Parameter& param = *params_[k];
     State& s = state_[k];
     if (s.step == 0) {
       s.exp_avg = Tensor(param.value.shape());

@@ -1,5 +1,5 @@
 // Optimizers: SGD, Adam, AdamW with PyTorch 1.13's update rules (torch.optim, the per-tensor loop that
-// foreach=False runs), on the parameters a Module lists (nn::Parameter: name, value, grad, version).
+// foreach=False runs), on the parameters a Module lists (Parameter: name, value, grad, version).
 //
 //   SGD    g = grad (+ weight_decay * p)
 //          momentum != 0:  buf = g on a parameter's first step, else buf = momentum * buf + (1 - dampening) * g
@@ -40,7 +40,7 @@
 #include <vector>
 
 #include "attnkit/io/value.hpp"
-#include "attnkit/nn/parameter.hpp"
+#include "attnkit/tensor/parameter.hpp"
 
 namespace attnkit::train {
 
@@ -75,7 +75,7 @@ class Optimizer {
 
   // "SGD", "Adam", "AdamW": the prefix of every message.
   std::string_view name() const { return name_; }
-  const std::vector<nn::Parameter*>& parameters() const { return params_; }
+  const std::vector<Parameter*>& parameters() const { return params_; }
 
   // One update of every parameter with a non-empty grad (see the top of this file).
   // Throws attnkit::Error, before changing anything, if a grad's shape differs from its value's.
@@ -96,21 +96,21 @@ class Optimizer {
 
  protected:
   // Refuses null pointers and duplicate names (the state is keyed by name).
-  Optimizer(std::string_view name, std::vector<nn::Parameter*> params, double lr);
+  Optimizer(std::string_view name, std::vector<Parameter*> params, double lr);
   // The parameters step() updates: those with a non-empty grad, whose shapes were checked.
   std::vector<size_t> parameters_to_update() const;
   // The index of the parameter called `member` (for load_state), or an error naming it.
   size_t index_of(const std::string& member) const;
 
   std::string name_;
-  std::vector<nn::Parameter*> params_;
+  std::vector<Parameter*> params_;
   double lr_;
 };
 
 class Sgd : public Optimizer {
  public:
   // Throws attnkit::Error naming the option and its value for a bad hyperparameter.
-  Sgd(std::vector<nn::Parameter*> params, const SgdOptions& options);
+  Sgd(std::vector<Parameter*> params, const SgdOptions& options);
   const SgdOptions& options() const { return options_; }
   void step() override;
   io::Value state() const override;
@@ -124,14 +124,14 @@ class Sgd : public Optimizer {
 // Adam, or AdamW with `decoupled` (the AdamW class below sets it).
 class Adam : public Optimizer {
  public:
-  Adam(std::vector<nn::Parameter*> params, const AdamOptions& options);
+  Adam(std::vector<Parameter*> params, const AdamOptions& options);
   const AdamOptions& options() const { return options_; }
   void step() override;
   io::Value state() const override;
   void load_state(const io::Value& state) override;
 
  protected:
-  Adam(std::string_view name, std::vector<nn::Parameter*> params, const AdamOptions& options, bool decoupled);
+  Adam(std::string_view name, std::vector<Parameter*> params, const AdamOptions& options, bool decoupled);
 
  private:
   struct State {
@@ -145,7 +145,7 @@ class Adam : public Optimizer {
 
 class AdamW : public Adam {
  public:
-  AdamW(std::vector<nn::Parameter*> params, const AdamWOptions& options = {});
+  AdamW(std::vector<Parameter*> params, const AdamWOptions& options = {});
 };
 
 }  // namespace attnkit::train

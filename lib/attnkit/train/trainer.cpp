@@ -62,7 +62,7 @@ double double_of(const io::Value& v, const char* name, std::string_view what) {
 // A non-finite value as the messages write it: NaN, inf, -inf (fmt would say "-nan").
 std::string shown(float x) { return std::isnan(x) ? "NaN" : fmt::format("{}", x); }
 
-std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::vector<nn::Parameter*> params, double lr) {
+std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::vector<Parameter*> params, double lr) {
   switch (kind) {
     case OptimizerKind::Sgd: {
       SgdOptions o;
@@ -261,7 +261,7 @@ void Trainer::save(const std::string& path) const {
 }
 
 void Trainer::save_checked(const std::string& path, const std::string& when) const {
-  for (const nn::Parameter* p : model_->named_parameters()) {
+  for (const Parameter* p : model_->named_parameters()) {
     const float* x = p->value.data();
     for (int64_t i = 0; i < p->value.numel(); ++i)
       AK_CHECK(std::isfinite(x[i]), "training: {}: parameter {} is {} at [{}] (the last checkpoint is kept)", when,
@@ -425,8 +425,8 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
   TrainSummary s;
   s.start_step = start_step_;
   s.checkpoint = options_.save_path;
-  for (const nn::Parameter* p : model_->named_parameters()) s.parameters += p->value.numel();
-  const std::vector<nn::Parameter*> params = model_->named_parameters();
+  for (const Parameter* p : model_->named_parameters()) s.parameters += p->value.numel();
+  const std::vector<Parameter*> params = model_->named_parameters();
   models::ForwardOptions lo;
   lo.label_smoothing = options_.label_smoothing;
   if (options_.family == "recurrent") {  // the Transformer's dropout is its config's

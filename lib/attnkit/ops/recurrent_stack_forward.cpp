@@ -1,4 +1,6 @@
-// Recurrent layers: the time-loop runner (forward over layers and directions).
+// The recurrent stack's forward (recurrent_stack.hpp): the time loop of every layer and direction, on
+// one thread, on a team over the hidden units, side by side (two directions or two runs of rows), or
+// with a second thread projecting ahead (a batch of one).
 // Legend: N batch, T steps, D input size, H hidden size, L layers, G gates, dirs 1 or 2.
 // GCC 12 reports false "may be used uninitialized" inside Eigen's AVX-512 packet code.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -7,30 +9,24 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <cstring>
-#include <exception>
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <exception>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <thread>
 
-#include "attnkit/nn/recurrent.hpp"
-#include "attnkit/nn/recurrent_packed.hpp"
 #include "attnkit/ops/matmul.hpp"
+#include "attnkit/ops/recurrent_packed.hpp"
+#include "attnkit/ops/recurrent_stack.hpp"
 #include "attnkit/tensor/barrier.hpp"
 #include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/parallel_errors.hpp"
-#include "attnkit/ops/linear.hpp"
-#include "attnkit/tensor/scratch_pool.hpp"
 #include "attnkit/tensor/threads.hpp"
 
-namespace attnkit::nn {
-
-using ops::CellKind;
-using ops::gate_count;
+namespace attnkit::ops {
 
 namespace {
 
@@ -72,7 +68,7 @@ struct ChunkTickets {
 
 // One layer and direction over the whole batch.
 struct DirectionJob {
-  const Recurrent::Packed* packed = nullptr;
+  const RecurrentPacked* packed = nullptr;
   CellKind cell = CellKind::Lstm;
   int64_t N = 0, T = 0, Din = 0, H = 0;
   bool reverse = false;
@@ -84,22 +80,13 @@ struct DirectionJob {
   int64_t out_width = 0;  // dirs*H
   float* h_n = nullptr;  // [N, H]
   float* c_n = nullptr;
-  ops::RecurrentCache* cache = nullptr;
+  RecurrentCache* cache = nullptr;
   bool keep_pre = false;
   bool watch_team = false;   // a small-step loop on a team: report how the team fared (TeamWatch)
   bool watch_alone = false;  // a small-step loop on one thread: report its time (TeamWatch)
   bool project_ahead = false;  // N = 1 on one thread: a second one projects x W_ih ahead of the steps
 };
 
-// Threads worth using for a time loop of N x H x G*H multiply-adds a step.
-int team_size(int threads, int64_t N, int64_t H, int G, int64_t min_macs) {
-  const int64_t work = N * H * G * H;
-  const int64_t blocks = (H + ops::kUnitBlock - 1) / ops::kUnitBlock;
-  int64_t useful = std::max<int64_t>(1, work / std::max<int64_t>(1, min_macs));
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({threads, useful, blocks})));
-}
-
-// A team pays for a loop of small steps (a few microseconds each, N = 1) only while its threads
 // run at once. On cores shared with other work a descheduled thread costs the others a wait at the
 // region's end (milliseconds: a 0.3 ms loop took 8 ms), or its steps run on another core (StepClaims).
 // So such a loop reports how its team fared; after a bad run the next small-step loops of the
@@ -147,33 +134,6 @@ TeamWatch team_watch;
 // (tensor/barrier.hpp): both spin briefly (the threads' halves of a step are even, so on an idle
 // machine the other arrives within microseconds), then sleep.
 
-// A float scratch buffer (64-byte aligned, uninitialised): up to 4 MB it is this thread's buffer
-// for `slot`, kept from call to call (the latency case would otherwise map and fault fresh pages
-// every call); larger ones come from the recycling ScratchPool (tensor/scratch_pool.hpp: the 52 MB
-// pre-activations of N=64 T=100 H=512 mapped afresh cost 10% of a forward in page zeroing).
-class Scratch {
- public:
-  Scratch(size_t floats, int slot) {
-    if (floats > kSmall) {
-      large_ = ScratchPool::get(static_cast<int64_t>(floats));
-      data_ = large_.get();
-      return;
-    }
-    thread_local std::vector<float, Eigen::aligned_allocator<float>> kept[3];
-    if (kept[slot].size() < floats + 16) kept[slot].resize(floats + 16);
-    // to a cache line (Eigen's allocator aligns to its packet size, 32 bytes with AVX2): a team's
-    // parts write runs of whole lines, never one line from two cores
-    const uintptr_t p = reinterpret_cast<uintptr_t>(kept[slot].data());
-    data_ = reinterpret_cast<float*>((p + 63) / 64 * 64);
-  }
-  float* data() { return data_; }
-
- private:
-  static constexpr size_t kSmall = size_t(1) << 20;  // floats (4 MB)
-  std::shared_ptr<float> large_;
-  float* data_ = nullptr;
-};
-
 // A time step that computes its own input product x_t W_ih beside h_prev W_hh, a few columns at a
 // time, each followed at once by the cell on their units. The hoisted projection (one GEMM before the
 // loop) wrote N*T*G*H pre-activations (52 MB at N = 64, T = 100, H = 512) that every step read back from
@@ -189,7 +149,7 @@ struct FusedSteps {
   static constexpr int64_t kMinRows = 16;
   static constexpr int64_t kChunkFloats = int64_t(1) << 14;  // a chunk's products: 64 KB (L2)
   FusedSteps(const DirectionJob& job, const TeamParts& parts, bool forks) : parts_(&parts) {
-    const ops::PanelShape ps = ops::gemm_panel_shape();
+    const PanelShape ps = gemm_panel_shape();
     G_ = gate_count(job.cell), gru_ = job.cell == CellKind::Gru;
     N_ = job.N, Din_ = job.Din, H_ = job.H;
     if (N_ < kMinRows || forks || ps.mr == 0) return;
@@ -201,12 +161,12 @@ struct FusedSteps {
     // the units (a small batch) keeps the least (N = 16, H = 256 on two threads ran 4-10% slower with more).
     auto fits = [&](int64_t units) { return (G_ * units) % ps.nr == 0 && G_ * units >= 64; };
     const int64_t products = parts.units.size() > 1 ? 0 : kChunkFloats;
-    chunk_units_ = ops::kUnitBlock;
+    chunk_units_ = kUnitBlock;
     while (!fits(chunk_units_) || (N_ * G_ * chunk_units_ < products && chunk_units_ < H_))
-      chunk_units_ += ops::kUnitBlock;
+      chunk_units_ += kUnitBlock;
     ld_ = G_ * chunk_units_;
     auto lines = [](int64_t floats) { return (floats + 15) / 16 * 16; };
-    pax_ = lines(ops::panels_size(N_, Din_, ps.mr)), pah_ = lines(ops::panels_size(N_, H_, ps.mr));
+    pax_ = lines(panels_size(N_, Din_, ps.mr)), pah_ = lines(panels_size(N_, H_, ps.mr));
     part_floats = pax_ + pah_ + N_ * ld_ * (gru_ ? 2 : 1);
   }
   explicit operator bool() const { return part_floats > 0; }
@@ -222,8 +182,8 @@ struct FusedSteps {
   // (h_prev nullptr: a zero state, not packed).
   void pack(int slot, int64_t rows, const float* x, int64_t ldx, const float* h_prev) const {
     float* pax = buffers + slot * part_floats;
-    ops::pack_a_panels(ops::Trans::No, rows, Din_, x, ldx, pax, ops::RowBlocks::Balanced);
-    if (h_prev) ops::pack_a_panels(ops::Trans::No, rows, H_, h_prev, H_, pax + pax_, ops::RowBlocks::Balanced);
+    pack_a_panels(Trans::No, rows, Din_, x, ldx, pax, RowBlocks::Balanced);
+    if (h_prev) pack_a_panels(Trans::No, rows, H_, h_prev, H_, pax + pax_, RowBlocks::Balanced);
   }
   // Chunk k of part c from the rows packed in `slot`: its products (h_prev W_hh only `with_h`: else h_prev is
   // zero and the product exactly +0), then cell(u0, u1, xproj, ldx, hproj, ldh, col0) on the units [u0, u1)
@@ -264,7 +224,7 @@ struct FusedSteps {
 void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets* side = nullptr) {
   const int G = gate_count(job.cell);
   const int64_t N = job.N, T = job.T, H = job.H, GH = G * H;
-  const Recurrent::Packed& p = *job.packed;
+  const RecurrentPacked& p = *job.packed;
   const bool gru = job.cell == CellKind::Gru;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point began = Clock::now();
@@ -285,18 +245,18 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
   FusedSteps fused(job, parts, forks);
   const bool ahead = team <= 1 && job.project_ahead && !fused;  // one row: the projection runs beside the steps
   const bool tickets = team <= 1 && side && fused;  // chunks by ticket: a helper packs into slot 1
-  Scratch xproj_buf(fused ? size_t(tickets ? 2 : team) * size_t(fused.part_floats) : size_t(N * T * GH), 0);
+  RecurrentScratch xproj_buf(fused ? size_t(tickets ? 2 : team) * size_t(fused.part_floats) : size_t(N * T * GH), 0);
   fused.buffers = xproj_buf.data();
   MapRM xproj(xproj_buf.data(), fused ? 0 : N * T, GH);  // [N*T, G*H] row n*T + t, blocked columns
-  auto project = [&](int c, ops::GemmThreads threads) {
+  auto project = [&](int c, GemmThreads threads) {
     if (fused) return;  // each step computes its own
     parts.input[size_t(c)].multiply(job.x, N * T, job.Din, xproj.data(), GH, threads);  // [N*T, cols of c]
   };
-  if (team <= 1 && !ahead) project(0, big ? ops::GemmThreads::Policy : ops::GemmThreads::This);
+  if (team <= 1 && !ahead) project(0, big ? GemmThreads::Policy : GemmThreads::This);
 
   // The initial state, the double-buffered state and GRU's hidden products, each on whole cache lines.
   const int64_t state = (2 * N * H + 15) / 16 * 16;
-  Scratch state_buf(size_t(3 * state + (gru && !fused ? N * GH : 0)), 1);
+  RecurrentScratch state_buf(size_t(3 * state + (gru && !fused ? N * GH : 0)), 1);
   MapRM init(state_buf.data(), 2 * N, H);              // h0; c0 (rows N..2N)
   MapRM hbuf(state_buf.data() + state, 2 * N, H);      // [N, H] x 2
   MapRM cbuf(state_buf.data() + 2 * state, 2 * N, H);  // [N, H] x 2
@@ -310,7 +270,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
   // product is skipped: the same bits. A W_hh with an inf or a NaN gives NaN there, as PyTorch's does.
   const bool zero_start = p.wh_finite && (init.topRows(N).array() == 0.0f).all();
 
-  ops::RecurrentCache* cache = job.cache;
+  RecurrentCache* cache = job.cache;
   if (cache) {
     if (job.cell != CellKind::RnnTanh && job.cell != CellKind::RnnRelu) cache->gates = ScratchTensor({T, N, GH});
     if (job.keep_pre) cache->pre = ScratchTensor({T, N, GH});
@@ -345,7 +305,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
   auto cell = [&](int64_t i, int64_t u0, int64_t u1, const float* xp, int64_t ldx, const float* hp, int64_t ldh,
                   int64_t col0) {
     const int64_t t = time_of(i);
-    ops::CellStep s;
+    CellStep s;
     s.cell = job.cell;
     s.rows = N, s.hidden = H, s.unit_begin = u0, s.unit_end = u1;
     s.lengths = job.lengths, s.t = t;
@@ -367,7 +327,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
       if (!cache->tanh_c.empty()) s.tanh_c = cache->tanh_c.data() + t * N * H, s.tanh_c_stride = H;
       if (!cache->hn.empty()) s.hn = cache->hn.data() + t * N * H, s.hn_stride = H;
     }
-    ops::cell_forward(s);
+    cell_forward(s);
   };
   auto step = [&](int c, int64_t i) {
     const int64_t t = time_of(i);
@@ -407,7 +367,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
         const int64_t i0 = c * kChunk, i1 = std::min(T, i0 + kChunk);
         const int64_t t0 = job.reverse ? T - i1 : i0, t1 = job.reverse ? T - i0 : i1;  // rows t (N = 1)
         parts.input[0].multiply(job.x + t0 * job.Din, t1 - t0, job.Din, xproj.data() + t0 * GH, GH,
-                                ops::GemmThreads::This);
+                                GemmThreads::This);
       });
       state[c].store(2, std::memory_order_release);
     };
@@ -475,7 +435,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
     ParallelErrors errors;
     auto run = [&](int c, int64_t round) {
       errors.run([&] {
-        if (round == 0) project(c, ops::GemmThreads::This);
+        if (round == 0) project(c, GemmThreads::This);
         else step(c, round - 1);
       });
       claims.finish(c, round);
@@ -550,184 +510,15 @@ std::vector<DirectionJob> row_parts(const DirectionJob& job, int parts) {
   return out;
 }
 
-// ---- backward of one layer and direction ----
-
-struct DirectionBackJob {
-  CellKind cell = CellKind::Lstm;
-  int64_t N = 0, T = 0, Din = 0, H = 0;
-  bool reverse = false;
-  const float* x = nullptr;          // [N, T, Din] the layer's input
-  const int64_t* lengths = nullptr;
-  const float* h0 = nullptr;         // [N, H] or nullptr (zeros)
-  const float* c0 = nullptr;
-  const ops::RecurrentCache* cache = nullptr;
-  const float* dout = nullptr;       // column dir*H of [N, T, dirs*H], or nullptr
-  int64_t dout_width = 0;
-  const float* dh_n = nullptr;       // [N, H] or nullptr
-  const float* dc_n = nullptr;
-  const Recurrent::DirectionParams* w = nullptr;
-  Tensor* g_w_ih = nullptr;          // [G*H, Din] (added into)
-  Tensor* g_w_hh = nullptr;          // [G*H, H]
-  Tensor* g_b_ih = nullptr;          // [G*H]
-  Tensor* g_b_hh = nullptr;          // [G*H]
-  float* dx = nullptr;               // [N, T, Din] (added into) or nullptr
-  float* dh0 = nullptr;              // [N, H] (added into) or nullptr
-  float* dc0 = nullptr;
-  int team = 1;                      // threads of the time loop
-  const TeamParts* parts = nullptr;  // W_hh [G*H, H] packed by the team's unit runs
-};
-
-// Back through the time loop (the forward's steps in reverse), then the weights in one GEMM each:
-// the forward hoisted the input projection out of the loop, so d W_ih, d x (and d W_hh, d b) are
-// products over all N*T rows at once; only dh_prev += da_h W_hh stays per step.
-void backward_direction(const DirectionBackJob& job) {
-  using ops::Trans;
-  const int G = gate_count(job.cell);
-  const int64_t N = job.N, T = job.T, H = job.H, GH = G * H, Din = job.Din;
-  const bool gru = job.cell == CellKind::Gru, lstm = job.cell == CellKind::Lstm;
-  const ops::RecurrentCache& cache = *job.cache;
-  // d loss / d gate arguments of every step, batch-first like x: row n*T + t.
-  // Uninitialised (scratch, not zero-filled by one thread while the team waits): each step zeroes its
-  // rows' columns below, in the team, before the cell backward adds into them.
-  Scratch dA_buf(size_t(N * T * GH), 0), dAh_buf(gru ? size_t(N * T * GH) : 0, 1);
-  float* dA = dA_buf.data();                      // [N*T, G*H] the W_ih x + b_ih part
-  float* dAh = gru ? dAh_buf.data() : nullptr;    // [N*T, G*H] GRU's W_hh h_prev + b_hh part
-  const float* dah = gru ? dAh : dA;
-  // d h and d c double-buffered by step parity: step i reads buffer (T-1-i) & 1 and writes the other.
-  Tensor dhb[2] = {Tensor({N, H}), Tensor({N, H})}, dcb[2] = {Tensor({N, H}), Tensor({N, H})};  // [N, H]
-  Tensor zeros({N, H});
-  if (job.dh_n) std::memcpy(dhb[0].data(), job.dh_n, sizeof(float) * N * H);
-  if (job.dc_n) std::memcpy(dcb[0].data(), job.dc_n, sizeof(float) * N * H);
-  auto time_of = [&](int64_t i) { return job.reverse ? T - 1 - i : i; };
-  auto h_before = [&](int64_t i) -> const float* {  // h_prev of step i
-    if (i > 0) return cache.h.data() + time_of(i - 1) * N * H;
-    return job.h0 ? job.h0 : zeros.data();
-  };
-  auto c_before = [&](int64_t i) -> const float* {
-    if (i > 0) return cache.c.data() + time_of(i - 1) * N * H;
-    return job.c0 ? job.c0 : zeros.data();
-  };
-  // A team splits the hidden units in runs of whole blocks, as the forward does: part c owns the
-  // columns [u0, u1) of d h and d c and the gate columns of those units, so the only meeting point
-  // of a step is between the cell backward (every unit's da_h) and the product da_h W_hh.
-  const int team = job.team;
-  const TeamParts& parts = *job.parts;  // W_hh packed for the micro-kernel, per part (PackCache)
-  auto units = [&](int c) { return parts.units[size_t(c)]; };
-  // Step i, part c: the cell backward of its units (after adding d output), or (phase 1) its
-  // columns of dh_prev += da_h W_hh.
-  auto cell_part = [&](int c, int64_t i) {
-    const int64_t t = time_of(i);
-    const auto [u0, u1] = units(c);
-    if (u0 >= u1) return;
-    float* dh = dhb[(T - 1 - i) & 1].data();
-    float* dh_next = dhb[(T - i) & 1].data();
-    float* dc = dcb[(T - 1 - i) & 1].data();
-    float* dc_next = dcb[(T - i) & 1].data();
-    for (int64_t n = 0; n < N; ++n) {
-      // output[n, t] = h_t for a real step (a padded step's output is a constant zero)
-      if (job.dout && (!job.lengths || t < job.lengths[n])) {
-        const float* src = job.dout + (n * T + t) * job.dout_width;
-        for (int64_t u = u0; u < u1; ++u) dh[n * H + u] += src[u];
-      }
-      std::fill(dh_next + n * H + u0, dh_next + n * H + u1, 0.0f);
-      std::fill(dc_next + n * H + u0, dc_next + n * H + u1, 0.0f);
-    }
-    for (int64_t n = 0; n < N; ++n)  // this part's columns of rows n*T + t (a padded step adds nothing)
-      for (int g = 0; g < G; ++g) {
-        std::fill_n(dA + (n * T + t) * GH + g * H + u0, u1 - u0, 0.0f);
-        if (gru) std::fill_n(dAh + (n * T + t) * GH + g * H + u0, u1 - u0, 0.0f);
-      }
-    ops::CellBackStep s;
-    s.cell = job.cell, s.rows = N, s.hidden = H, s.unit_begin = u0, s.unit_end = u1;
-    s.lengths = job.lengths, s.t = t;
-    if (!cache.gates.empty()) s.gates = cache.gates.data() + t * N * GH, s.gates_stride = GH;
-    s.h = cache.h.data() + t * N * H, s.h_stride = H;
-    s.h_prev = h_before(i), s.h_prev_stride = H;
-    if (lstm) {
-      s.c_prev = c_before(i), s.c_prev_stride = H;
-      s.tanh_c = cache.tanh_c.data() + t * N * H, s.tanh_c_stride = H;
-      s.dc = dc, s.dc_stride = H;
-      s.dc_prev = dc_next, s.dc_prev_stride = H;
-    }
-    if (gru) {
-      s.hn = cache.hn.data() + t * N * H, s.hn_stride = H;
-      s.dha = dAh + t * GH, s.dha_stride = T * GH;
-    }
-    s.dh = dh, s.dh_stride = H;
-    s.da = dA + t * GH, s.da_stride = T * GH;
-    s.dh_prev = dh_next, s.dh_prev_stride = H;
-    ops::cell_backward(s);
-  };
-  auto product_part = [&](int c, int64_t i) {
-    const int64_t t = time_of(i);
-    const auto [u0, u1] = units(c);
-    if (u0 >= u1) return;
-    // a = ... + h_prev W_hh^T:  dh_prev[:, u0:u1] [N, u1-u0] += da_h [N, G*H] W_hh[:, u0:u1] [G*H, u1-u0]
-    // (W_hh's columns packed once with the model, as the forward's; only da_h is packed each step)
-    parts.columns[size_t(c)].multiply_add(dah + t * GH, N, dhb[(T - i) & 1].data(), H, T * GH);
-  };
-  if (team <= 1) {
-    for (int64_t i = T - 1; i >= 0; --i) {
-      cell_part(0, i);
-      product_part(0, i);
-    }
-  } else {
-    // One parallel region, one barrier a step (between the two phases); the next step's cell part
-    // touches only its own columns, which no other part reads. An exception must not leave the
-    // region, nor a thread stop meeting the barrier: the first one is kept and rethrown after.
-    StepBarrier barrier(team);
-    ParallelErrors errors;
-#pragma omp parallel num_threads(team)
-    {
-      const int id = omp_get_thread_num(), nt = omp_get_num_threads();  // OpenMP may give fewer
-#pragma omp single
-      barrier.resize(nt);
-      for (int64_t i = T - 1; i >= 0; --i) {
-        for (int c = id; c < team; c += nt) errors.run([&] { cell_part(c, i); });
-        barrier.wait();
-        for (int c = id; c < team; c += nt) errors.run([&] { product_part(c, i); });
-      }
-    }
-    errors.rethrow();
-  }
-  const Tensor& dh = dhb[T & 1];  // after step 0: the gradient of h0
-  const Tensor& dc = dcb[T & 1];
-  if (job.dh0)
-    for (int64_t k = 0; k < N * H; ++k) job.dh0[k] += dh[k];
-  if (job.dc0 && lstm)
-    for (int64_t k = 0; k < N * H; ++k) job.dc0[k] += dc[k];
-
-  // h_prev of every step, batch-first: row n*T + t   [N*T, H]
-  Scratch hprev_buf(size_t(N * T * H), 2);  // every row written below
-  float* hprev = hprev_buf.data();
-  for (int64_t i = 0; i < T; ++i) {
-    const int64_t t = time_of(i);
-    const float* src = h_before(i);
-    for (int64_t n = 0; n < N; ++n) std::memcpy(hprev + (n * T + t) * H, src + n * H, sizeof(float) * H);
-  }
-  // xproj = x W_ih^T + b_ih:  d W_ih [G*H, Din] += dA^T [G*H, N*T] x [N*T, Din];  d b_ih += sum of dA's rows
-  ops::gemm(Trans::Yes, Trans::No, GH, Din, N * T, 1.0f, dA, GH, job.x, Din, 1.0f, job.g_w_ih->data(), Din);
-  // hproj = h_prev W_hh^T + b_hh:  d W_hh [G*H, H] += dA_h^T [G*H, N*T] h_prev [N*T, H]
-  ops::gemm(Trans::Yes, Trans::No, GH, H, N * T, 1.0f, dah, GH, hprev, H, 1.0f, job.g_w_hh->data(), H);
-  // d b_ih and d b_hh: the column sums of dA (one sum for both unless GRU keeps dA_h apart)
-  std::vector<float> db(static_cast<size_t>(GH)), dbh(gru ? static_cast<size_t>(GH) : 0);
-  ops::column_sums(dA, N * T, GH, db.data());
-  if (gru) ops::column_sums(dAh, N * T, GH, dbh.data());
-  for (int64_t j = 0; j < GH; ++j) {
-    (*job.g_b_ih)[j] += db[size_t(j)];
-    (*job.g_b_hh)[j] += (gru ? dbh : db)[size_t(j)];
-  }
-  // dx [N*T, Din] += dA [N*T, G*H] W_ih [G*H, Din]
-  if (job.dx)
-    ops::gemm(Trans::No, Trans::No, N * T, Din, GH, 1.0f, dA, GH, job.w->w_ih.value.data(), Din, 1.0f, job.dx,
-              Din);
-}
-
 }  // namespace
 
-RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& options) const {
-  const int dirs = config_.directions(), L = config_.layers;
-  const int64_t H = config_.hidden_size, D = config_.input_size;
+RecurrentResult recurrent_stack_forward(const RecurrentWeights& weights, const RecurrentInputs& in,
+                                        const RunOptions& options) {
+  const RecurrentConfig& config = weights.config;
+  const int dirs = config.directions(), L = config.layers;
+  const int64_t H = config.hidden_size, D = config.input_size;
+  AK_CHECK(weights.directions.size() == size_t(L * dirs), "recurrent: {} weight sets for {} layers x {} directions",
+           weights.directions.size(), L, dirs);
   AK_CHECK(in.x, "recurrent: no input");
   const Tensor& x = *in.x;
   AK_CHECK(x.rank() == 3 && x.dim(2) == D, "input has shape {}, expected [N, T, {}] (the weights' input size D is {})",
@@ -739,8 +530,8 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
              t ? t->shape_str() : "", shape_str(state_shape));
   };
   check_state(in.h0, "h0");
-  AK_CHECK(!in.c0 || config_.cell == CellKind::Lstm, "c0 is given, but a {} has no cell state (c0 is for lstm)",
-           ops::cell_name(config_.cell));
+  AK_CHECK(!in.c0 || config.cell == CellKind::Lstm, "c0 is given, but a {} has no cell state (c0 is for lstm)",
+           cell_name(config.cell));
   check_state(in.c0, "c0");
   if (in.lengths) {
     AK_CHECK(int64_t(in.lengths->size()) == N, "lengths has {} values, expected {} (one per sequence)",
@@ -754,7 +545,7 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
 
   RecurrentResult r;
   r.h_n = Tensor(state_shape);
-  if (config_.cell == CellKind::Lstm) r.c_n = Tensor(state_shape);
+  if (config.cell == CellKind::Lstm) r.c_n = Tensor(state_shape);
   if (options.keep_cache) r.caches.resize(L * dirs);
   else if (options.trace) r.caches.resize(dirs);
 
@@ -766,8 +557,8 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
     for (int d = 0; d < dirs; ++d) {
       const int idx = k * dirs + d;
       DirectionJob& j = jobs[d];
-      j.packed = &packed(idx);
-      j.cell = config_.cell;
+      j.packed = weights.directions[size_t(idx)].packed.get();
+      j.cell = config.cell;
       j.N = N, j.T = T, j.Din = input.dim(2), j.H = H;
       j.reverse = d == 1;
       j.x = input.data();
@@ -776,15 +567,15 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
       j.c0 = in.c0 ? in.c0->data() + idx * N * H : nullptr;
       j.out = layer_out.data() + d * H, j.out_width = dirs * H;
       j.h_n = r.h_n.data() + idx * N * H;
-      j.c_n = config_.cell == CellKind::Lstm ? r.c_n.data() + idx * N * H : nullptr;
+      j.c_n = config.cell == CellKind::Lstm ? r.c_n.data() + idx * N * H : nullptr;
       if (options.keep_cache) j.cache = &r.caches[idx];
       else if (options.trace && k == 0) j.cache = &r.caches[d];
       j.keep_pre = options.trace && k == 0;
     }
     // The two directions are independent: with 2 threads, one each and no barrier at all.
     const bool side_by_side = dirs == 2 && threads >= 2;
-    const int G = ops::gate_count(config_.cell);
-    int team = side_by_side ? 1 : team_size(threads, N, H, G, options.min_macs_per_thread);
+    const int G = gate_count(config.cell);
+    int team = side_by_side ? 1 : recurrent_team_size(threads, N, H, G, options.min_macs_per_thread);
     // A batch of many rows and no cache to fill: the team's threads each run the layer alone on their
     // own rows (row_parts), meeting only at the end (so no TeamWatch either). A team over the units met
     // at every step (1.7% of the time waiting) and packed every step's x_t and h_prev on both threads:
@@ -807,12 +598,12 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
     }
     if (ahead) team = 1;
     if (split_rows) {
-      run_side_by_side(row_parts(jobs[0], team), derived_->cache.parts(k, 1, packed(k), H, config_.cell, false));
+      run_side_by_side(row_parts(jobs[0], team), weights.directions[size_t(k)].packed->parts(1, H, config.cell, false));
     } else {
       std::vector<const TeamParts*> parts(dirs);
       for (int d = 0; d < dirs; ++d) {
         const int idx = k * dirs + d;
-        parts[d] = &derived_->cache.parts(idx, team, packed(idx), H, config_.cell, N == 1);
+        parts[d] = &weights.directions[size_t(idx)].packed->parts(team, H, config.cell, N == 1);
       }
       if (side_by_side) run_side_by_side(jobs, *parts[0], parts[1]);
       else
@@ -825,73 +616,4 @@ RecurrentResult Recurrent::forward(const RecurrentInputs& in, const RunOptions& 
   return r;
 }
 
-void Recurrent::backward(const RecurrentInputs& in, const RecurrentResult& r, const RecurrentGradOutputs& dy,
-                         const RecurrentGradInputs& grads, const RunOptions& options) {
-  const int dirs = config_.directions(), L = config_.layers;
-  const int64_t H = config_.hidden_size;
-  AK_CHECK(in.x, "recurrent backward: no input");
-  const Tensor& x = *in.x;
-  const int64_t N = x.dim(0), T = x.dim(1);
-  AK_CHECK(r.caches.size() == size_t(L * dirs) && r.layer_inputs.size() == size_t(L - 1),
-           "recurrent backward: the forward pass kept no cache (run it with RunOptions::keep_cache)");
-  const Shape out_shape{N, T, dirs * H}, state_shape{L * dirs, N, H};
-  auto check = [](const Tensor* t, const Shape& want, const char* name) {
-    AK_CHECK(!t || t->shape() == want, "recurrent backward: the gradient of {} has shape {}, expected {}", name,
-             t ? t->shape_str() : "", shape_str(want));
-  };
-  check(dy.output, out_shape, "output");
-  check(dy.h_n, state_shape, "h_n");
-  check(dy.c_n, state_shape, "c_n");
-  AK_CHECK(!dy.c_n || config_.cell == CellKind::Lstm, "recurrent backward: a gradient of c_n, but a {} has no c_n",
-           ops::cell_name(config_.cell));
-  check(grads.x, x.shape(), "input");
-  check(grads.h0, state_shape, "h0");
-  check(grads.c0, state_shape, "c0");
-
-  // d loss / d (layer k's output) -> d loss / d (its input) = the layer below's output
-  Tensor d_above;  // [N, T, dirs*H]
-  const float* dout = dy.output ? dy.output->data() : nullptr;
-  for (int k = L - 1; k >= 0; --k) {
-    const Tensor& input = k == 0 ? x : r.layer_inputs[size_t(k - 1)];
-    const int64_t Din = input.dim(2);
-    Tensor d_input;
-    float* dx = nullptr;
-    if (k > 0) {
-      d_input = Tensor({N, T, Din});
-      dx = d_input.data();
-    } else if (grads.x) {
-      dx = grads.x->data();
-    }
-    for (int d = 0; d < dirs; ++d) {
-      const int idx = k * dirs + d;
-      DirectionParams& w = params_[size_t(idx)];
-      DirectionBackJob j;
-      j.cell = config_.cell;
-      j.N = N, j.T = T, j.Din = Din, j.H = H;
-      j.reverse = d == 1;
-      j.x = input.data();
-      j.lengths = in.lengths ? in.lengths->data() : nullptr;
-      j.h0 = in.h0 ? in.h0->data() + idx * N * H : nullptr;
-      j.c0 = in.c0 ? in.c0->data() + idx * N * H : nullptr;
-      j.cache = &r.caches[size_t(idx)];
-      j.dout = dout ? dout + d * H : nullptr;
-      j.dout_width = dirs * H;
-      j.dh_n = dy.h_n ? dy.h_n->data() + idx * N * H : nullptr;
-      j.dc_n = dy.c_n ? dy.c_n->data() + idx * N * H : nullptr;
-      j.w = &w;
-      j.g_w_ih = &w.w_ih.grad_buffer(), j.g_w_hh = &w.w_hh.grad_buffer();
-      j.g_b_ih = &w.b_ih.grad_buffer(), j.g_b_hh = &w.b_hh.grad_buffer();
-      j.dx = dx;
-      j.dh0 = grads.h0 ? grads.h0->data() + idx * N * H : nullptr;
-      j.dc0 = grads.c0 ? grads.c0->data() + idx * N * H : nullptr;
-      j.team = team_size(num_threads(), N, H, gate_count(config_.cell), options.min_macs_per_thread_backward);
-      packed(idx);  // refreshes the derived copies (and drops stale packs) if a parameter changed
-      j.parts = &derived_->cache.backward_parts(idx, j.team, w.w_hh.value, H);
-      backward_direction(j);
-    }
-    d_above = std::move(d_input);
-    dout = d_above.empty() ? nullptr : d_above.data();
-  }
-}
-
-}  // namespace attnkit::nn
+}  // namespace attnkit::ops
