@@ -7,7 +7,7 @@
 #include "attnkit/io/svg_heatmap.hpp"
 #include "attnkit/nn/attention.hpp"
 #include "attnkit/nn/attention_scores.hpp"
-#include "attnkit/ops/attention.hpp"
+#include "attnkit/ops/attention_scores.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "common/common.hpp"

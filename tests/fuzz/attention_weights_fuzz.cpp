@@ -5,7 +5,7 @@
 // Property: only attnkit::Error is thrown; outputs have the shapes the inputs ask for.
 #include "attnkit/nn/attention.hpp"
 #include "attnkit/nn/attention_scores.hpp"
-#include "attnkit/ops/attention.hpp"
+#include "attnkit/ops/attention_scores.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "fuzz_common.hpp"

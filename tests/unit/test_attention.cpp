@@ -10,7 +10,7 @@
 #include "attnkit/io/svg_heatmap.hpp"
 #include "attnkit/nn/attention.hpp"
 #include "attnkit/nn/attention_scores.hpp"
-#include "attnkit/ops/attention.hpp"
+#include "attnkit/ops/attention_scores.hpp"
 #include "attnkit/ops/softmax.hpp"
 #include "attnkit/tensor/compare.hpp"
 #include "attnkit/tensor/error.hpp"
