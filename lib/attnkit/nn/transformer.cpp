@@ -4,7 +4,6 @@
 
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/layers.hpp"
-#include "attnkit/autograd/multihead.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
 
@@ -63,9 +62,9 @@ Var dropout(const Var& x, float p, const DropoutContext& d) {
 }
 
 Var attend(MultiheadAttention& m, const Var& q, const Var& kv, const ops::MaskSpec& mask) {
-  nn::MhaOptions o;
+  ops::MhaOptions o;
   o.mask = mask;
-  return autograd::multihead_attention(m, q, kv, kv, o);
+  return m.forward(q, kv, kv, o);
 }
 
 // base + ff(x), the feed-forward block inside its residual connection. Without dropout the ReLU and the

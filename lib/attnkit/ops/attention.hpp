@@ -65,7 +65,7 @@ QkvDims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, std::string
 // has shape [3, 5], expected [T, S] = [3, 4], [N, T, S] = [2, 3, 4] or [N, NH, T, S] = ...".
 void check_mask(const MaskSpec& mask, int64_t N, int64_t NH, int64_t T, int64_t S, std::string_view op);
 
-// ---- the strided core, shared with nn/ (multi-head attention reads heads in place) ----
+// ---- the strided core, shared with ops/mha.hpp (multi-head attention reads heads in place) ----
 // Element (n, h, i, j) of a matrix operand sits at data[n*batch + h*head + i*row + j].
 struct StridedIn {
   const float* data = nullptr;
@@ -126,7 +126,7 @@ void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn d
 void sdpa_backward_naive(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads);
 
 // sdpa_tiled as independent tasks (batch element x head x query tile), for callers that run it
-// inside their own thread team (nn/attention.cpp: projections and attention in one team, no
+// inside their own thread team (ops/mha.cpp: projections and attention in one team, no
 // OpenMP barrier between them): make one TiledWorker per thread before the team starts (it holds
 // the thread's tiles; `p` must outlive it), then let each thread run() the tasks it takes.
 // run() allocates nothing.
@@ -208,7 +208,7 @@ class FullWorker {
 };
 
 // sdpa_backward_tiled as three stages of tasks, for callers that run them inside their own thread
-// team (nn/attention.cpp: the projections' backward and the attention's in one team): construct it
+// team (ops/mha.cpp: the projections' backward and the attention's in one team): construct it
 // before the team for `team` threads (it allocates D, the tiles and the partial dQ), then stage 1:
 // run_rows (D_t = dout_t . out_t), stage 2: run_tile(thread, task) (thread < team: its own tiles and
 // partial dQ), stage 3: run_reduce (the partials into grads.dq), each stage complete before the next.
