@@ -10,8 +10,8 @@
 //   output = context Wo^T + bo [N, T, Eo]                                                (project)
 //
 // The kernels read the weights through a plain view (MhaWeights: the four projections read in place,
-// the head count, the packed weights); the module that owns them (parameters, loading, checks) is
-// nn::MultiheadAttention (nn/attention.hpp), which builds the view.
+// the head count, the packed weights, where the parameter gradients go); the module that owns them
+// (parameters, loading, checks) lives a floor up, in nn/attention.hpp, and builds the view.
 //
 // The split-heads variant (the second document's "multi-head by splitting") has no weights:
 // Q, K, V are the inputs themselves, cut into NH equal column blocks; the output is the
