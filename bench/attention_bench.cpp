@@ -152,10 +152,10 @@ int main(int argc, char** argv) {
   w.set("out_proj.bias", Tensor({E}));
   nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, NH);
   const Tensor x = rand_normal({N, T, E}, rng);
-  nn::MhaOptions o;
+  ops::MhaOptions o;
   if (causal) o.mask.causal = ops::CausalKind::UpperLeft;
   if (probs_budget >= 0) o.saved_probs_budget = probs_budget;
-  if (weights) o.weights = nn::HeadWeights::Averaged;
+  if (weights) o.weights = ops::HeadWeights::Averaged;
   std::vector<double> times;
   double checksum = 0, best_cpu = 1e30, best_fwd_cpu = 1e30, best_bwd_cpu = 1e30;
   auto cpu_now = [] {  // process CPU time: robust on a shared machine with --threads 1
@@ -167,8 +167,8 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     const double c0 = cpu_now();
     if (backward) {
-      nn::MhaCache cache;
-      nn::MhaResult y = nn::multihead_attention_forward(m, x, x, x, o, &cache);
+      ops::MhaCache cache;
+      ops::MhaResult y = nn::multihead_attention_forward(m, x, x, x, o, &cache);
       const double c1 = cpu_now();
       best_fwd_cpu = std::min(best_fwd_cpu, c1 - c0);
       const Tensor dy = Tensor::filled(y.output.shape(), 1.0f);  // d out.sum() / d out
@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
       checksum = dx[0] + m.in_proj_weight.grad[0];
       continue;
     }
-    nn::MhaResult y = by_ops ? nn::multihead_attention_forward_ops(m, x, x, x, o) : nn::multihead_attention_forward(m, x, x, x, o);
+    ops::MhaResult y = by_ops ? nn::multihead_attention_forward_ops(m, x, x, x, o) : nn::multihead_attention_forward(m, x, x, x, o);
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     best_cpu = std::min(best_cpu, cpu_now() - c0);
     checksum = y.output[0] + y.output[y.output.numel() - 1];

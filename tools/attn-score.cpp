@@ -7,7 +7,7 @@
 #include "attnkit/io/svg_heatmap.hpp"
 #include "attnkit/nn/attention.hpp"
 #include "attnkit/nn/attention_scores.hpp"
-#include "attnkit/ops/attention.hpp"
+#include "attnkit/ops/attention_scores.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "common/common.hpp"
@@ -208,18 +208,18 @@ int main(int argc, char** argv) {
       if (!key_lengths.empty()) spec.key_lengths = nn::key_lengths_from(tensor(key_lengths, "key lengths"), N, io::display_name(key_lengths));
       io::Value result = io::Value::bundle();
       if (multi) {
-        nn::MhaOptions o;
+        ops::MhaOptions o;
         o.mask = std::move(spec);
-        o.weights = per_head ? nn::HeadWeights::PerHead
-                    : (need_weights || !heatmap.empty()) ? nn::HeadWeights::Averaged
-                                                         : nn::HeadWeights::None;
+        o.weights = per_head ? ops::HeadWeights::PerHead
+                    : (need_weights || !heatmap.empty()) ? ops::HeadWeights::Averaged
+                                                         : ops::HeadWeights::None;
         const int64_t nh = heads > 0 ? heads : 1;
         const bool backward = !grad_output.empty();
-        nn::MhaCache cache;
+        ops::MhaCache cache;
         nn::MultiheadAttention m;
         if (!split_heads) m = load_mha(nh);
-        nn::MhaResult r = named([&] {
-          return split_heads ? nn::split_heads_attention_forward(q, k, v, nh, o, backward ? &cache : nullptr)
+        ops::MhaResult r = named([&] {
+          return split_heads ? ops::split_heads_attention_forward(q, k, v, nh, o, backward ? &cache : nullptr)
                              : nn::multihead_attention_forward(m, q, k, v, o, backward ? &cache : nullptr);
         });
         io::Value grad = io::Value::bundle();
@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
           Tensor dq(q.shape()), dk_own(k.shape()), dv_own(v.shape());
           Tensor* dk = !self.empty() ? &dq : &dk_own;
           Tensor* dv = !self.empty() ? &dq : values.empty() ? dk : &dv_own;
-          if (split_heads) nn::split_heads_attention_backward(q, k, v, nh, o, cache, dy, &dq, dk, dv);
+          if (split_heads) ops::split_heads_attention_backward(q, k, v, nh, o, cache, dy, &dq, dk, dv);
           else nn::multihead_attention_backward(m, q, k, v, o, cache, dy, &dq, dk, dv);
           if (!self.empty()) {
             grad.set("self", std::move(dq));

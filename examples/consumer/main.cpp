@@ -7,7 +7,7 @@
 
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/io/json_writer.hpp"
-#include "attnkit/ops/attention.hpp"
+#include "attnkit/ops/attention_scores.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/version.hpp"
 

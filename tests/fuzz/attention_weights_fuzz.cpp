@@ -5,7 +5,7 @@
 // Property: only attnkit::Error is thrown; outputs have the shapes the inputs ask for.
 #include "attnkit/nn/attention.hpp"
 #include "attnkit/nn/attention_scores.hpp"
-#include "attnkit/ops/attention.hpp"
+#include "attnkit/ops/attention_scores.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "fuzz_common.hpp"
@@ -46,9 +46,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(bundle, heads);
       const int64_t Dq = m.q_projection().in, Dk = m.k_projection().in, Dv = m.v_projection().in;  // the input sizes
       Tensor q = rand_normal({1, 2, Dq}, rng), k = rand_normal({1, 3, Dk}, rng), v = rand_normal({1, 3, Dv}, rng);
-      nn::MhaOptions o;
-      o.weights = nn::HeadWeights::PerHead;
-      nn::MhaResult r = nn::multihead_attention_forward(m, q, k, v, o);
+      ops::MhaOptions o;
+      o.weights = ops::HeadWeights::PerHead;
+      ops::MhaResult r = nn::multihead_attention_forward(m, q, k, v, o);
       if (r.output.rank() != 3 || r.output.dim(0) != 1 || r.output.dim(1) != 2) fuzz::broken("output has the wrong shape");
     } catch (const Error&) {
     }

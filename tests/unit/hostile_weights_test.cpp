@@ -13,7 +13,7 @@
 #include "attnkit/nn/attention.hpp"
 #include "attnkit/nn/attention_scores.hpp"
 #include "attnkit/nn/recurrent.hpp"
-#include "attnkit/ops/attention.hpp"
+#include "attnkit/ops/attention_scores.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "test_util.hpp"

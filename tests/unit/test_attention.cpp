@@ -10,7 +10,7 @@
 #include "attnkit/io/svg_heatmap.hpp"
 #include "attnkit/nn/attention.hpp"
 #include "attnkit/nn/attention_scores.hpp"
-#include "attnkit/ops/attention.hpp"
+#include "attnkit/ops/attention_scores.hpp"
 #include "attnkit/ops/softmax.hpp"
 #include "attnkit/tensor/compare.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -68,8 +68,8 @@ nn::MultiheadAttention random_mha(Rng& rng, int64_t E, int64_t NH) {
 
 // The three mask kinds the tiled kernel's tests go through: none (kind 0), causal (1), and key lengths {T, short_len}
 // for a batch of two (2).
-nn::MhaOptions mask_kind(int kind, int64_t T, int64_t short_len) {
-  nn::MhaOptions o;
+ops::MhaOptions mask_kind(int kind, int64_t T, int64_t short_len) {
+  ops::MhaOptions o;
   if (kind == 1) o.mask.causal = ops::CausalKind::UpperLeft;
   if (kind == 2) o.mask.key_lengths = {T, short_len};
   return o;
@@ -157,22 +157,22 @@ TEST_CASE("multi-head attention: PyTorch nn.MultiheadAttention golden outputs an
     const Tensor q = member(c, "query"), k = member(c, "key"), v = member(c, "value");
     const int64_t NH = static_cast<int64_t>(member(c, "heads")[0]);
     nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(*c.find("state"), NH);
-    nn::MhaOptions o;
+    ops::MhaOptions o;
     o.mask = mask_of(case_name, c, q.rank() == 3 ? q.dim(0) : 1);
-    for (auto hw : {nn::HeadWeights::None, nn::HeadWeights::Averaged, nn::HeadWeights::PerHead}) {
+    for (auto hw : {ops::HeadWeights::None, ops::HeadWeights::Averaged, ops::HeadWeights::PerHead}) {
       o.weights = hw;
-      nn::MhaResult r = nn::multihead_attention_forward(m, q, k, v, o);
+      ops::MhaResult r = nn::multihead_attention_forward(m, q, k, v, o);
       check_close(r.output, member(c, "output"), "output");
-      if (hw == nn::HeadWeights::None) CHECK(r.weights.empty());
-      if (hw == nn::HeadWeights::Averaged) check_close(r.weights, member(c, "weights_avg"), "averaged weights");
-      if (hw == nn::HeadWeights::PerHead) check_close(r.weights, member(c, "weights_per_head"), "per-head weights");
+      if (hw == ops::HeadWeights::None) CHECK(r.weights.empty());
+      if (hw == ops::HeadWeights::Averaged) check_close(r.weights, member(c, "weights_avg"), "averaged weights");
+      if (hw == ops::HeadWeights::PerHead) check_close(r.weights, member(c, "weights_per_head"), "per-head weights");
       if (case_name.find("self") != std::string::npos || case_name == "mha_unbatched") {
         // one tensor for all three: the fused QKV projection path
-        nn::MhaResult rs = nn::multihead_attention_forward(m, q, q, q, o);
+        ops::MhaResult rs = nn::multihead_attention_forward(m, q, q, q, o);
         check_close(rs.output, member(c, "output"), "fused self-attention output");
-        if (hw == nn::HeadWeights::PerHead) check_close(rs.weights, member(c, "weights_per_head"), "fused per-head weights");
+        if (hw == ops::HeadWeights::PerHead) check_close(rs.weights, member(c, "weights_per_head"), "fused per-head weights");
       }
-      nn::MhaResult rn = nn::multihead_attention_forward_naive(m, q, k, v, o);
+      ops::MhaResult rn = nn::multihead_attention_forward_naive(m, q, k, v, o);
       check_close(rn.output, member(c, "output"), "naive output");
     }
   }
@@ -266,10 +266,10 @@ TEST_CASE("tiled multi-head kernel matches the naive reference with large ragged
   w.set("out_proj.bias", rand_normal({E}, rng, 0, 0.1f));
   nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, NH);
   const Tensor q = rand_normal({N, T, E}, rng), k = rand_normal({N, S, E}, rng), v = rand_normal({N, S, E}, rng);
-  nn::MhaOptions o;
+  ops::MhaOptions o;
   o.mask.causal = ops::CausalKind::LowerRight;
   o.mask.key_lengths = {277, 150};
-  const nn::MhaResult ref = nn::multihead_attention_forward_naive(m, q, k, v, o);
+  const ops::MhaResult ref = nn::multihead_attention_forward_naive(m, q, k, v, o);
   // query tiles of 150: each head's last tile cut in 4 pieces that run last (ops/attention.cpp)
   for (ops::TileSizes ts : {ops::TileSizes{128, 256}, ops::TileSizes{33, 61}, ops::TileSizes{300, 1000}, ops::TileSizes{150, 128}}) {
     TileGuard g(ts);
@@ -299,7 +299,7 @@ TEST_CASE("a causal mask makes output row t independent of the inputs after t") 
   Rng rng(5);
   const int64_t T = 9, E = 8;
   const nn::MultiheadAttention m = random_mha(rng, E, 4);
-  nn::MhaOptions o;
+  ops::MhaOptions o;
   o.mask.causal = ops::CausalKind::UpperLeft;
   const Tensor x = rand_normal({1, T, E}, rng);
   const Tensor y = nn::multihead_attention_forward(m, x, x, x, o).output;
@@ -352,10 +352,10 @@ TEST_CASE("split-heads attention = scaled-dot attention on each column block, co
   Rng rng(13);
   const int64_t N = 2, T = 4, S = 6, D = 6, Dv = 9, NH = 3;
   const Tensor q = rand_normal({N, T, D}, rng), k = rand_normal({N, S, D}, rng), v = rand_normal({N, S, Dv}, rng);
-  nn::MhaOptions o;
-  o.weights = nn::HeadWeights::PerHead;
+  ops::MhaOptions o;
+  o.weights = ops::HeadWeights::PerHead;
   o.mask.causal = ops::CausalKind::LowerRight;
-  const nn::MhaResult r = nn::split_heads_attention_forward(q, k, v, NH, o);
+  const ops::MhaResult r = ops::split_heads_attention_forward(q, k, v, NH, o);
   REQUIRE(r.output.shape() == Shape{N, T, Dv});
   REQUIRE(r.weights.shape() == Shape{N, NH, T, S});
   auto block = [](const Tensor& x, int64_t h, int64_t w) {
@@ -370,8 +370,8 @@ TEST_CASE("split-heads attention = scaled-dot attention on each column block, co
     ops::AttentionResult a = ops::attention_forward_naive(block(q, h, D / NH), block(k, h, D / NH), block(v, h, Dv / NH), ao);
     check_close(block(r.output, h, Dv / NH), a.context, "head context");
   }
-  o.weights = nn::HeadWeights::None;
-  check_close(nn::split_heads_attention_forward(q, k, v, NH, o).output, r.output, "tiled split heads");
+  o.weights = ops::HeadWeights::None;
+  check_close(ops::split_heads_attention_forward(q, k, v, NH, o).output, r.output, "tiled split heads");
 }
 
 TEST_CASE("documents' weight form W_Q, W_K, W_V: single-head self-attention Q = X W_Q") {
@@ -419,7 +419,7 @@ TEST_CASE("bad input: messages name the tensors, their shapes and what was expec
   o.weights.W = Tensor({8, 7});
   CHECK_THROWS_WITH_AS(ops::attention_forward(q, rand_normal({4, 8}, rng), v, o),
                        doctest::Contains("W has shape [8, 7], expected [Dq, Dk] = [8, 8]"), Error);
-  CHECK_THROWS_WITH_AS(nn::split_heads_attention_forward(q, rand_normal({4, 8}, rng), v, 3, {}),
+  CHECK_THROWS_WITH_AS(ops::split_heads_attention_forward(q, rand_normal({4, 8}, rng), v, 3, {}),
                        doctest::Contains("NH = 3 heads do not divide"), Error);
 }
 
@@ -532,22 +532,22 @@ TEST_CASE("fused multi-head forward = op by op (project, heads attention, projec
     const Tensor q = rand_normal({N, T, E}, rng), k = rand_normal({N, S, kvdim ? 6 : E}, rng),
                  v = rand_normal({N, S, kvdim ? 10 : E}, rng);
     for (int mask = 0; mask < 3; ++mask) {
-      nn::MhaOptions o;
+      ops::MhaOptions o;
       if (mask == 1) o.mask.causal = ops::CausalKind::LowerRight;
       if (mask == 2) o.mask.key_lengths = {S, 11};
-      for (auto hw : {nn::HeadWeights::None, nn::HeadWeights::PerHead}) {
+      for (auto hw : {ops::HeadWeights::None, ops::HeadWeights::PerHead}) {
         o.weights = hw;
-        const nn::MhaResult fused = nn::multihead_attention_forward(m, q, k, v, o);
-        const nn::MhaResult by_ops = nn::multihead_attention_forward_ops(m, q, k, v, o);
+        const ops::MhaResult fused = nn::multihead_attention_forward(m, q, k, v, o);
+        const ops::MhaResult by_ops = nn::multihead_attention_forward_ops(m, q, k, v, o);
         check_close(fused.output, by_ops.output, "fused vs op by op", 1e-5, 1e-6);
-        if (hw == nn::HeadWeights::PerHead) check_close(fused.weights, by_ops.weights, "weights", 1e-5, 1e-7);
+        if (hw == ops::HeadWeights::PerHead) check_close(fused.weights, by_ops.weights, "weights", 1e-5, 1e-7);
         if (!kvdim) {  // self-attention: the fused Q | K | V projection
           check_close(nn::multihead_attention_forward(m, q, q, q, o).output,
                       nn::multihead_attention_forward_ops(m, q, q, q, o).output, "fused self vs op by op", 1e-5, 1e-6);
         }
         // cross-attention over keys and values projected once (a decoder's cache)
-        const Tensor K = nn::project(m.k_projection(), k, "key projection");
-        const Tensor V = nn::project(m.v_projection(), v, "value projection");
+        const Tensor K = ops::project(m.k_projection(), k, "key projection");
+        const Tensor V = ops::project(m.v_projection(), v, "value projection");
         check_close(nn::multihead_attention_forward_projected(m, q, K, V, o).output, fused.output, "pre-projected K, V",
                     1e-5, 1e-6);
       }
@@ -577,7 +577,7 @@ TEST_CASE("fused multi-head forward after an in-place weight change (touched) ru
       auto fused_matches_ops = [&](const nn::MultiheadAttention& a, const char* what) {
         const Tensor y = nn::multihead_attention_forward(a, x, *kv, *kv, {}).output;  // packed weights
         check_close(y, nn::multihead_attention_forward_ops(a, x, *kv, *kv, {}).output, what, 1e-5, 1e-6);
-        nn::MhaCache cache;  // training's forward packs per task: the same products, the same bits
+        ops::MhaCache cache;  // training's forward packs per task: the same products, the same bits
         CHECK(nn::multihead_attention_forward(a, x, *kv, *kv, {}, &cache).output.values() == y.values());
       };
       fused_matches_ops(m, "before");  // packs the weights
@@ -606,19 +606,19 @@ TEST_CASE("multi-head attention writes its output whole: recycled buffers full o
   const nn::MultiheadAttention m = random_mha(rng, E, NH);
   const Tensor x = rand_normal({N, T, E}, rng);
   for (int mask = 0; mask < 3; ++mask)
-    for (auto hw : {nn::HeadWeights::None, nn::HeadWeights::PerHead}) {
+    for (auto hw : {ops::HeadWeights::None, ops::HeadWeights::PerHead}) {
       CAPTURE(mask);
-      nn::MhaOptions o = mask_kind(mask, T, 0);  // kind 2: the second element's queries see no key
+      ops::MhaOptions o = mask_kind(mask, T, 0);  // kind 2: the second element's queries see no key
       o.weights = hw;
       test::fill_recycled_buffers(floats, 0.0f);
       const Tensor zeros = nn::multihead_attention_forward(m, x, x, x, o).output;
-      const Tensor heads_zeros = nn::heads_attention_forward(x, x, x, NH, o).output;
+      const Tensor heads_zeros = ops::heads_attention_forward(x, x, x, NH, o).output;
       test::fill_recycled_buffers(floats, std::nanf(""));
       const Tensor nans = nn::multihead_attention_forward(m, x, x, x, o).output;
       CHECK(all_finite(nans));
       CHECK(nans.values() == zeros.values());
       test::fill_recycled_buffers(floats, std::nanf(""));
-      const Tensor heads_nans = nn::heads_attention_forward(x, x, x, NH, o).output;
+      const Tensor heads_nans = ops::heads_attention_forward(x, x, x, NH, o).output;
       CHECK(all_finite(heads_nans));
       CHECK(heads_nans.values() == heads_zeros.values());
     }
@@ -634,14 +634,14 @@ TEST_CASE("attention contexts of 1 MB and more (written with streaming stores) =
   const Tensor x = rand_normal({N, T, E}, rng);
   for (int mask = 0; mask < 3; ++mask) {
     CAPTURE(mask);
-    const nn::MhaOptions o = mask_kind(mask, T, 100);
-    nn::MhaOptions with_weights = o;
-    with_weights.weights = nn::HeadWeights::PerHead;
+    const ops::MhaOptions o = mask_kind(mask, T, 100);
+    ops::MhaOptions with_weights = o;
+    with_weights.weights = ops::HeadWeights::PerHead;
     check_close(nn::multihead_attention_forward(m, x, x, x, o).output,
                 nn::multihead_attention_forward(m, x, x, x, with_weights).output, "projected: tiled vs weights kernel",
                 1e-4, 1e-4);
-    check_close(nn::heads_attention_forward(x, x, x, NH, o).output,
-                nn::heads_attention_forward(x, x, x, NH, with_weights).output, "heads: tiled vs weights kernel", 1e-5,
+    check_close(ops::heads_attention_forward(x, x, x, NH, o).output,
+                ops::heads_attention_forward(x, x, x, NH, with_weights).output, "heads: tiled vs weights kernel", 1e-5,
                 1e-5);
   }
 }
@@ -657,7 +657,7 @@ TEST_CASE("fused self-attention reading V as it lies (rows an odd number of cach
   const Tensor x = rand_normal({N, T, E}, rng);
   for (int mask = 0; mask < 3; ++mask) {
     CAPTURE(mask);
-    const nn::MhaOptions o = mask_kind(mask, T, 17);
+    const ops::MhaOptions o = mask_kind(mask, T, 17);
     const Tensor fused = nn::multihead_attention_forward(m, x, x, x, o).output;
     check_close(fused, nn::multihead_attention_forward_ops(m, x, x, x, o).output, "fused vs op by op", 1e-5, 1e-6);
     check_close(fused, nn::multihead_attention_forward_naive(m, x, x, x, o).output, "fused vs naive", 1e-4, 1e-4);

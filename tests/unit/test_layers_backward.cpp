@@ -25,6 +25,7 @@
 #include "attnkit/ops/cross_entropy.hpp"
 #include "attnkit/ops/dropout.hpp"
 #include "attnkit/ops/embedding.hpp"
+#include "attnkit/ops/feed_forward.hpp"
 #include "attnkit/ops/layer_norm.hpp"
 #include "attnkit/ops/row_loop.hpp"
 #include "attnkit/ops/softmax.hpp"
@@ -866,7 +867,7 @@ TEST_CASE("nn::Linear under NoGrad: one fused product equals the recorded linear
   CHECK(test::error_of([&] { l.forward(Var(Tensor({6, 41}))); }).find("expected [..., 40]") != std::string::npos);
 }
 
-TEST_CASE("nn::feed_forward: rows in tasks of 48 through both products give the two whole products' bits") {
+TEST_CASE("ops::feed_forward: rows in tasks of 48 through both products give the two whole products' bits") {
   // add + relu(x W1^T + b1) W2^T + b2: each task's hidden block straight into the second product, on one thread
   // and on two; rows of one task, several with a partial last one, and few (4: dot products, no packed weights).
   Rng rng(37);
@@ -876,23 +877,23 @@ TEST_CASE("nn::feed_forward: rows in tasks of 48 through both products give the 
     CAPTURE(rows);
     const Tensor x = rand_normal({rows, 40}, rng), add = rand_normal({rows, 24}, rng);
     Tensor h({rows, 256}), whole({rows, 24});
-    l1.apply(x.data(), rows, h.data(), true, nullptr);
-    l2.apply(h.data(), rows, whole.data(), false, add.data());
+    ops::linear_fused(l1.view(), x.data(), rows, h.data(), true, nullptr);
+    ops::linear_fused(l2.view(), h.data(), rows, whole.data(), false, add.data());
     for (int threads : {1, 2}) {
       CAPTURE(threads);
       set_num_threads(threads);
       Tensor y({rows, 24}), y_no_add({rows, 24}), whole_no_add({rows, 24});
-      nn::feed_forward(l1, l2, x.data(), rows, y.data(), add.data());
+      ops::feed_forward(l1.view(), l2.view(), x.data(), rows, y.data(), add.data());
       CHECK(y.values() == whole.values());
-      l2.apply(h.data(), rows, whole_no_add.data(), false, nullptr);
-      nn::feed_forward(l1, l2, x.data(), rows, y_no_add.data(), nullptr);
+      ops::linear_fused(l2.view(), h.data(), rows, whole_no_add.data(), false, nullptr);
+      ops::feed_forward(l1.view(), l2.view(), x.data(), rows, y_no_add.data(), nullptr);
       CHECK(y_no_add.values() == whole_no_add.values());
     }
   }
   set_num_threads(old_threads);
   nn::Linear wrong(257, 24, rng);
-  CHECK(test::error_of([&] { nn::feed_forward(l1, wrong, nullptr, 0, nullptr, nullptr); }).find("do not chain") !=
-        std::string::npos);
+  CHECK(test::error_of([&] { ops::feed_forward(l1.view(), wrong.view(), nullptr, 0, nullptr, nullptr); })
+            .find("do not chain") != std::string::npos);
 }
 
 TEST_CASE("nn::LayerNorm and nn::Embedding: init, names, load, forward and backward against PyTorch") {

@@ -38,7 +38,7 @@ bool visible(const ops::MaskSpec& m, int64_t N, int64_t NH, int64_t T, int64_t S
 }
 
 // y [rows, out] = x [rows, in] W^T + b (or x W) in double; an empty projection copies x.
-std::vector<double> project_ref(const nn::Projection& p, const std::vector<double>& x, int64_t rows) {
+std::vector<double> project_ref(const ops::Projection& p, const std::vector<double>& x, int64_t rows) {
   if (p.empty()) return x;
   std::vector<double> y(static_cast<size_t>(rows * p.out));
   for (int64_t r = 0; r < rows; ++r)
@@ -178,7 +178,7 @@ TEST_CASE("multi-head attention backward: finite differences of a double referen
       // no weights asked: the probabilities kept for the backward (within the budget) or recomputed
       // from row_lse (budget 0); weights asked: recomputed
       for (int mode = 0; mode < 3; ++mode) {
-        const auto hw = mode < 2 ? nn::HeadWeights::None : nn::HeadWeights::Averaged;
+        const auto hw = mode < 2 ? ops::HeadWeights::None : ops::HeadWeights::Averaged;
         const bool keep = mode == 0;
         const std::string form = f.name, mask = mc.name;
         CAPTURE(form);
@@ -186,13 +186,13 @@ TEST_CASE("multi-head attention backward: finite differences of a double referen
         CAPTURE(mode);
         nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(f.weights, NH);
         Tensor q = rand_normal({N, T, E}, rng), k = rand_normal({N, S, f.kdim}, rng), v = rand_normal({N, S, f.vdim}, rng);
-        nn::MhaOptions o;
+        ops::MhaOptions o;
         o.mask = mc.mask;
         o.weights = hw;
         if (mode == 1) o.saved_probs_budget = 0;
         Tensor& kk = f.self ? q : k;
         Tensor& vv = f.self ? q : v;
-        nn::MhaCache cache;
+        ops::MhaCache cache;
         const Tensor y = nn::multihead_attention_forward(m, q, kk, vv, o, &cache).output;
         REQUIRE((cache.probs != nullptr) == keep);
         const Tensor dy = rand_normal(y.shape(), rng);
@@ -235,18 +235,18 @@ TEST_CASE("split-heads attention backward: finite differences, self and cross, e
   for (const MaskCase& mc : mask_cases(T, S, rng)) {
     const std::string mask = mc.name;
     CAPTURE(mask);
-    nn::MhaOptions o;
+    ops::MhaOptions o;
     o.mask = mc.mask;
     Tensor q = rand_normal({N, T, D}, rng), k = rand_normal({N, S, D}, rng), v = rand_normal({N, S, Dv}, rng);
     auto ref = [&](const Tensor& a, const Tensor& b, const Tensor& c) {
       const int64_t Sa = b.dim(1);
       return heads_ref(to_double(a), to_double(b), to_double(c), N, T, Sa, D, c.dim(2), NH, o.mask);
     };
-    nn::MhaCache cache;
-    const Tensor y = nn::split_heads_attention_forward(q, k, v, NH, o, &cache).output;
+    ops::MhaCache cache;
+    const Tensor y = ops::split_heads_attention_forward(q, k, v, NH, o, &cache).output;
     const Tensor dy = rand_normal(y.shape(), rng);
     Tensor dq(q.shape()), dk(k.shape()), dv(v.shape());
-    nn::split_heads_attention_backward(q, k, v, NH, o, cache, dy, &dq, &dk, &dv);
+    ops::split_heads_attention_backward(q, k, v, NH, o, cache, dy, &dq, &dk, &dv);
     auto loss = [&] { return dot(dy, ref(q, k, v)); };
     CHECK(test::gradient_mismatch({&q, &k, &v}, {"query", "key", "value"}, loss, {&dq, &dk, &dv}) == "");
     Tensor wrong = dv;
@@ -255,13 +255,13 @@ TEST_CASE("split-heads attention backward: finite differences, self and cross, e
     if (mc.mask.causal != ops::CausalKind::None || !mc.mask.mask.empty()) continue;
     // self-attention: one tensor in the three roles (D == Dv), gradients added into one buffer
     Tensor x = rand_normal({N, T, D}, rng);
-    nn::MhaOptions os = o;
+    ops::MhaOptions os = o;
     if (!os.mask.key_lengths.empty()) os.mask.key_lengths = {T, 0};
-    nn::MhaCache cs;
-    const Tensor ys = nn::split_heads_attention_forward(x, x, x, NH, os, &cs).output;
+    ops::MhaCache cs;
+    const Tensor ys = ops::split_heads_attention_forward(x, x, x, NH, os, &cs).output;
     const Tensor dys = rand_normal(ys.shape(), rng);
     Tensor dx(x.shape());
-    nn::split_heads_attention_backward(x, x, x, NH, os, cs, dys, &dx, &dx, &dx);
+    ops::split_heads_attention_backward(x, x, x, NH, os, cs, dys, &dx, &dx, &dx);
     auto self_loss = [&] { return dot(dys, heads_ref(to_double(x), to_double(x), to_double(x), N, T, T, D, D, NH, os.mask)); };
     CHECK(test::gradient_mismatch({&x}, {"x"}, self_loss, {&dx}) == "");
   }
@@ -275,17 +275,17 @@ TEST_CASE("autograd::multihead_attention records one node; gradients equal the k
                            {"out_proj.weight", rand_normal({E, E}, rng, 0, 0.4f)}});
   nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(w, NH);
   const Tensor x0 = rand_normal({N, T, E}, rng);
-  nn::MhaOptions o;
+  ops::MhaOptions o;
   o.mask.causal = ops::CausalKind::UpperLeft;
   autograd::Var x(x0, true);
-  autograd::Var y = autograd::multihead_attention(m, x, x, x, o);
+  autograd::Var y = m.forward(x, x, x, o);
   CHECK(autograd::tape_size() == 1);
   const Tensor dy = rand_normal(y.shape(), rng);
   autograd::backward(y, &dy);
   CHECK(autograd::tape_size() == 0);
   // the same through the kernels
   nn::MultiheadAttention m2 = nn::MultiheadAttention::from_bundle(w, NH);
-  nn::MhaCache cache;
+  ops::MhaCache cache;
   nn::multihead_attention_forward(m2, x0, x0, x0, o, &cache);
   Tensor dx(x0.shape());
   nn::multihead_attention_backward(m2, x0, x0, x0, o, cache, dy, &dx, &dx, &dx);
@@ -296,7 +296,7 @@ TEST_CASE("autograd::multihead_attention records one node; gradients equal the k
   // no recording under NoGrad
   {
     autograd::NoGrad ng;
-    autograd::multihead_attention(m, x, x, x, o);
+    m.forward(x, x, x, o);
     CHECK(autograd::tape_size() == 0);
   }
   // split heads, a cross-attention graph: loss = sum(split(q, k, v))
@@ -315,13 +315,13 @@ TEST_CASE("multi-head backward: bad input names the tensor, its shape and the ex
   nn::MultiheadAttention m = nn::MultiheadAttention::from_bundle(
       bundle_of({{"in_proj_weight", rand_normal({3 * E, E}, rng)}, {"out_proj.weight", rand_normal({E, E}, rng)}}), 2);
   const Tensor x = rand_normal({2, 5, E}, rng);
-  nn::MhaCache cache;
+  ops::MhaCache cache;
   nn::multihead_attention_forward(m, x, x, x, {}, &cache);
   Tensor dx(x.shape());
   CHECK_THROWS_WITH_AS(nn::multihead_attention_backward(m, x, x, x, {}, cache, Tensor({2, 5, 7}), &dx, &dx, &dx),
                        "multi-head attention backward: the output gradient has shape [2, 5, 7], expected the output's "
                        "shape [2, 5, 8]", Error);
-  nn::MhaCache empty;
+  ops::MhaCache empty;
   CHECK_THROWS_WITH_AS(nn::multihead_attention_backward(m, x, x, x, {}, empty, Tensor({2, 5, 8}), &dx, &dx, &dx),
                        doctest::Contains("is not from a forward with these inputs"), Error);
   m.num_heads = 3;
@@ -347,17 +347,17 @@ TEST_CASE("multi-head and split-heads backward: PyTorch autograd golden gradient
     const io::Value& c = *all.find(name);
     ++cases;
     const int64_t NH = static_cast<int64_t>(get(c, "heads")[0]);
-    nn::MhaOptions o;
+    ops::MhaOptions o;
     if (name.find("causal") != std::string::npos) o.mask.causal = ops::CausalKind::UpperLeft;
-    if (name.find("weights") != std::string::npos) o.weights = nn::HeadWeights::Averaged;
+    if (name.find("weights") != std::string::npos) o.weights = ops::HeadWeights::Averaged;
     const io::Value& grad = *c.find("grad");
     const Tensor dy = get(c, "dy");
     if (name.rfind("split", 0) == 0) {
       const Tensor q = get(c, "query"), k = get(c, "key"), v = get(c, "value");
-      nn::MhaCache cache;
-      close(nn::split_heads_attention_forward(q, k, v, NH, o, &cache).output, get(c, "output"), "output");
+      ops::MhaCache cache;
+      close(ops::split_heads_attention_forward(q, k, v, NH, o, &cache).output, get(c, "output"), "output");
       Tensor dq(q.shape()), dk(k.shape()), dv(v.shape());
-      nn::split_heads_attention_backward(q, k, v, NH, o, cache, dy, &dq, &dk, &dv);
+      ops::split_heads_attention_backward(q, k, v, NH, o, cache, dy, &dq, &dk, &dv);
       close(dq, get(grad, "query"), "d query"), close(dk, get(grad, "key"), "d key"), close(dv, get(grad, "value"), "d value");
       continue;
     }
@@ -371,11 +371,11 @@ TEST_CASE("multi-head and split-heads backward: PyTorch autograd golden gradient
     // probabilities kept by the forward (the default budget) and recomputed by the backward (budget 0)
     for (const bool keep : {true, false}) {
       CAPTURE(keep);
-      nn::MhaOptions ok = o;
+      ops::MhaOptions ok = o;
       if (!keep) ok.saved_probs_budget = 0;
-      nn::MhaCache cache;
+      ops::MhaCache cache;
       close(nn::multihead_attention_forward(m, q, kk, vv, ok, &cache).output, get(c, "output"), "output");
-      CHECK((cache.probs != nullptr) == (keep && o.weights == nn::HeadWeights::None));
+      CHECK((cache.probs != nullptr) == (keep && o.weights == ops::HeadWeights::None));
       Tensor dq(q.shape()), dk(kk.shape()), dv(vv.shape());
       m.zero_grad();
       nn::multihead_attention_backward(m, q, kk, vv, ok, cache, dy, &dq, self ? &dq : &dk, self ? &dq : &dv);
@@ -388,7 +388,7 @@ TEST_CASE("multi-head and split-heads backward: PyTorch autograd golden gradient
     nn::MultiheadAttention m2 = nn::MultiheadAttention::from_bundle(*c.find("state"), NH);
     autograd::Var xq(q, true);
     autograd::Var xk = self ? xq : autograd::Var(k, true), xv = self ? xq : autograd::Var(v, true);
-    autograd::backward(autograd::multihead_attention(m2, xq, xk, xv, o), &dy);
+    autograd::backward(m2.forward(xq, xk, xv, o), &dy);
     close(xq.grad(), get(grad, self ? "x" : "query"), "autograd d query");
     for (Parameter* p : m2.named_parameters()) close(p->grad, get(grad, p->name), "autograd d " + p->name);
   }
@@ -407,14 +407,14 @@ TEST_CASE("multi-head attention backward: two threads give one thread's gradient
   const int saved = num_threads();
   for (const bool keep : {true, false}) {
     CAPTURE(keep);
-    nn::MhaOptions o;
+    ops::MhaOptions o;
     o.mask.causal = ops::CausalKind::UpperLeft;
     if (!keep) o.saved_probs_budget = 0;
     std::vector<Tensor> dx(2), dW(2);
     for (int threads : {1, 2}) {
       set_num_threads(threads);
       nn::MultiheadAttention m = m0;
-      nn::MhaCache cache;
+      ops::MhaCache cache;
       nn::multihead_attention_forward(m, x, x, x, o, &cache);
       CHECK((cache.probs != nullptr) == keep);
       Tensor g(x.shape());

@@ -1,4 +1,4 @@
-// Autograd wrapper of the fused attention op (ops/attention.hpp): the forward kernel, then one
+// Autograd wrapper of the fused attention op (ops/attention_scores.hpp): the forward kernel, then one
 // node whose closure calls ops::attention_backward.
 //
 // Legend: N batch, T queries, S keys, Dq / Dk / Dv feature sizes, A additive size.
@@ -10,7 +10,7 @@
 //   autograd::backward(autograd::sum(c));
 #pragma once
 #include "attnkit/autograd/var.hpp"
-#include "attnkit/ops/attention.hpp"
+#include "attnkit/ops/attention_scores.hpp"
 
 namespace attnkit::autograd {
 

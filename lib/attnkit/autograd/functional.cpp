@@ -1,10 +1,14 @@
 #include "attnkit/autograd/functional.hpp"
 
 #include <algorithm>
+#include <optional>
 
+#include "attnkit/autograd/layers.hpp"
+#include "attnkit/ops/feed_forward.hpp"
 #include "attnkit/ops/linear.hpp"
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/threads.hpp"
 
 namespace attnkit::autograd {
 namespace {
@@ -31,6 +35,17 @@ AxisView axis_view(const Shape& s, int axis) {
   return v;
 }
 
+// W [out, in] and b [out] (or undefined) as ops::linear_fused reads them, or nullopt when they are malformed.
+std::optional<ops::LinearWeights> linear_weights(const Var& W, const Var& b, const PackedWeight& packed) {
+  const Tensor& w = W.value();
+  if (w.rank() != 2 || (b.defined() && b.shape() != Shape{w.dim(0)})) return std::nullopt;
+  ops::LinearWeights l;
+  l.W = w.data(), l.out = w.dim(0), l.in = w.dim(1);
+  l.b = b.defined() ? b.value().data() : nullptr;
+  l.packed = packed;
+  return l;
+}
+
 }  // namespace
 
 Var add(const Var& a, const Var& b) {
@@ -47,6 +62,18 @@ Var add(const Var& a, const Var& b) {
     if (dx[1])                          // d/db = sum over the repeats
       for (int64_t i = 0; i < g.numel(); ++i) (*dx[1])[i % n] += g[i];
   });
+}
+
+Var add_in_place(const Var& a, Var b) {
+  if (grad_enabled() || !b.defined() || b.impl().use_count() != 1 || b.impl()->param != nullptr ||
+      a.shape() != b.shape())
+    return add(a, b);
+  float* p = b.impl()->value.data();  // b = a + b
+  const float* q = a.value().data();
+  const int64_t n = b.value().numel();
+#pragma omp parallel for num_threads(num_threads()) if (n > (1 << 16)) schedule(static)
+  for (int64_t i = 0; i < n; ++i) p[i] = q[i] + p[i];
+  return b;
 }
 
 Var sub(const Var& a, const Var& b) {
@@ -193,6 +220,37 @@ Var linear(const Var& x, const Var& W, const Var& b) {
   return record("linear", inputs, std::move(y), [xi = x.impl(), Wi = W.impl()](const auto& dy, const auto& dx) {
     ops::linear_backward(*dy[0], xi->val(), Wi->val(), dx[0], dx[1], dx.size() > 2 ? dx[2] : nullptr);
   });
+}
+
+Var linear(const Var& x, const Var& W, const Var& b, const LinearThen& then, const PackedWeight& packed) {
+  const std::optional<ops::LinearWeights> l = linear_weights(W, b, packed);
+  Shape ys = x.shape();
+  if (l && !ys.empty()) ys.back() = l->out;
+  const bool fused = !grad_enabled() && l && l->in > 0 && !x.shape().empty() && x.shape().back() == l->in &&
+                     (!then.residual || then.residual->shape() == ys);
+  if (!fused) {
+    Var y = linear(x, W, b);                              // [..., O]
+    if (then.relu) y = relu(y);                           // max(y, 0)
+    if (then.residual) y = add(*then.residual, y);        // residual + y
+    return y;
+  }
+  Tensor y(ys);  // [..., O] = act(x W^T + b) + residual
+  ops::linear_fused(*l, x.value().data(), x.value().numel() / l->in, y.data(), then.relu,
+                    then.residual ? then.residual->value().data() : nullptr);
+  return Var(std::move(y));
+}
+
+Var feed_forward(const Var& x, const Var& W1, const Var& b1, const PackedWeight& packed1, const Var& W2, const Var& b2,
+                 const PackedWeight& packed2, const Var& base) {
+  const std::optional<ops::LinearWeights> l1 = linear_weights(W1, b1, packed1), l2 = linear_weights(W2, b2, packed2);
+  if (!grad_enabled() && l1 && l2 && l2->in == l1->out && !x.shape().empty() && x.shape().back() == l1->in &&
+      x.shape() == base.shape() && l2->out == l1->in) {
+    Tensor y = Tensor::uninitialized(base.shape());  // written whole by the products
+    ops::feed_forward(*l1, *l2, x.value().data(), x.value().numel() / l1->in, y.data(), base.value().data());
+    return Var(std::move(y));
+  }
+  const Var h = linear(x, W1, b1, {true, nullptr}, packed1);  // [..., F] = relu(x W1^T + b1)
+  return linear(h, W2, b2, {false, &base}, packed2);          // [..., E] = base + h W2^T + b2
 }
 
 }  // namespace attnkit::autograd

@@ -135,17 +135,17 @@ class TransformerDecoderState : public DecoderState {
 
   void project_memory(size_t l) {
     const nn::MultiheadAttention& m = model_.decoder_.layers[l]->multihead_attn;
-    layers_[l].Kc = nn::project(m.k_projection(), memory_, "key projection");    // [R, S, E]
-    layers_[l].Vc = nn::project(m.v_projection(), memory_, "value projection");  // [R, S, E]
+    layers_[l].Kc = ops::project(m.k_projection(), memory_, "key projection");    // [R, S, E]
+    layers_[l].Vc = ops::project(m.v_projection(), memory_, "value projection");  // [R, S, E]
   }
 
   Var attend_self(size_t l, const Var& h) {
     nn::TransformerDecoderLayer& layer = *model_.decoder_.layers[l];
     Layer& c = layers_[l];
-    append_rows(c.Ks, c.rows, nn::project(layer.self_attn.k_projection(), h.value(), "key projection"));  // [R, t, E]
-    append_rows(c.Vs, c.rows, nn::project(layer.self_attn.v_projection(), h.value(), "value projection"));
+    append_rows(c.Ks, c.rows, ops::project(layer.self_attn.k_projection(), h.value(), "key projection"));  // [R, t, E]
+    append_rows(c.Vs, c.rows, ops::project(layer.self_attn.v_projection(), h.value(), "value projection"));
     c.rows += h.shape()[1];
-    nn::MhaOptions o;
+    ops::MhaOptions o;
     o.mask.causal = ops::CausalKind::LowerRight;  // query i of T' sees keys up to t - T' + i
     return Var(nn::multihead_attention_forward_projected(layer.self_attn, h.value(), c.Ks, c.Vs, o, c.rows).output);
   }
@@ -153,10 +153,10 @@ class TransformerDecoderState : public DecoderState {
   Var attend_memory(size_t l, const Var& h) {
     nn::TransformerDecoderLayer& layer = *model_.decoder_.layers[l];
     Layer& c = layers_[l];
-    nn::MhaOptions o;
+    ops::MhaOptions o;
     o.mask.key_lengths = src_lengths_;
-    o.weights = nn::HeadWeights::PerHead;
-    nn::MhaResult r = nn::multihead_attention_forward_projected(layer.multihead_attn, h.value(), c.Kc, c.Vc, o);
+    o.weights = ops::HeadWeights::PerHead;
+    ops::MhaResult r = nn::multihead_attention_forward_projected(layer.multihead_attn, h.value(), c.Kc, c.Vc, o);
     const int64_t Tq = h.shape()[1], NH = model_.config_.heads, S = c.Kc.dim(1);
     c.weights = Tensor({rows_, NH, 1, S});  // the last query's weights [R, NH, 1, S]
     for (int64_t rh = 0; rh < rows_ * NH; ++rh)

@@ -1,13 +1,9 @@
-// Multi-head attention and split-heads attention: forward, backward, and the pieces they are made of.
+// nn::MultiheadAttention, the module of multi-head attention: its parameters in PyTorch's or the documents'
+// naming, loading from a bundle, the checks, and the view its kernels read (ops/mha.hpp holds the kernels,
+// their options, results and cache; autograd/multihead.hpp the recorded op).
 //
 // Legend: N batch, T queries, S keys, E model size (query/key projection size), Ev value projection
-// size, Eo output size, NH heads, HS = E / NH head size, Dq/Dk/Dv input sizes of query, key, value.
-// Inputs are batch-first: [N, T, Dq] or unbatched [T, Dq] (nn.MultiheadAttention(..., batch_first=True)).
-//
-//   Q = q Wq^T + bq [N, T, E]   K = k Wk^T + bk [N, S, E]   V = v Wv^T + bv [N, S, Ev]    (project)
-//   head h: O_h = softmax(Q_h K_h^T / sqrt(HS) + mask) V_h   (Q_h = columns h*HS .. (h+1)*HS)
-//   context = concat_h(O_h) [N, T, Ev]                                                   (heads_attention)
-//   output = context Wo^T + bo [N, T, Eo]                                                (project)
+// size, Eo output size, NH heads, Dq/Dk/Dv input sizes of query, key, value.
 //
 // Parameters (nn::Module; named_parameters() in PyTorch state_dict order, [out, in] layout):
 //   in_proj_weight [3E, E] (rows q, k, v), in_proj_bias [3E]                        (kdim == vdim == E)
@@ -17,39 +13,18 @@
 // optional W_O [Ev, Eo]; with NH = 1 and no W_O this is the documents' single self-attention
 // Q = X W_Q, K = X W_K, V = X W_V.
 //
-// The split-heads variant (the second document's "multi-head by splitting") has no weights:
-// Q, K, V are the inputs themselves, cut into NH equal column blocks; the output is the
-// concatenation of the heads' contexts (heads_attention on the inputs).
-//
-// Two forward paths, one result: multihead_attention_forward runs the projections, the tiled
-// attention and the output projection as stages of one thread team (fastest: see
-// docs/benchmarks.md); multihead_attention_forward_ops runs them op by op from the public pieces
-// (project, heads_attention_forward). Without weights requested the tiled kernel runs: no
-// NH x T x S matrix is ever held, in the forward or (sdpa_backward_tiled) in the backward, except
-// in training when the probabilities fit MhaOptions::saved_probs_budget (kept from the forward for
-// the backward, as PyTorch keeps its softmax's output: T = 4096 with 8 heads, 516 MiB; T = 8192 and
-// longer stay O(T)).
 #pragma once
 #include <memory>
 #include <string_view>
 #include <vector>
 
+#include "attnkit/autograd/var.hpp"
 #include "attnkit/io/value.hpp"
 #include "attnkit/nn/parameter.hpp"
-#include "attnkit/ops/attention.hpp"
+#include "attnkit/ops/mha.hpp"
 #include "attnkit/tensor/tensor.hpp"
 
 namespace attnkit::nn {
-
-// One projection read in place from a parameter: y = x W^T + b (W [out, in], PyTorch) or
-// y = x W (W [in, out], the documents' form). b may be null.
-struct Projection {
-  const float* W = nullptr;
-  int64_t out = 0, in = 0;
-  bool in_out = false;  // W stored [in, out]
-  const float* b = nullptr;
-  bool empty() const { return W == nullptr; }
-};
 
 enum class MhaWeightForm { InProj, SeparateProj, Documents };
 
@@ -76,10 +51,10 @@ class MultiheadAttention : public Module {
   using Module::named_parameters;
 
   // The views the kernels read (out_projection() is empty when there is none).
-  Projection q_projection() const;
-  Projection k_projection() const;
-  Projection v_projection() const;
-  Projection out_projection() const;
+  ops::Projection q_projection() const;
+  ops::Projection k_projection() const;
+  ops::Projection v_projection() const;
+  ops::Projection out_projection() const;
   int64_t embed_dim() const { return q_projection().out; }  // E
   int64_t value_dim() const { return v_projection().out; }  // Ev
   int64_t output_dim() const { return out_projection().empty() ? value_dim() : out_projection().out; }  // Eo
@@ -88,102 +63,40 @@ class MultiheadAttention : public Module {
   // forward and backward calls it first: a struct filled by hand is checked like a loaded one).
   void check(std::string_view op = "multi-head attention") const;
 
-  // The projections' weights packed for the product kernel (ops::GemmPackedB; attention.cpp), derived
-  // from the parameters and rebuilt after one changes (its version, DESIGN.md §9): the forward's
-  // projections then pack no weight, as ONNX Runtime packs a MatMul's constant weight once at load.
-  // self_attention: Q | K | V as one product when the weights are one matrix (in_proj_weight).
-  struct PackedWeights;
-  std::shared_ptr<const PackedWeights> packed_weights(bool self_attention) const;
+  // What the kernels read (ops::MhaWeights): the projections, NH, the projections' weights packed for the
+  // product kernel (derived from the parameters and rebuilt after one changes, its version:
+  // docs/architecture.md; self-attention packs Q | K | V as one product when the weights are one matrix,
+  // in_proj_weight) and where the parameter gradients go among named_parameters(). Call check() first; the
+  // view reads the parameters in place: the module must outlive its use and not move.
+  ops::MhaWeights view() const;
+
+  // y = MHA(query, key, value) [.., T, Eo], recorded (autograd::multihead_attention): the parameters'
+  // gradients accumulate into each Parameter's grad. Averaged or per-head weights (options.weights) go to
+  // *weights when given. The module must outlive the backward pass.
+  autograd::Var forward(const autograd::Var& query, const autograd::Var& key, const autograd::Var& value,
+                        const ops::MhaOptions& options = {}, Tensor* weights = nullptr);
 
  private:
-  DerivedSlot<PackedWeights> packed_joined_, packed_apart_;
+  std::shared_ptr<const ops::MhaPackedWeights> packed_weights(bool self_attention) const;
+  DerivedSlot<ops::MhaPackedWeights> packed_joined_, packed_apart_;
 };
 
-enum class HeadWeights { None, Averaged, PerHead };
-
-struct MhaOptions {
-  HeadWeights weights = HeadWeights::None;
-  // Causal kinds, key lengths (key padding, per batch element) and an explicit mask
-  // (1 = attend; [T, S], [N, T, S] or [N, NH, T, S]); see ops/attention.hpp.
-  ops::MaskSpec mask;
-  // Training (a forward given a cache, no weights asked for): when the heads' probabilities
-  // [N, NH, T, S] (with their tile maxes, see MhaCache) fit in this many bytes, the forward keeps them
-  // and the backward reads them instead of recomputing Q K^T and the exps (a seventh of the
-  // attention's products); above it the backward recomputes them (FlashAttention-2 style, from
-  // row_lse) and memory stays O(T). 0: never keep them. The default keeps T = S = 4096 with 8 heads
-  // (516 MiB; PyTorch keeps as much at any T) and gives up at N = 2 or T = 8192 (O(T) from there).
-  int64_t saved_probs_budget = int64_t{1} << 30;
-};
-
-struct MhaResult {
-  Tensor output;   // [.., T, Eo]
-  Tensor weights;  // [.., T, S] averaged over heads, or [.., NH, T, S] per head; empty if not asked
-};
-
-// What a backward pass needs from its forward (filled when a forward is given one).
-struct MhaCache {
-  // Projected Q [N, T, E], K [N, S, E], V [N, S, Ev]. Self-attention (one input tensor): Q holds
-  // [N, T, 2E + Ev], Q | K | V side by side, and K, V are empty.
-  Tensor Q, K, V;
-  Tensor context;  // [N, T, Ev] heads concatenated, before the output projection
-  Tensor row_lse;  // [N, NH, T] log-sum-exp of each query's scores (ops::sdpa_*)
-  // The heads' probabilities [N, NH, T, S] with row stride probs_ld >= S when they fit the options'
-  // saved_probs_budget, else null: the tiled forward's tiles exp(E - m_j), with their row maxes
-  // (probs_tile_max, in the same buffer) in key tiles of probs_key_width (ops::KeptProbs).
-  std::shared_ptr<const float> probs;
-  int64_t probs_ld = 0;
-  const float* probs_tile_max = nullptr;
-  int64_t probs_key_width = 0;
-  ops::KeptProbs kept_probs() const { return {probs.get(), probs_ld, probs_tile_max, probs_key_width}; }
-};
-
-// query [T, Dq] / [N, T, Dq]; key [S, Dk] / [N, S, Dk]; value [S, Dv] / [N, S, Dv].
-// With `cache`, keeps what multihead_attention_backward needs.
-MhaResult multihead_attention_forward(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
-                                      const Tensor& value, const MhaOptions& options, MhaCache* cache = nullptr);
-// The same, op by op from the public pieces below (tests compare it with the fused path).
-MhaResult multihead_attention_forward_ops(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
-                                          const Tensor& value, const MhaOptions& options);
-// The same, every head through ops::sdpa_naive (double precision attention).
-MhaResult multihead_attention_forward_naive(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
-                                            const Tensor& value, const MhaOptions& options);
-// Cross-attention over keys and values already projected (a decoder's cache): K [.., S, E],
-// V [.., S, Ev] as the key/value projections made them; the query is projected here. With
-// kv_rows >= 0 only the first kv_rows of the S rows of each batch element are keys (a growing cache
-// kept in a buffer with spare rows, so appending a step does not copy the history).
-MhaResult multihead_attention_forward_projected(const MultiheadAttention& m, const Tensor& query, const Tensor& K,
-                                                const Tensor& V, const MhaOptions& options, int64_t kv_rows = -1);
-
-// ---- the pieces ----
-// y [.., out] = x [.., in] W^T + b (or x W), through ops::gemm. `what` names the projection in messages.
-Tensor project(const Projection& p, const Tensor& x, std::string_view what);
-// Scaled dot-product attention of NH heads read in place from Q [.., T, E], K [.., S, E],
-// V [.., S, Ev] (head h = columns h*HS ..): output = the heads' contexts concatenated [.., T, Ev].
-// row_lse (may be null) receives the [N, NH, T] log-sum-exp a backward pass needs.
-MhaResult heads_attention_forward(const Tensor& Q, const Tensor& K, const Tensor& V, int64_t num_heads,
-                                  const MhaOptions& options, Tensor* row_lse = nullptr, std::string_view op = "attention heads",
-                                  int64_t kv_rows = -1);
-
-// No projections: heads are NH equal column blocks of query/key/value (scale 1/sqrt(Dk / NH)).
-// With `cache`, keeps the output (as context) and row_lse for split_heads_attention_backward.
-MhaResult split_heads_attention_forward(const Tensor& query, const Tensor& key, const Tensor& value,
-                                        int64_t num_heads, const MhaOptions& options, MhaCache* cache = nullptr);
-
-// ---- backward ----
-// Gradients of multihead_attention_forward for the upstream gradient doutput (shaped like the
-// output), through ops::TiledBackward (O(T) memory: no T x S matrix, unless the forward kept the
-// probabilities within MhaOptions::saved_probs_budget), all in one thread team. `cache` is what the
-// forward with the same module, inputs and options filled. Adds (+=) into dquery, dkey, dvalue
-// (shaped like the inputs; null skips one; they may be one tensor for self-attention) and into
-// the parameter gradients: dparams[i] for named_parameters()[i] (null skips one), or, with
-// dparams empty, into each parameter's grad_buffer(). The returned weights get no gradient.
+// The kernels of ops/mha.hpp on the module's weights, each checking the module first (`m.check`).
+ops::MhaResult multihead_attention_forward(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
+                                           const Tensor& value, const ops::MhaOptions& options,
+                                           ops::MhaCache* cache = nullptr);
+ops::MhaResult multihead_attention_forward_ops(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
+                                               const Tensor& value, const ops::MhaOptions& options);
+ops::MhaResult multihead_attention_forward_naive(const MultiheadAttention& m, const Tensor& query, const Tensor& key,
+                                                 const Tensor& value, const ops::MhaOptions& options);
+ops::MhaResult multihead_attention_forward_projected(const MultiheadAttention& m, const Tensor& query, const Tensor& K,
+                                                     const Tensor& V, const ops::MhaOptions& options,
+                                                     int64_t kv_rows = -1);
+// ops::multihead_attention_backward into the parameter gradients: dparams[i] for named_parameters()[i] (null
+// skips one), or, with dparams empty, into each parameter's grad_buffer().
 void multihead_attention_backward(MultiheadAttention& m, const Tensor& query, const Tensor& key, const Tensor& value,
-                                  const MhaOptions& options, const MhaCache& cache, const Tensor& doutput,
+                                  const ops::MhaOptions& options, const ops::MhaCache& cache, const Tensor& doutput,
                                   Tensor* dquery, Tensor* dkey, Tensor* dvalue,
                                   const std::vector<Tensor*>& dparams = {});
-// Gradients of split_heads_attention_forward (cache from it), added into dquery, dkey, dvalue.
-void split_heads_attention_backward(const Tensor& query, const Tensor& key, const Tensor& value, int64_t num_heads,
-                                    const MhaOptions& options, const MhaCache& cache, const Tensor& doutput,
-                                    Tensor* dquery, Tensor* dkey, Tensor* dvalue);
 
 }  // namespace attnkit::nn

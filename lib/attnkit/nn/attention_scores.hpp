@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "attnkit/io/value.hpp"
-#include "attnkit/ops/attention.hpp"
+#include "attnkit/ops/attention_scores.hpp"
 
 namespace attnkit::nn {
 

@@ -10,15 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/var.hpp"
 #include "attnkit/io/value.hpp"
 #include "attnkit/nn/parameter.hpp"
+#include "attnkit/ops/feed_forward.hpp"
 #include "attnkit/tensor/random.hpp"
-
-namespace attnkit::ops {
-class GemmPackedB;
-struct GemmEpilogue;
-}
 
 namespace attnkit::nn {
 
@@ -38,29 +35,15 @@ class Linear : public Module {
   // bias.grad). The module must outlive the backward pass and not move before it.
   autograd::Var forward(const autograd::Var& x);
 
-  // What follows the product: act(x W^T + b) + residual, residual [..., O] (nullptr: none).
-  struct Then {
-    bool relu = false;
-    const autograd::Var* residual = nullptr;
-  };
-  // Recorded: linear, relu, add (autograd's ops, each with its backward). Under NoGrad: one product with
-  // the bias, the ReLU and the residual applied as the kernel stores (ops::GemmEpilogue), no pass over y
-  // after it. Same values as the recorded path, bit for bit.
-  autograd::Var forward(const autograd::Var& x, const Then& then);
+  // act(x W^T + b) + residual (autograd::linear with an epilogue: the recorded ops, or under NoGrad one fused
+  // product reading W^T packed, packed_weight()). Same values either way, bit for bit.
+  autograd::Var forward(const autograd::Var& x, const autograd::LinearThen& then);
 
-  // The fused product on raw rows, nothing recorded: y [rows, O] = act(x [rows, I] W^T + b) + add,
-  // add [rows, O] or nullptr. For callers that keep their own buffers (the Transformer's FFN hidden).
-  // Needs well_formed(). Above 4 rows it reads W^T packed once for the product kernel (derived from
-  // `weight`, repacked after its version moves; the same bits as packing it per call).
-  void apply(const float* x, int64_t rows, float* y, bool relu, const float* add) const;
-  // For a team's tasks of rows (feed_forward): W^T packed for the product kernel, as apply reads it above 4 rows
-  // (null if the processor has no panel kernel), then the product on this thread with it, nothing allocated or
-  // locked. The same bits as apply on any rows of a product of more than 4.
+  // W^T packed for the product kernel (ops::LinearWeights::packed): derived from `weight`, repacked after its
+  // version moves (null if the processor has no panel kernel).
   std::shared_ptr<const ops::GemmPackedB> packed_weight() const;
-  void apply_packed(const ops::GemmPackedB& w, const float* x, int64_t rows, float* y, bool relu,
-                    const float* add) const;
-  // weight [O, I] and, with a bias, bias [O]
-  bool well_formed() const;
+  // The weights as the fused kernels read them (ops/feed_forward.hpp), in place: the layer must outlive the view.
+  ops::LinearWeights view() const;
 
   std::vector<Parameter*> named_parameters() override;
   // weight (and bias) from a bundle by name, presence and shape checked (nn/state_dict.hpp).
@@ -70,15 +53,10 @@ class Linear : public Module {
   bool has_bias_;
   std::string what_;  // for messages: the prefix, or "linear"
   DerivedSlot<ops::GemmPackedB> packed_;  // W^T [I, O] for ops::gemm_packed
-  ops::GemmEpilogue epilogue(bool relu, const float* add) const;  // + b, ReLU, + add [rows, O]
 };
 
-// The feed-forward block under inference: y [rows, O2] = add + relu(x [rows, I] W1^T + b1) W2^T + b2 (add [rows, O2]
-// or nullptr), linear2.in_features() == linear1.out_features(), both well_formed(). In tasks of 48 rows over the
-// team, each task's hidden block [48, O1] in its thread's buffer (384 KB at O1 = 2048: L2) and straight into the
-// second product: the whole hidden [rows, O1] (32 MB for a Transformer layer at 16 x 256, d_ff 2048) went out to
-// memory and back between two products (3-6% slower). The bits of linear1.apply, then linear2.apply, on all rows.
-void feed_forward(const Linear& linear1, const Linear& linear2, const float* x, int64_t rows, float* y,
-                  const float* add);
+// The feed-forward block inside its residual connection: base + relu(x W1^T + b1) W2^T + b2 (autograd::feed_forward
+// on the layers' parameters: recorded, or under NoGrad the fused kernel, ops::feed_forward).
+autograd::Var feed_forward(Linear& linear1, Linear& linear2, const autograd::Var& x, const autograd::Var& base);
 
 }  // namespace attnkit::nn

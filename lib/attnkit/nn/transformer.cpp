@@ -4,7 +4,6 @@
 
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/layers.hpp"
-#include "attnkit/autograd/multihead.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
 
@@ -38,23 +37,12 @@ void xavier(Parameter& p, Rng& rng) {
   p.touch();
 }
 
-// Inference (nothing recorded): y's own buffer, fresh from the op that made it, is updated in place instead of
-// allocating another [N, T, F] or [N, T, E] (the page faults of a fresh 32 MB buffer cost about what the
-// arithmetic does). Recording: the autograd ops.
-bool in_place() { return !autograd::grad_enabled(); }
+// x + y; under inference into y's own buffer (an op's fresh output, moved here), not a fresh [N, T, E]
+// (autograd::add_in_place).
+Var residual(const Var& x, Var y) { return autograd::add_in_place(x, std::move(y)); }
 
-// x + y; in place into y (an op's fresh output) under inference.
-Var residual(const Var& x, const Var& y) {
-  if (!in_place() || y.impl()->param != nullptr || x.shape() != y.shape()) return autograd::add(x, y);
-  float* p = y.impl()->value.data();  // y = x + y
-  const float* q = x.value().data();
-  const int64_t n = y.value().numel();
-#pragma omp parallel for num_threads(num_threads()) if (n > (1 << 16)) schedule(static)
-  for (int64_t i = 0; i < n; ++i) p[i] = q[i] + p[i];
-  return y;
-}
-
-Var dropout(const Var& x, float p, const DropoutContext& d) {
+// x itself when inactive (moved through, so that an op's output stays the only Var of it: residual)
+Var dropout(Var x, float p, const DropoutContext& d) {
   if (!d.active(p)) return x;
   ops::DropoutOptions o;
   o.p = p;
@@ -63,25 +51,18 @@ Var dropout(const Var& x, float p, const DropoutContext& d) {
 }
 
 Var attend(MultiheadAttention& m, const Var& q, const Var& kv, const ops::MaskSpec& mask) {
-  nn::MhaOptions o;
+  ops::MhaOptions o;
   o.mask = mask;
-  return autograd::multihead_attention(m, q, kv, kv, o);
+  return m.forward(q, kv, kv, o);
 }
 
 // base + ff(x), the feed-forward block inside its residual connection. Without dropout the ReLU and the
-// residual ride on the products' stores (nn::Linear::Then: fused under inference, op by op when recorded).
+// residual ride on the products' stores (autograd::feed_forward: fused under inference, the hidden [rows, F]
+// never whole; op by op when recorded).
 Var ff_residual(Linear& linear1, Linear& linear2, const TransformerLayerOptions& o, const Var& base, const Var& x,
                 const DropoutContext& d) {
   const bool relu = o.activation == FfnActivation::Relu;
-  const int64_t E = linear1.in_features(), F = linear1.out_features();
-  if (in_place() && relu && !d.active(o.dropout) && linear1.well_formed() && linear2.well_formed() &&
-      linear2.in_features() == F && !x.shape().empty() && x.shape().back() == E && x.shape() == base.shape() &&
-      linear2.out_features() == E) {
-    // Inference: the hidden [rows, F] (32 MB at 16 x 256 x 2048) never whole (nn::feed_forward)
-    Tensor y = Tensor::uninitialized(base.shape());  // written whole by the products
-    feed_forward(linear1, linear2, x.value().data(), x.value().numel() / E, y.data(), base.value().data());
-    return Var(std::move(y));
-  }
+  if (relu && !d.active(o.dropout)) return feed_forward(linear1, linear2, x, base);  // base + relu(x W1^T + b1) W2^T + b2
   Var h = linear1.forward(x, {relu, nullptr});  // [N, T, F] = act(x W1^T + b1)
   if (!relu) h = autograd::gelu(h);
   h = dropout(h, o.dropout, d);

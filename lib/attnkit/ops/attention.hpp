@@ -1,14 +1,10 @@
-// Attention kernels: score functions, masks, softmax over keys, context = weights . values.
+// Attention kernels: masks, softmax over keys, context = weights . values, on a strided problem of
+// NH heads (the score kinds on plain tensors: ops/attention_scores.hpp).
 //
-// Legend: N batch, T queries, S keys, Dq query size, Dk key size, Dv value size, A additive
-// attention size, NH heads, HS head size.
+// Legend: N batch, T queries, S keys, Dq query size, Dk key size, Dv value size, NH heads, HS head size.
 //
-// Scores e[t, s] between query q_t [Dq] and key k_s [Dk]:
-//   dot         e = q . k                                      (Dq == Dk)
-//   scaled-dot  e = q . k / sqrt(Dk)                           (Dq == Dk)
-//   general     e = q^T W k,            W [Dq, Dk]             (Luong)
-//   additive    e = v^T tanh(q W_q + k W_k + b), W_q [Dq, A], W_k [Dk, A], v [A], b [A] (Bahdanau)
-// weights a[t, :] = softmax(e[t, :]) over the visible keys; context c_t = sum_s a[t, s] v_s.
+// Scaled dot-product scores e[t, s] = scale q_t . k_s; weights a[t, :] = softmax(e[t, :]) over the
+// visible keys; context c_t = sum_s a[t, s] v_s.
 //
 // Masks (MaskSpec): a key is visible to a query when every given mask allows it.
 //   causal upper-left  (PyTorch is_causal):   s <= t
@@ -37,20 +33,6 @@
 
 namespace attnkit::ops {
 
-enum class ScoreKind { Dot, ScaledDot, General, Additive };
-// "dot", "scaled-dot", "general", "additive"; throws attnkit::Error on anything else.
-ScoreKind parse_score_kind(std::string_view name);
-std::string_view score_kind_name(ScoreKind kind);
-
-// Learned parameters of the general and additive scores (empty tensors when unused).
-struct ScoreWeights {
-  Tensor W;    // general:  [Dq, Dk]
-  Tensor W_q;  // additive: [Dq, A]
-  Tensor W_k;  // additive: [Dk, A]
-  Tensor v;    // additive: [A]
-  Tensor b;    // additive, optional: [A]
-};
-
 enum class CausalKind { None, UpperLeft, LowerRight };
 
 struct MaskSpec {
@@ -69,32 +51,6 @@ constexpr int64_t kMaxWeightElements = int64_t{1} << 30;
 // What the caller wants back besides the context.
 enum class KeepWeights { No, Yes };
 
-struct AttentionOptions {
-  ScoreKind score = ScoreKind::ScaledDot;
-  ScoreWeights weights;  // for general and additive
-  MaskSpec mask;
-  KeepWeights keep = KeepWeights::Yes;  // No: the tiled kernel (no T x S matrix, no scores/weights)
-};
-
-struct AttentionResult {
-  Tensor scores;   // [.., T, S] (masked entries -inf); empty unless KeepWeights::Yes
-  Tensor weights;  // [.., T, S] softmax over keys;      empty unless KeepWeights::Yes
-  Tensor context;  // [.., T, Dv]
-  // For a backward pass: log-sum-exp of each query's visible scores [.., T] (-inf when none).
-  Tensor row_logsumexp;
-};
-
-// query [T, Dq] or [N, T, Dq]; keys [S, Dk] / [N, S, Dk]; values [S, Dv] / [N, S, Dv]
-// (the same rank as query; N must agree). Throws attnkit::Error naming shapes on any mismatch.
-AttentionResult attention_forward(const Tensor& query, const Tensor& keys, const Tensor& values,
-                                  const AttentionOptions& options);
-// The same through sdpa_naive / a per-pair double loop for every score kind.
-AttentionResult attention_forward_naive(const Tensor& query, const Tensor& keys, const Tensor& values,
-                                        const AttentionOptions& options);
-
-// (Loading score weights from a bundle and key lengths from a tensor lives one floor up:
-// nn/attention_scores.hpp. ops/ loads nothing.)
-
 // The sizes every attention entry shares, checked in one place: query [T, F] or [N, T, F]; keys and
 // values of the same rank, the same N, and S rows each. `feature` names F in messages ("Dq", "E");
 // `keys` / `values` name those inputs ("keys" or "key").
@@ -109,7 +65,7 @@ QkvDims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, std::string
 // has shape [3, 5], expected [T, S] = [3, 4], [N, T, S] = [2, 3, 4] or [N, NH, T, S] = ...".
 void check_mask(const MaskSpec& mask, int64_t N, int64_t NH, int64_t T, int64_t S, std::string_view op);
 
-// ---- the strided core, shared with nn/ (multi-head attention reads heads in place) ----
+// ---- the strided core, shared with ops/mha.hpp (multi-head attention reads heads in place) ----
 // Element (n, h, i, j) of a matrix operand sits at data[n*batch + h*head + i*row + j].
 struct StridedIn {
   const float* data = nullptr;
@@ -134,7 +90,7 @@ void sdpa_tiled(const SdpaProblem& p, float* row_lse);
 void sdpa_full(const SdpaProblem& p, float* scores, float* weights, float* row_lse);
 void sdpa_naive(const SdpaProblem& p, float* scores, float* weights, float* row_lse);
 
-// ---- backward (implemented in ops/attention.cpp beside the forwards) ----
+// ---- backward (ops/attention_tiled.cpp beside the tiled forward; the reference in ops/attention_reference.cpp) ----
 // Gradients of the strided core, added (+=) into dq, dk, dv (same strides as q, k, v; a null data
 // pointer skips one). dout [N, NH, T, Dv] is the upstream gradient of p.out; p.out must hold the
 // forward's output and row_lse its log-sum-exp [N, NH, T] (from any of the three forwards).
@@ -169,25 +125,8 @@ void sdpa_backward_tiled(const SdpaProblem& p, const float* row_lse, StridedIn d
 // softmax and the output from q, k, v itself: row_lse and p.out are not read (row_lse may be null).
 void sdpa_backward_naive(const SdpaProblem& p, const float* row_lse, StridedIn dout, const SdpaGrads& grads);
 
-// Gradients of attention_forward for every score kind: `forward` is what attention_forward
-// returned for the same inputs and options, dcontext is shaped like forward.context. With
-// forward.weights (KeepWeights::Yes) the backward reuses them (GEMMs over [T, S]); without, it
-// recomputes them from forward.row_logsumexp (dot / scaled-dot / general through
-// sdpa_backward_tiled, O(T) memory; additive row by row, [S, A] per thread).
-//   general   q' = q W:  dq = dq' W^T,  dW = q^T dq'
-//   additive  Z = tanh(q W_q + k W_k + b), e = Z v:  G = (1 - Z^2) ⊙ (dE v^T);  dv = sum Z^T dE;
-//             dq = (sum_s G) W_q^T, dW_q = q^T (sum_s G), dk = (sum_t G) W_k^T, dW_k = k^T (sum_t G), db = sum G
-// The returned gradients are fresh tensors (zeros where nothing flows), not accumulated.
-struct AttentionGrads {
-  Tensor query, keys, values;  // shaped like the inputs
-  ScoreWeights weights;        // general: W; additive: W_q, W_k, v, b (b only when given)
-};
-AttentionGrads attention_backward(const Tensor& query, const Tensor& keys, const Tensor& values,
-                                  const AttentionOptions& options, const AttentionResult& forward,
-                                  const Tensor& dcontext);
-
 // sdpa_tiled as independent tasks (batch element x head x query tile), for callers that run it
-// inside their own thread team (nn/attention.cpp: projections and attention in one team, no
+// inside their own thread team (ops/mha.cpp: projections and attention in one team, no
 // OpenMP barrier between them): make one TiledWorker per thread before the team starts (it holds
 // the thread's tiles; `p` must outlive it), then let each thread run() the tasks it takes.
 // run() allocates nothing.
@@ -269,7 +208,7 @@ class FullWorker {
 };
 
 // sdpa_backward_tiled as three stages of tasks, for callers that run them inside their own thread
-// team (nn/attention.cpp: the projections' backward and the attention's in one team): construct it
+// team (ops/mha.cpp: the projections' backward and the attention's in one team): construct it
 // before the team for `team` threads (it allocates D, the tiles and the partial dQ), then stage 1:
 // run_rows (D_t = dout_t . out_t), stage 2: run_tile(thread, task) (thread < team: its own tiles and
 // partial dQ), stage 3: run_reduce (the partials into grads.dq), each stage complete before the next.

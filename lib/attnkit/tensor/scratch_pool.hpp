@@ -8,7 +8,7 @@
 // smallest that fits serves it);
 // buffers under 256 KB are not kept. Contents are uninitialised. The price: up to kBytes stay resident
 // between calls (as ONNX Runtime's arena keeps its own). kBytes holds the probabilities an MHA training
-// step keeps at T = 4096 (516 MiB, nn::MhaOptions::saved_probs_budget): fresh, their pages cost 0.5 s
+// step keeps at T = 4096 (516 MiB, ops::MhaOptions::saved_probs_budget): fresh, their pages cost 0.5 s
 // of faults every step, as long as the step itself. Thread-safe; a buffer returns to the pool
 // when its last shared_ptr goes.
 #pragma once
