@@ -155,7 +155,7 @@ LoadedModel load_exported(const std::string& config_path, const std::string& wei
   const io::Value& vocab = member(config, "vocab", config_path);
   // The special tokens: the ids the config gives ("pad_id", "bos_id", "eos_id", "unk_id"), else their texts'
   // positions in each vocabulary (an exporter's vocabulary may put them anywhere).
-  train::Vocab::SpecialIds ids;
+  models::Vocab::SpecialIds ids;
   auto id_of = [&](const char* name) -> int64_t {
     const io::Value* x = config.find(name);
     if (x == nullptr) return -1;
@@ -174,8 +174,8 @@ LoadedModel load_exported(const std::string& config_path, const std::string& wei
     return n;
   };
   ids.pad = id_of("pad_id"), ids.bos = id_of("bos_id"), ids.eos = id_of("eos_id"), ids.unk = id_of("unk_id");
-  m.src_vocab = train::Vocab::from_exported(member(vocab, "source", config_path + ": vocab"), ids, config_path + ": vocab/source");
-  m.tgt_vocab = train::Vocab::from_exported(member(vocab, "target", config_path + ": vocab"), ids, config_path + ": vocab/target");
+  m.src_vocab = models::Vocab::from_exported(member(vocab, "source", config_path + ": vocab"), ids, config_path + ": vocab/source");
+  m.tgt_vocab = models::Vocab::from_exported(member(vocab, "target", config_path + ": vocab"), ids, config_path + ": vocab/target");
   io::Value model_config = config;  // the transformer keeps the target side's ids in its config
   if (m.family == "transformer") {
     auto text = [](int64_t id) { return io::Value::other("a string", "\"" + std::to_string(id) + "\""); };
@@ -184,9 +184,9 @@ LoadedModel load_exported(const std::string& config_path, const std::string& wei
     model_config.set("eos_id", text(m.tgt_vocab.eos_id()));
   }
   try {
-    m.src_tokenizer = train::tokenizer_from_name(
+    m.src_tokenizer = models::tokenizer_from_name(
         config.find("src_tokenizer") ? string_of(config, "src_tokenizer", config_path) : "space");
-    m.tgt_tokenizer = train::tokenizer_from_name(
+    m.tgt_tokenizer = models::tokenizer_from_name(
         config.find("tgt_tokenizer") ? string_of(config, "tgt_tokenizer", config_path) : "space");
   } catch (const Error& e) {
     if (std::string_view(e.what()).rfind(config_path, 0) == 0) throw;
@@ -219,12 +219,12 @@ LoadedModel load_checkpoint(const std::string& path) {
   m.family = config.is_bundle() && config.find("family") ? string_of(config, "family", path + ": config") : "recurrent";
   const ModelFactory factory = factory_for(m.family, path);
   const io::Value& vocab = member(v, "vocab", path);
-  m.src_vocab = train::Vocab::from_value(member(vocab, "source", path + ": vocab"), path + ": vocab/source");
-  m.tgt_vocab = train::Vocab::from_value(member(vocab, "target", path + ": vocab"), path + ": vocab/target");
+  m.src_vocab = models::Vocab::from_value(member(vocab, "source", path + ": vocab"), path + ": vocab/source");
+  m.tgt_vocab = models::Vocab::from_value(member(vocab, "target", path + ": vocab"), path + ": vocab/target");
   const io::Value& training = member(v, "training", path);
   try {
-    m.src_tokenizer = train::tokenizer_from_name(string_of(training, "src_tokenizer", path + ": training"));
-    m.tgt_tokenizer = train::tokenizer_from_name(string_of(training, "tgt_tokenizer", path + ": training"));
+    m.src_tokenizer = models::tokenizer_from_name(string_of(training, "src_tokenizer", path + ": training"));
+    m.tgt_tokenizer = models::tokenizer_from_name(string_of(training, "tgt_tokenizer", path + ": training"));
   } catch (const Error& e) {
     if (std::string_view(e.what()).rfind(path, 0) == 0) throw;
     fail("{}: training: {}", path, e.what());
@@ -243,8 +243,8 @@ void use_special_ids(const LoadedModel& m, SearchOptions& options) {
 
 std::vector<int64_t> encode_source(const LoadedModel& m, std::string_view text, int64_t* unknown) {
   std::vector<std::string> tokens;
-  const std::string why = train::tokenize(text, m.src_tokenizer, tokens);
-  AK_CHECK(why.empty(), "the source cannot be split into {} tokens: {}", train::tokenizer_name(m.src_tokenizer), why);
+  const std::string why = models::tokenize(text, m.src_tokenizer, tokens);
+  AK_CHECK(why.empty(), "the source cannot be split into {} tokens: {}", models::tokenizer_name(m.src_tokenizer), why);
   AK_CHECK(!tokens.empty(), "empty source");
   return m.src_vocab.encode(tokens, unknown);
 }
@@ -256,7 +256,7 @@ std::vector<std::string> target_tokens(const LoadedModel& m, const std::vector<i
 }
 
 std::string target_text(const LoadedModel& m, const std::vector<std::string>& tokens) {
-  return train::join_tokens(tokens, m.tgt_tokenizer);
+  return models::join_tokens(tokens, m.tgt_tokenizer);
 }
 
 }  // namespace attnkit::decode

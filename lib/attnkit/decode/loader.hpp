@@ -15,7 +15,7 @@
 #include "attnkit/decode/search.hpp"
 #include "attnkit/io/value.hpp"
 #include "attnkit/models/model.hpp"
-#include "attnkit/train/vocab.hpp"
+#include "attnkit/models/vocab.hpp"
 
 namespace attnkit::decode {
 
@@ -31,8 +31,8 @@ std::vector<std::string> families();
 struct LoadedModel {
   std::unique_ptr<models::TranslationModel> model;
   std::string family;
-  train::Vocab src_vocab, tgt_vocab;
-  train::Tokenizer src_tokenizer = train::Tokenizer::Char, tgt_tokenizer = train::Tokenizer::Char;
+  models::Vocab src_vocab, tgt_vocab;
+  models::Tokenizer src_tokenizer = models::Tokenizer::Char, tgt_tokenizer = models::Tokenizer::Char;
 };
 
 // Reads the checkpoint at `path`; every refusal names the file: not a checkpoint, an unknown family, a

@@ -12,7 +12,7 @@
 #include "attnkit/autograd/recurrent.hpp"
 #include "attnkit/nn/state_dict.hpp"
 #include "attnkit/tensor/error.hpp"
-#include "attnkit/train/vocab.hpp"
+#include "attnkit/models/tokens.hpp"
 
 namespace attnkit::models {
 
@@ -94,7 +94,7 @@ std::string_view cell_kind_name(nn::CellKind kind) { return ops::cell_name(kind)
 void Seq2SeqConfig::validate() const {
   AK_CHECK(cell == nn::CellKind::RnnTanh || cell == nn::CellKind::Lstm || cell == nn::CellKind::Gru,
            "seq2seq: cell {} is not supported (rnn, lstm, gru)", ops::cell_name(cell));
-  AK_CHECK(src_vocab > train::Vocab::kNumSpecials && tgt_vocab > train::Vocab::kNumSpecials,
+  AK_CHECK(src_vocab > kNumSpecials && tgt_vocab > kNumSpecials,
            "seq2seq: vocabularies of {} and {} tokens (each needs the 4 special tokens and at least one more)",
            src_vocab, tgt_vocab);
   AK_CHECK(embed >= 1 && hidden >= 1 && layers >= 1, "seq2seq: embed {}, hidden {} and layers {} must be >= 1", embed,
@@ -184,10 +184,10 @@ Seq2SeqConfig checked(const Seq2SeqConfig& c) {
 
 Seq2Seq::Seq2Seq(const Seq2SeqConfig& config, Rng& rng)
     : config_(checked(config)),
-      src_embed_(config.src_vocab, config.embed, rng, train::Vocab::kPad, "src_embed"),
+      src_embed_(config.src_vocab, config.embed, rng, kPad, "src_embed"),
       encoder_(make_layers(config.cell, config.embed, config.hidden, config.layers, config.bidirectional, rng,
                            "encoder")),
-      tgt_embed_(config.tgt_vocab, config.embed, rng, train::Vocab::kPad, "tgt_embed"),
+      tgt_embed_(config.tgt_vocab, config.embed, rng, kPad, "tgt_embed"),
       decoder_(make_layers(config.cell,
                            config.embed + (config.style == AttentionStyle::Bahdanau ? config.decoder_hidden() : 0),
                            config.decoder_hidden(), config.layers, false, rng, "decoder")),
@@ -271,7 +271,7 @@ Seq2Seq::StackResult Seq2Seq::run_stack(std::vector<nn::Recurrent>& layers, cons
   return out;
 }
 
-Seq2Seq::Encoded Seq2Seq::encode(const train::Batch& batch, const ForwardOptions& o) {
+Seq2Seq::Encoded Seq2Seq::encode(const SourceBatch& batch, const ForwardOptions& o) {
   Encoded e;
   Var x = drop(src_embed_.forward(batch.src, {batch.N, batch.S}), o);     // [N, S, E]
   auto r = run_stack(encoder_, x, {}, {}, &batch.src_lengths, o);          // output [N, S, Hd]
@@ -331,7 +331,7 @@ Var Seq2Seq::step(const Var& y, Var& h, Var& c, const Encoded& enc, const std::v
   return project(r.output, ctx, o);  // [N, 1, Vt]
 }
 
-ForwardResult Seq2Seq::forward(const train::Batch& batch, const ForwardOptions& options) {
+ForwardResult Seq2Seq::forward(const TeacherForcedBatch& batch, const ForwardOptions& options) {
   AK_CHECK(options.dropout >= 0.0f && options.dropout < 1.0f, "seq2seq: dropout {} must be in [0, 1)",
            options.dropout);
   AK_CHECK(options.teacher_forcing >= 0.0f && options.teacher_forcing <= 1.0f,
@@ -368,19 +368,19 @@ ForwardResult Seq2Seq::forward(const train::Batch& batch, const ForwardOptions& 
     out.logits = T == 1 ? logits[0] : autograd::concat(logits, 1);  // [N, T, Vt]
   }
   ops::CrossEntropyOptions ce;
-  ce.ignore_index = train::Vocab::kPad;
+  ce.ignore_index = kPad;
   ce.label_smoothing = options.label_smoothing;
   out.loss = autograd::cross_entropy(out.logits, batch.tgt_out, ce);  // scalar
   return out;
 }
 
-std::vector<std::vector<int64_t>> Seq2Seq::greedy(const train::Batch& batch, int64_t max_len) {
+std::vector<std::vector<int64_t>> Seq2Seq::greedy(const SourceBatch& batch, int64_t max_len) {
   autograd::NoGrad no_grad;
   const int64_t N = batch.N, V = config_.tgt_vocab;
   const ForwardOptions eval;
   Encoded enc = encode(batch, eval);
   Var h = enc.h0, c = enc.c0;
-  std::vector<int64_t> prev(static_cast<size_t>(N), train::Vocab::kBos);
+  std::vector<int64_t> prev(static_cast<size_t>(N), kBos);
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(N));
   std::vector<char> done(static_cast<size_t>(N), 0);
   int64_t remaining = N;
@@ -393,7 +393,7 @@ std::vector<std::vector<int64_t>> Seq2Seq::greedy(const train::Batch& batch, int
       const int64_t best = std::max_element(row, row + V) - row;
       prev[size_t(n)] = best;
       if (done[size_t(n)]) continue;
-      if (best == train::Vocab::kEos) {
+      if (best == kEos) {
         done[size_t(n)] = 1;
         --remaining;
       } else {

@@ -10,7 +10,7 @@
 #include "attnkit/autograd/layers.hpp"
 #include "attnkit/nn/state_dict.hpp"
 #include "attnkit/tensor/error.hpp"
-#include "attnkit/train/vocab.hpp"
+#include "attnkit/models/tokens.hpp"
 
 namespace attnkit::models {
 
@@ -102,7 +102,7 @@ nn::TransformerLayerOptions TransformerConfig::layer_options() const {
 }
 
 void TransformerConfig::validate() const {
-  AK_CHECK(src_vocab > train::Vocab::kNumSpecials && tgt_vocab > train::Vocab::kNumSpecials,
+  AK_CHECK(src_vocab > kNumSpecials && tgt_vocab > kNumSpecials,
            "transformer: vocabularies of {} and {} tokens (each needs the 4 special tokens and at least one more)",
            src_vocab, tgt_vocab);
   AK_CHECK(encoder_layers >= 1 && decoder_layers >= 1, "transformer: {} encoder and {} decoder layers (need >= 1)",
@@ -164,9 +164,9 @@ TransformerConfig TransformerConfig::from_value(const io::Value& value, std::str
   c.max_positions = integer(value, "max_positions", what, int64_t{1024}, 1, kMaxVocab);
   c.shared_embeddings = boolean(value, "shared_embeddings", what, false);
   c.tied_output = boolean(value, "tied_output", what, false);
-  c.pad_id = integer(value, "pad_id", what, train::Vocab::kPad, 0, kMaxVocab);
-  c.bos_id = integer(value, "bos_id", what, train::Vocab::kBos, 0, kMaxVocab);
-  c.eos_id = integer(value, "eos_id", what, train::Vocab::kEos, 0, kMaxVocab);
+  c.pad_id = integer(value, "pad_id", what, kPad, 0, kMaxVocab);
+  c.bos_id = integer(value, "bos_id", what, kBos, 0, kMaxVocab);
+  c.eos_id = integer(value, "eos_id", what, kEos, 0, kMaxVocab);
   try {
     c.activation = nn::parse_ffn_activation(text(value, "activation", what, "relu"));
     c.positional = nn::parse_positional_kind(text(value, "positional", what, "sinusoidal"));
@@ -249,7 +249,7 @@ Var Transformer::embed_target(const std::vector<int64_t>& ids, int64_t N, int64_
   return embed(target_table(), ids, N, T, offset);
 }
 
-Var Transformer::encode(const train::Batch& batch) {
+Var Transformer::encode(const SourceBatch& batch) {
   ops::MaskSpec pad;
   pad.key_lengths = batch.src_lengths;
   Var x = embed(src_embed_, batch.src, batch.N, batch.S, 0);  // [N, S, E]
@@ -261,7 +261,7 @@ Var Transformer::project(const Var& h) {
   return autograd::linear(h, Var::param(target_table().weight), Var::param(output_bias_));  // tied: h W_emb^T + b
 }
 
-ForwardResult Transformer::forward(const train::Batch& batch, const LossOptions& options) {
+ForwardResult Transformer::forward(const TeacherForcedBatch& batch, const LossOptions& options) {
   AK_CHECK(options.dropout == 0.0f, "transformer: dropout {} in the forward options: the rate is the config's "
            "(dropout {})", options.dropout, config_.dropout);
   AK_CHECK(options.teacher_forcing == 1.0f, "transformer: teacher forcing {}: scheduled sampling is not supported "
@@ -284,7 +284,7 @@ ForwardResult Transformer::forward(const train::Batch& batch, const LossOptions&
   return out;
 }
 
-std::vector<std::vector<int64_t>> Transformer::greedy(const train::Batch& batch, int64_t max_len) {
+std::vector<std::vector<int64_t>> Transformer::greedy(const SourceBatch& batch, int64_t max_len) {
   autograd::NoGrad no_grad;
   const int64_t N = batch.N;
   std::unique_ptr<DecoderState> state = start_decoding(batch, true);

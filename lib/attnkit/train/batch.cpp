@@ -41,8 +41,6 @@ io::Value integer_value(uint64_t x) { return io::Value::other("an integer", "\""
 
 }  // namespace
 
-int64_t Batch::target_tokens() const { return std::accumulate(tgt_lengths.begin(), tgt_lengths.end(), int64_t{0}); }
-
 Batch make_batch(const EncodedCorpus& data, const std::vector<int64_t>& rows, bool sort_by_length) {
   AK_CHECK(!rows.empty(), "batch: no rows");
   Batch b;
