@@ -1,15 +1,13 @@
 #include "attnkit/models/seq2seq.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-
-#include <nlohmann/json.hpp>
 
 #include "attnkit/autograd/attention.hpp"
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/layers.hpp"
 #include "attnkit/autograd/recurrent.hpp"
+#include "attnkit/models/fields.hpp"
 #include "attnkit/nn/state_dict.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/models/tokens.hpp"
@@ -19,25 +17,6 @@ namespace attnkit::models {
 using autograd::Var;
 
 namespace {
-
-io::Value string_value(const std::string& s) { return io::Value::other("a string", nlohmann::json(s).dump()); }
-
-std::string string_member(const io::Value& bundle, const char* name, std::string_view what) {
-  const io::Value* v = bundle.find(name);
-  AK_CHECK(v != nullptr, "{}: the model config has no \"{}\"", what, name);
-  nlohmann::json j = nlohmann::json::parse(v->json(), nullptr, false);
-  AK_CHECK(v->kind() == io::Value::Kind::Other && j.is_string(), "{}: config \"{}\" must be a string", what, name);
-  return j.get<std::string>();
-}
-
-int64_t integer_member(const io::Value& bundle, const char* name, std::string_view what) {
-  const std::string s = string_member(bundle, name, what);
-  int64_t x = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-  AK_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty(),
-           "{}: config \"{}\" is \"{}\", not an integer", what, name, s);
-  return x;
-}
 
 // h_n [L*dirs, N, H] -> [L, N, dirs*H]: each layer's directions side by side (the decoder's initial state).
 Var merge_directions(const Var& h_n, int layers, bool bidirectional) {
@@ -105,43 +84,32 @@ void Seq2SeqConfig::validate() const {
 
 io::Value Seq2SeqConfig::to_value() const {
   io::Value v;
-  v.set("cell", string_value(std::string(cell_kind_name(cell))));
-  v.set("attention", string_value(std::string(attention_kind_name(attention))));
-  v.set("attention_style", string_value(std::string(attention_style_name(style))));
-  v.set("src_vocab", string_value(std::to_string(src_vocab)));
-  v.set("tgt_vocab", string_value(std::to_string(tgt_vocab)));
-  v.set("embed", string_value(std::to_string(embed)));
-  v.set("hidden", string_value(std::to_string(hidden)));
-  v.set("layers", string_value(std::to_string(layers)));
-  v.set("bidirectional", string_value(bidirectional ? "true" : "false"));
+  v.set("cell", text_value(cell_kind_name(cell)));
+  v.set("attention", text_value(attention_kind_name(attention)));
+  v.set("attention_style", text_value(attention_style_name(style)));
+  v.set("src_vocab", text_value(std::to_string(src_vocab)));
+  v.set("tgt_vocab", text_value(std::to_string(tgt_vocab)));
+  v.set("embed", text_value(std::to_string(embed)));
+  v.set("hidden", text_value(std::to_string(hidden)));
+  v.set("layers", text_value(std::to_string(layers)));
+  v.set("bidirectional", text_value(bidirectional ? "true" : "false"));
   return v;
 }
 
 Seq2SeqConfig Seq2SeqConfig::from_value(const io::Value& value, std::string_view what) {
   AK_CHECK(value.is_bundle(), "{}: the model config must be an object", what);
+  const Fields f(value, std::string(what), "config ");
   Seq2SeqConfig c;
-  try {
-    c.cell = parse_cell_kind(string_member(value, "cell", what));
-    c.attention = parse_attention_kind(string_member(value, "attention", what));
-    if (value.find("attention_style") != nullptr)
-      c.style = parse_attention_style(string_member(value, "attention_style", what));
-  } catch (const Error& e) {
-    if (std::string_view(e.what()).rfind(what, 0) == 0) throw;
-    fail("{}: config: {}", what, e.what());
-  }
-  c.src_vocab = integer_member(value, "src_vocab", what);
-  c.tgt_vocab = integer_member(value, "tgt_vocab", what);
-  c.embed = integer_member(value, "embed", what);
-  c.hidden = integer_member(value, "hidden", what);
-  const int64_t layers = integer_member(value, "layers", what);
-  AK_CHECK(layers >= 1 && layers <= 64, "{}: config \"layers\" is {}, expected 1 to 64", what, layers);
-  c.layers = static_cast<int>(layers);
-  const std::string bidir = string_member(value, "bidirectional", what);
-  AK_CHECK(bidir == "true" || bidir == "false", "{}: config \"bidirectional\" is \"{}\", expected true or false", what,
-           bidir);
-  c.bidirectional = bidir == "true";
-  AK_CHECK(c.embed <= (1 << 16) && c.hidden <= (1 << 16) && c.src_vocab <= (1 << 24) && c.tgt_vocab <= (1 << 24),
-           "{}: config sizes out of range", what);
+  c.cell = f.choice("cell", parse_cell_kind);
+  c.attention = f.choice("attention", parse_attention_kind);
+  c.style = f.choice("attention_style", "luong", parse_attention_style);
+  constexpr int64_t kMaxSize = int64_t{1} << 16, kMaxVocab = int64_t{1} << 24;
+  c.src_vocab = f.integer("src_vocab", 1, kMaxVocab);
+  c.tgt_vocab = f.integer("tgt_vocab", 1, kMaxVocab);
+  c.embed = f.integer("embed", 1, kMaxSize);
+  c.hidden = f.integer("hidden", 1, kMaxSize);
+  c.layers = static_cast<int>(f.integer("layers", 1, 64));
+  c.bidirectional = f.boolean("bidirectional");
   try {
     c.validate();
   } catch (const Error& e) {

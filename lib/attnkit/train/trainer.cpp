@@ -1,6 +1,5 @@
 #include "attnkit/train/trainer.hpp"
 
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -9,10 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "attnkit/autograd/var.hpp"
-#include "attnkit/io/atomic_file.hpp"
-#include "attnkit/io/json_reader.hpp"
-#include "attnkit/io/json_writer.hpp"
 #include "attnkit/io/tensor_file.hpp"
+#include "attnkit/models/checkpoint.hpp"
+#include "attnkit/models/fields.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/train/clip.hpp"
 #include "attnkit/train/metrics.hpp"
@@ -22,42 +20,8 @@ namespace attnkit::train {
 
 namespace {
 
-constexpr const char* kFormat = "attnkit-seq2seq";
-
-io::Value str(const std::string& s) { return io::Value::other("a string", nlohmann::json(s).dump()); }
-io::Value num(double x) { return str(fmt::format("{}", x)); }  // shortest form that reads back
-
-const io::Value& member(const io::Value& v, const char* name, std::string_view what) {
-  AK_CHECK(v.is_bundle(), "{}: expected an object holding \"{}\"", what, name);
-  const io::Value* m = v.find(name);
-  AK_CHECK(m != nullptr, "{}: missing \"{}\"", what, name);
-  return *m;
-}
-
-std::string string_of(const io::Value& v, const char* name, std::string_view what) {
-  const io::Value& m = member(v, name, what);
-  nlohmann::json j = nlohmann::json::parse(m.json(), nullptr, false);
-  AK_CHECK(m.kind() == io::Value::Kind::Other && j.is_string(), "{}: \"{}\" must be a string", what, name);
-  return j.get<std::string>();
-}
-
-int64_t int_of(const io::Value& v, const char* name, std::string_view what) {
-  const std::string s = string_of(v, name, what);
-  int64_t x = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-  AK_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty() && x >= 0,
-           "{}: \"{}\" is \"{}\", not a non-negative integer", what, name, s);
-  return x;
-}
-
-double double_of(const io::Value& v, const char* name, std::string_view what) {
-  const std::string s = string_of(v, name, what);
-  double x = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-  AK_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty() && std::isfinite(x),
-           "{}: \"{}\" is \"{}\", not a number", what, name, s);
-  return x;
-}
+using models::real_value;
+using models::text_value;
 
 // A non-finite value as the messages write it: NaN, inf, -inf (fmt would say "-nan").
 std::string shown(float x) { return std::isnan(x) ? "NaN" : fmt::format("{}", x); }
@@ -221,42 +185,35 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData data)
       }()) {}
 
 void Trainer::save(const std::string& path) const {
-  io::Value v;
-  v.set("format", str(kFormat));
-  v.set("version", str("1"));
-  v.set("config", model_->config_value());
+  io::Value v = models::checkpoint_head(*model_);
   io::Value t;
-  t.set("optimizer", str(std::string(optimizer_kind_name(options_.optimizer))));
-  t.set("lr", num(options_.schedule.lr));
-  t.set("batch", str(std::to_string(options_.batch_size)));
-  t.set("schedule", str(std::string(schedule_name(options_.schedule.kind))));
-  t.set("warmup", str(std::to_string(options_.schedule.warmup_steps)));
-  t.set("label_smoothing", num(options_.label_smoothing));
-  t.set("clip", num(options_.clip));
-  t.set("seed", str(std::to_string(options_.seed)));
-  t.set("steps", str(std::to_string(options_.steps)));
-  t.set("src_tokenizer", str(std::string(tokenizer_name(data_.train.src_tokenizer))));
-  t.set("tgt_tokenizer", str(std::string(tokenizer_name(data_.train.tgt_tokenizer))));
-  t.set("dropout", num(options_.dropout));
-  t.set("teacher_forcing", num(options_.teacher_forcing));
+  t.set("optimizer", text_value(optimizer_kind_name(options_.optimizer)));
+  t.set("lr", real_value(options_.schedule.lr));
+  t.set("batch", text_value(std::to_string(options_.batch_size)));
+  t.set("schedule", text_value(schedule_name(options_.schedule.kind)));
+  t.set("warmup", text_value(std::to_string(options_.schedule.warmup_steps)));
+  t.set("label_smoothing", real_value(options_.label_smoothing));
+  t.set("clip", real_value(options_.clip));
+  t.set("seed", text_value(std::to_string(options_.seed)));
+  t.set("steps", text_value(std::to_string(options_.steps)));
+  t.set("src_tokenizer", text_value(tokenizer_name(data_.train.src_tokenizer)));
+  t.set("tgt_tokenizer", text_value(tokenizer_name(data_.train.tgt_tokenizer)));
+  t.set("dropout", real_value(options_.dropout));
+  t.set("teacher_forcing", real_value(options_.teacher_forcing));
   v.set("training", std::move(t));
   io::Value rng;
-  rng.set("state", str(std::to_string(rng_.state().state)));
-  rng.set("inc", str(std::to_string(rng_.state().inc)));
+  rng.set("state", text_value(std::to_string(rng_.state().state)));
+  rng.set("inc", text_value(std::to_string(rng_.state().inc)));
   v.set("rng", std::move(rng));
-  io::Value vocab;
-  vocab.set("source", data_.src_vocab.to_value());
-  vocab.set("target", data_.tgt_vocab.to_value());
-  v.set("vocab", std::move(vocab));
-  v.set("step", str(std::to_string(step_)));
+  models::add_vocabularies(v, data_.src_vocab, data_.tgt_vocab);
+  v.set("step", text_value(std::to_string(step_)));
   v.set("optimizer", optimizer_->state());
   v.set("data_order", batcher_->state_value());
   io::Value window;
-  window.set("loss", num(window_loss_));
-  window.set("steps", str(std::to_string(window_steps_)));
+  window.set("loss", real_value(window_loss_));
+  window.set("steps", text_value(std::to_string(window_steps_)));
   v.set("window", std::move(window));
-  const io::Value params = model_->parameters_value();  // named: a temporary's members() would dangle
-  for (const auto& [name, sub] : params.members()) v.set(name, sub);
+  models::add_parameters(v, *model_);
   io::write_value_file(path, v);  // JSON, or by extension .safetensors / .npz (io/tensor_file.hpp, Documents)
 }
 
@@ -281,31 +238,19 @@ std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::
 
 std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::string& path,
                                                const TrainerOptions& options, TrainingData data) {
-  AK_CHECK(v.is_bundle() && v.find("format") && string_of(v, "format", path) == kFormat,
-           "{}: not an attnkit seq2seq checkpoint (no \"format\": \"{}\")", path, kFormat);
-  AK_CHECK(string_of(v, "version", path) == "1", "{}: checkpoint version \"{}\" is not supported", path,
-           string_of(v, "version", path));
-  const io::Value& config_value = member(v, "config", path);
-  const bool transformer = config_value.is_bundle() && config_value.find("family") != nullptr;
+  const models::CheckpointHead head = models::read_checkpoint_head(v, path);
+  const models::Fields top(v, path);
+  const bool transformer = head.family == "transformer";
   AK_CHECK(!options.model_given.family || (options.family == "transformer") == transformer,
            "{}: the checkpoint's model is a {}; it cannot continue as a {}", path,
            transformer ? "transformer" : "recurrent seq2seq", transformer ? "recurrent seq2seq" : "transformer");
   models::Seq2SeqConfig config;
   models::TransformerConfig tconfig;
-  if (transformer) tconfig = models::TransformerConfig::from_value(config_value, path);
-  else config = models::Seq2SeqConfig::from_value(config_value, path);
-  const int64_t config_src = transformer ? tconfig.src_vocab : config.src_vocab;
-  const int64_t config_tgt = transformer ? tconfig.tgt_vocab : config.tgt_vocab;
-  const std::string twhat = std::string(path) + ": training";
-  const io::Value& t = member(v, "training", path);
-  const io::Value& vocab = member(v, "vocab", path);
-  const Vocab src = Vocab::from_value(member(vocab, "source", path), path + ": vocab/source");
-  const Vocab tgt = Vocab::from_value(member(vocab, "target", path), path + ": vocab/target");
-  check_same_vocab(src, path, data.src_vocab, data.vocab_name(), path + ": source vocabulary");
-  check_same_vocab(tgt, path, data.tgt_vocab, data.vocab_name(), path + ": target vocabulary");
-  AK_CHECK(config_src == src.size() && config_tgt == tgt.size(),
-           "{}: the config's vocabulary sizes {} and {} disagree with the stored vocabularies ({} and {})", path,
-           config_src, config_tgt, src.size(), tgt.size());
+  if (transformer) tconfig = models::TransformerConfig::from_value(*head.config, path);
+  else config = models::Seq2SeqConfig::from_value(*head.config, path);
+  check_same_vocab(head.src_vocab, path, data.src_vocab, data.vocab_name(), path + ": source vocabulary");
+  check_same_vocab(head.tgt_vocab, path, data.tgt_vocab, data.vocab_name(), path + ": target vocabulary");
+  models::check_vocab_sizes(*head.config, head.src_vocab, head.tgt_vocab, path);
   if (!transformer) {
     // Before a model is allocated: the file must hold at least the numbers of the model's largest tables
     // (embeddings, one hidden-by-hidden matrix per layer and direction, the output layer), so that a small
@@ -317,8 +262,6 @@ std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::st
     AK_CHECK(double(held) >= least,
              "{}: the config describes a model of at least {:.0f} parameters, but the file holds {} numbers "
              "(truncated, or not this model's checkpoint)", path, least, held);
-  }
-  if (!transformer) {
     const auto& g = options.model_given;
     models::Seq2SeqConfig w = config;  // the checkpoint's, with the fields the user gave
     if (g.cell) w.cell = options.model.cell;
@@ -339,49 +282,35 @@ std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::st
                  w.hidden == config.hidden && w.layers == config.layers && w.bidirectional == config.bidirectional,
              "{}: the checkpoint's model is {}; it cannot continue as {}", path, describe(config), describe(w));
   }
+  const models::Fields t(top.member("training"), path + ": training");
   TrainerOptions o = options;
-  try {
-    o.optimizer = parse_optimizer_kind(string_of(t, "optimizer", twhat));
-  } catch (const Error& e) {
-    fail("{}: {}", twhat, e.what());
-  }
-  o.batch_size = int_of(t, "batch", twhat);
-  o.seed = static_cast<uint64_t>(int_of(t, "seed", twhat));
-  AK_CHECK(o.batch_size >= 1, "{}: \"batch\" must be >= 1", twhat);
+  o.optimizer = t.choice("optimizer", parse_optimizer_kind);
+  o.batch_size = t.count("batch");
+  o.seed = static_cast<uint64_t>(t.count("seed"));
+  AK_CHECK(o.batch_size >= 1, "{}: \"batch\" must be >= 1", t.what());
   // Checkpoints from before dropout and scheduled sampling existed have neither (0 and 1 then).
-  if (!o.dropout_given && t.find("dropout") != nullptr) o.dropout = float(double_of(t, "dropout", twhat));
-  if (!o.teacher_forcing_given && t.find("teacher_forcing") != nullptr)
-    o.teacher_forcing = float(double_of(t, "teacher_forcing", twhat));
-  o.family = transformer ? "transformer" : "recurrent";
+  if (!o.dropout_given && t.has("dropout")) o.dropout = float(t.real("dropout"));
+  if (!o.teacher_forcing_given && t.has("teacher_forcing")) o.teacher_forcing = float(t.real("teacher_forcing"));
+  o.family = head.family;
   auto trainer = std::unique_ptr<Trainer>(new Trainer(o, std::move(data), config, tconfig));
+  models::load_parameters(*trainer->model_, v, path);
   try {
-    trainer->model_->load_parameters(v, path);
-    trainer->optimizer_->load_state(member(v, "optimizer", path));
+    trainer->optimizer_->load_state(top.member("optimizer"));
   } catch (const Error& e) {
-    if (std::string_view(e.what()).rfind(path, 0) == 0) throw;
-    fail("{}: {}", path, e.what());
+    top.rethrow_where(e);
   }
-  trainer->batcher_->load_state(member(v, "data_order", path), path + ": data_order");
-  trainer->step_ = trainer->start_step_ = int_of(v, "step", path);
-  if (v.find("rng") != nullptr) {
-    const std::string rwhat = path + ": rng";
-    const io::Value& r = member(v, "rng", path);
-    auto u64 = [&](const char* name) {
-      const std::string s = string_of(r, name, rwhat);
-      uint64_t x = 0;
-      auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-      AK_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty(), "{}: \"{}\" is \"{}\", not an integer",
-               rwhat, name, s);
-      return x;
-    };
+  trainer->batcher_->load_state(top.member("data_order"), path + ": data_order");
+  trainer->step_ = trainer->start_step_ = top.count("step");
+  if (top.has("rng")) {
+    const models::Fields r(top.member("rng"), path + ": rng");
     Rng::State st;
-    st.state = u64("state");
-    st.inc = u64("inc");
+    st.state = r.u64("state");
+    st.inc = r.u64("inc");
     trainer->rng_.set_state(st);
   }
-  const std::string wwhat = path + ": window";
-  trainer->window_loss_ = double_of(member(v, "window", path), "loss", wwhat);
-  trainer->window_steps_ = int_of(member(v, "window", path), "steps", wwhat);
+  const models::Fields window(top.member("window"), path + ": window");
+  trainer->window_loss_ = window.real("loss");
+  trainer->window_steps_ = window.count("steps");
   return trainer;
 }
 
