@@ -341,6 +341,7 @@ class Parser {
     const char* at = p_;
     Value v = any_value(depth);
     if (v.kind() == Value::Kind::Other) return Value::other(v.why(), compact(at, p_));
+    if (v.is_string()) return Value::string(v.str(), v.why(), compact(at, p_));
     return v;
   }
 
@@ -354,7 +355,7 @@ class Parser {
         std::string s = string();
         float f;
         if (non_finite(s, f)) return Value(Tensor::scalar(f));
-        return Value::other(fmt::format("a string ({})", where(at)));
+        return Value::string(std::move(s), fmt::format("a string ({})", where(at)), "");
       }
       case 't':
         if (literal("true")) return Value::other(fmt::format("true ({})", where(at)));
@@ -627,7 +628,7 @@ class Parser {
     if (overflow || numel > options_.max_elements)  // the whole product: [2^40, 0] holds nothing
         syntax_error_at(open, fmt::format("flat tensor of shape {} has more than {} elements (see --max-elements)",
                                           shape_str(shape), options_.max_elements));
-    if (const Value* dtype = bundle.find("dtype"); dtype && dtype->kind() != Value::Kind::Other)
+    if (const Value* dtype = bundle.find("dtype"); dtype && dtype->kind() != Value::Kind::Other && !dtype->is_string())
       return bad("a flat tensor whose \"dtype\" is not a string");
     if (!data_v->is_tensor() || data_v->tensor().rank() != 1)
       return bad("a flat tensor whose \"data\" is not a list of numbers");

@@ -8,9 +8,7 @@
 
 namespace attnkit::models {
 
-io::Value text_value(std::string_view text) {
-  return io::Value::other("a string", nlohmann::json(std::string(text)).dump());
-}
+io::Value text_value(std::string_view text) { return io::Value::string(std::string(text)); }
 
 io::Value real_value(double x) { return text_value(fmt::format("{}", x)); }
 
@@ -35,7 +33,8 @@ std::optional<std::string> Fields::text_if(std::string_view name) const {
     AK_CHECK(std::isfinite(x), "{}: {}\"{}\" is {}", what_, label_, name, x);
     return fmt::format("{}", x);
   }
-  if (v->kind() == io::Value::Kind::Other) {
+  if (v->is_string()) return v->str();
+  if (v->kind() == io::Value::Kind::Other) {  // made by hand: Value::other(why, JSON text)
     const nlohmann::json j = nlohmann::json::parse(v->json(), nullptr, false);
     if (j.is_string()) return j.get<std::string>();
     if (j.is_boolean()) return std::string(j.get<bool>() ? "true" : "false");

@@ -8,7 +8,8 @@
 //   boolean  true or false
 //   choice   a name read by the caller's parse function (an enum), whose error is prefixed by where it is
 // Messages: "<what>: <label>\"<name>\" is \"<text>\", not an integer", where the label is "config " for a
-// model config and empty for the other sections.
+// model config and empty for the other sections. A string field is an io::Value string (the reader's, or
+// text_value's); an Other value holding a JSON string, boolean or number as its text is read the same way.
 #pragma once
 #include <cstdint>
 #include <optional>

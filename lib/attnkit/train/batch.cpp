@@ -26,8 +26,8 @@ template <typename Int>
 Int integer_member(const io::Value& bundle, const char* name, std::string_view what) {
   const io::Value* v = bundle.find(name);
   AK_CHECK(v != nullptr, "{}: the data order has no \"{}\"", what, name);
-  nlohmann::json j = nlohmann::json::parse(v->json(), nullptr, false);
-  AK_CHECK(v->kind() == io::Value::Kind::Other && j.is_string(),
+  const nlohmann::json j = v->is_string() ? nlohmann::json(v->str()) : nlohmann::json::parse(v->json(), nullptr, false);
+  AK_CHECK((v->is_string() || v->kind() == io::Value::Kind::Other) && j.is_string(),
            "{}: \"{}\" must be an integer written as a string (\"12\")", what, name);
   const std::string s = j.get<std::string>();
   Int x{};
@@ -37,7 +37,7 @@ Int integer_member(const io::Value& bundle, const char* name, std::string_view w
   return x;
 }
 
-io::Value integer_value(uint64_t x) { return io::Value::other("an integer", "\"" + std::to_string(x) + "\""); }
+io::Value integer_value(uint64_t x) { return io::Value::string(std::to_string(x)); }
 
 }  // namespace
 
