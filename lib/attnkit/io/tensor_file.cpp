@@ -308,7 +308,7 @@ Value assemble(std::vector<std::pair<std::string, Tensor>> items, const std::opt
   const std::string where = what + "#" + kMetaName;
   const Value skeleton = parse_json(*meta, where, options);
   AK_CHECK(skeleton.is_bundle(), "{}: the document is not a JSON object{}", where,
-           skeleton.kind() == Value::Kind::Other ? " (" + skeleton.why() + ")" : std::string());
+           (skeleton.kind() == Value::Kind::Other || skeleton.is_string()) ? " (" + skeleton.why() + ")" : std::string());
   std::unordered_map<std::string, size_t> index;
   for (size_t i = 0; i < items.size(); ++i) index.emplace(items[i].first, i);
   std::vector<bool> used(items.size());
