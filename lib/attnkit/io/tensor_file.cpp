@@ -8,6 +8,7 @@
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/io/binary_format.hpp"
 #include "attnkit/io/record_reader.hpp"
+#include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::io {
@@ -25,14 +26,14 @@ FileFormat file_format(std::string_view path) {
   return FileFormat::Json;
 }
 
-std::string_view format_name(FileFormat format) {
-  switch (format) {
-    case FileFormat::Npy: return ".npy";
-    case FileFormat::Npz: return ".npz";
-    case FileFormat::Safetensors: return ".safetensors";
-    default: return "JSON";
-  }
-}
+namespace {
+
+constexpr EnumName<FileFormat> kFormatNames[] = {
+    {FileFormat::Json, "JSON"}, {FileFormat::Npy, ".npy"}, {FileFormat::Npz, ".npz"}, {FileFormat::Safetensors, ".safetensors"}};
+
+}  // namespace
+
+std::string_view format_name(FileFormat format) { return name_of(kFormatNames, format); }
 
 FileFormat sniff_format(std::string_view b) {
   if (b.size() >= 6 && b.substr(0, 6) == std::string_view("\x93NUMPY", 6)) return FileFormat::Npy;
