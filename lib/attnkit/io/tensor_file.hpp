@@ -29,7 +29,9 @@
 // Hostile files are refused with attnkit::Error naming the file and what is wrong, before anything
 // is allocated from their header: a shape past ReadOptions::max_elements or 8 dimensions, data offsets
 // past the end or overlapping, holes between tensors (safetensors), sizes that disagree with the shape,
-// truncated files, bytes after the data, zip entries that overlap or whose CRC-32 is wrong.
+// truncated files, bytes after the data, zip entries that overlap or whose CRC-32 is wrong, whose name is not
+// UTF-8 or whose local header disagrees with the central directory. A deflated .npz member is inflated in
+// bounded steps against its .npy header's byte count, never into a buffer of the size the zip claims.
 #pragma once
 #include <string>
 #include <string_view>
