@@ -114,7 +114,9 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", output, "Write the report to FILE (atomically) instead of standard output")->type_name("FILE");
   app.add_option("--plot", plot_path, "Also draw time against n (log-log), the gradient curves and the accuracies")
       ->type_name("FILE.svg");
-  app.add_option("--seed", seed, "Seed of the inputs, the weights and the learning data")->capture_default_str();
+  app.add_option("--seed", seed, "Seed of the inputs, the weights and the learning data")
+      ->check(tools::non_negative())
+      ->capture_default_str();
 
   return tools::run(app, argc, argv, [&]() -> int {
     // Everything is checked before any work starts.

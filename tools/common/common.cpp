@@ -41,6 +41,7 @@ CLI::Validator number_check(bool allow_zero) {
       [allow_zero](std::string& text) -> std::string {
         double x = 0;
         if (!CLI::detail::lexical_cast(text, x) || std::isnan(x)) return text + " is not a number";
+        if (std::isinf(x)) return text + (allow_zero ? " is not finite, expected a number >= 0" : " is not finite, expected a number > 0");
         if (x < 0 || (!allow_zero && x == 0))
           return text + (allow_zero ? " is negative, expected a number >= 0" : " is not positive, expected a number > 0");
         return "";

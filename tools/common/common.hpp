@@ -33,7 +33,8 @@ struct InputOptions {
   io::ReadOptions read_options() const;
 };
 
-// Number checks with readable messages ("--rtol: -1 is negative, expected a number >= 0");
+// Number checks with readable messages ("--rtol: -1 is negative, expected a number >= 0"; infinity and NaN
+// are refused too); a seed takes non_negative() in every tool (never wrapped round to 2^64 - 1);
 // use them instead of CLI::NonNegativeNumber / CLI::PositiveNumber, which print DBL_MAX in full.
 CLI::Validator non_negative();
 CLI::Validator positive();
