@@ -157,7 +157,10 @@ int main(int argc, char** argv) {
     const bool show = isatty(2) == 1;
     auto progress = [&](const std::string& what, int64_t done, int64_t total) {
       if (!show) return;
-      std::fprintf(stderr, "\rcompare-arch: %3d%% %-40s", total ? int(100 * done / total) : 100, what.c_str());
+      // one line that fits the terminal (a wider one wraps, and each redraw scrolls), the rest cleared
+      std::string line = fmt::format("compare-arch: {:3d}% {}", total ? int(100 * done / total) : 100, what);
+      line.resize(std::min<size_t>(line.size(), static_cast<size_t>(tools::stderr_columns() - 1)));
+      std::fprintf(stderr, "\r%s\x1b[K", line.c_str());
       std::fflush(stderr);
     };
     mo.progress = lo.progress = progress;
@@ -176,7 +179,7 @@ int main(int argc, char** argv) {
       report.gradient_sizes = path_sizes;
     }
     if (learn) report.learned = arch::learn(sizes, lo);
-    if (show && (measure || gradient || learn)) std::fprintf(stderr, "\r%60s\r", "");
+    if (show && (measure || gradient || learn)) std::fprintf(stderr, "\r\x1b[K");
     report.machine.load_after = arch::load_average();
 
     std::string text = format == "table" ? arch::report_table(report) : arch::report_json(report, pretty);

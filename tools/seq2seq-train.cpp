@@ -240,7 +240,7 @@ int main(int argc, char** argv) {
       o.progress = [&](const train::Progress& p) {
         if (p.seconds - drawn < 0.2 && p.step < p.steps) return;
         drawn = p.seconds;
-        std::cerr << '\r' << train::progress_line(p) << "\x1b[K" << std::flush;
+        std::cerr << '\r' << train::progress_line(p, tools::stderr_columns()) << "\x1b[K" << std::flush;
       };
 
     std::unique_ptr<train::Trainer> trainer = resume_path.empty()

@@ -111,6 +111,10 @@ void refuse_over_limit(const std::string& what, const Shape& shape, int64_t max_
 Tensor keyword_or_tensor(io::Sources& sources, const std::string& ref, const std::string& option,
                          const std::vector<std::string>& keywords, bool allow_nan);
 
+// Columns of standard error's terminal, for a progress line (io::fit_status_line): its window size
+// (ioctl TIOCGWINSZ), else $COLUMNS, else 80. Asked at each redraw, so a resized pane is followed.
+int stderr_columns();
+
 // Parses "3,4" or "3x4" into a shape; a size of -1 is allowed only when allow_infer.
 Shape parse_shape(const std::string& text, bool allow_infer = false);
 
