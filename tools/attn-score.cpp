@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
                  "with that member; adds \"grad\": the inputs' (query, keys, values, or self) and the weights' gradients, "
                  "named like the weights")
       ->type_name("REF");
-  app.add_option("--heatmap", heatmap, "Also write the weights as an SVG heatmap to FILE.svg")->type_name("FILE.svg");
+  app.add_option("--heatmap", heatmap, "Also write the weights as an SVG heatmap to FILE.svg; {n} in the name: one file per "
+                                     "record of a stream (1, 2, ...), else only one record is accepted")->type_name("FILE.svg");
   app.add_option("--query-labels", query_labels, "Heatmap row labels (comma-separated or several words)")->delimiter(',')->type_name("LABEL");
   app.add_option("--key-labels", key_labels, "Heatmap column labels")->delimiter(',')->type_name("LABEL");
   tools::add_threads_option(app, threads);
@@ -99,18 +100,33 @@ int main(int argc, char** argv) {
     inputs.mask = [&] {
       return tools::keyword_or_tensor(sources, request.mask, "--mask", {"causal", "causal-lower-right"}, in.allow_nan);
     };
-    Tensor shown_weights;  // for the heatmap
-    tools::per_record(sources, out, [&]() -> io::Value {
-      app::ScoreResult r = app::run_score(request, inputs);
-      shown_weights = std::move(r.shown_weights);
-      return std::move(r.result);
-    });
-    if (!heatmap.empty()) {  // last: after the result was written (of the last record, for a stream)
+    // One picture per record ({n} in the name: the record's number, 1, 2, ...), each written after its
+    // record's result was (a run whose standard output fails leaves none): at the next record, or at the end.
+    const size_t numbered = heatmap.find("{n}");
+    std::string pending_path;
+    Tensor pending_weights;
+    auto draw_pending = [&] {
+      if (pending_path.empty()) return;
       io::HeatmapOptions h;
       h.row_labels = query_labels;
       h.col_labels = key_labels;
-      io::write_heatmap_svg(heatmap, shown_weights, h);
-    }
+      io::write_heatmap_svg(pending_path, pending_weights, h);
+      pending_path.clear();
+    };
+    tools::per_record(sources, out, [&]() -> io::Value {
+      draw_pending();
+      app::ScoreResult r = app::run_score(request, inputs);
+      if (!heatmap.empty()) {
+        const size_t record = sources.record_index() + 1;
+        if (numbered == std::string::npos && record > 1)
+          throw UsageError("--heatmap " + heatmap + " has no {n} in its name, so it takes one record; got a second");
+        pending_path = heatmap;
+        if (numbered != std::string::npos) pending_path.replace(numbered, 3, std::to_string(record));
+        pending_weights = std::move(r.shown_weights);
+      }
+      return std::move(r.result);
+    });
+    draw_pending();
     return 0;
   });
 }

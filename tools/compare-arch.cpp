@@ -114,7 +114,9 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", output, "Write the report to FILE (atomically) instead of standard output")->type_name("FILE");
   app.add_option("--plot", plot_path, "Also draw time against n (log-log), the gradient curves and the accuracies")
       ->type_name("FILE.svg");
-  app.add_option("--seed", seed, "Seed of the inputs, the weights and the learning data")->capture_default_str();
+  app.add_option("--seed", seed, "Seed of the inputs, the weights and the learning data")
+      ->check(tools::non_negative())
+      ->capture_default_str();
 
   return tools::run(app, argc, argv, [&]() -> int {
     // Everything is checked before any work starts.
@@ -155,7 +157,10 @@ int main(int argc, char** argv) {
     const bool show = isatty(2) == 1;
     auto progress = [&](const std::string& what, int64_t done, int64_t total) {
       if (!show) return;
-      std::fprintf(stderr, "\rcompare-arch: %3d%% %-40s", total ? int(100 * done / total) : 100, what.c_str());
+      // one line that fits the terminal (a wider one wraps, and each redraw scrolls), the rest cleared
+      std::string line = fmt::format("compare-arch: {:3d}% {}", total ? int(100 * done / total) : 100, what);
+      line.resize(std::min<size_t>(line.size(), static_cast<size_t>(tools::stderr_columns() - 1)));
+      std::fprintf(stderr, "\r%s\x1b[K", line.c_str());
       std::fflush(stderr);
     };
     mo.progress = lo.progress = progress;
@@ -174,7 +179,7 @@ int main(int argc, char** argv) {
       report.gradient_sizes = path_sizes;
     }
     if (learn) report.learned = arch::learn(sizes, lo);
-    if (show && (measure || gradient || learn)) std::fprintf(stderr, "\r%60s\r", "");
+    if (show && (measure || gradient || learn)) std::fprintf(stderr, "\r\x1b[K");
     report.machine.load_after = arch::load_average();
 
     std::string text = format == "table" ? arch::report_table(report) : arch::report_json(report, pretty);

@@ -118,7 +118,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "Linear warmup steps")->check(tools::non_negative())->capture_default_str();
   app.add_option("--label-smoothing", label_smoothing, "Label smoothing in [0, 1)")->check(CLI::Range(0.0, 0.999))->capture_default_str();
   app.add_option("--clip", clip, "Max gradient norm (0: no clipping)")->check(tools::non_negative())->capture_default_str();
-  app.add_option("--seed", seed, "Seed of the task, the initialisation and the data order")->capture_default_str();
+  app.add_option("--seed", seed, "Seed of the task, the initialisation and the data order")
+      ->check(tools::non_negative())
+      ->capture_default_str();
   tools::add_threads_option(app, threads);
   auto* save_opt = app.add_option("--save", save_path, "Checkpoint to write (atomically): JSON, or .safetensors / .npz by extension")->type_name("MODEL.json");
   app.add_option("--resume", resume_path, "Continue this checkpoint (.json, .safetensors, .npz) up to --steps")->type_name("MODEL.json");
@@ -238,7 +240,7 @@ int main(int argc, char** argv) {
       o.progress = [&](const train::Progress& p) {
         if (p.seconds - drawn < 0.2 && p.step < p.steps) return;
         drawn = p.seconds;
-        std::cerr << '\r' << train::progress_line(p) << "\x1b[K" << std::flush;
+        std::cerr << '\r' << train::progress_line(p, tools::stderr_columns()) << "\x1b[K" << std::flush;
       };
 
     std::unique_ptr<train::Trainer> trainer = resume_path.empty()

@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
                                if (x > 0 && x < 1e30) return "";
                              } catch (...) {
                              }
-                             return "--temperature: " + s + " is not a number > 0";
+                             return s + " is not a number > 0 and < 1e30";
                            },
                            "T > 0"));
   auto* topk_opt = app.add_option("--top-k", top_k, "Sample: only the K most likely tokens")->check(tools::positive());
@@ -79,10 +79,12 @@ int main(int argc, char** argv) {
                                if (x > 0 && x <= 1) return "";
                              } catch (...) {
                              }
-                             return "--top-p: " + s + " is not in (0, 1]";
+                             return s + " is not in (0, 1]";
                            },
                            "P in (0, 1]"));
-  auto* seed_opt = app.add_option("--seed", seed, "Sample: seed (the same seed gives the same samples)")->capture_default_str();
+  auto* seed_opt = app.add_option("--seed", seed, "Sample: seed (the same seed gives the same samples)")
+                      ->check(tools::non_negative())
+                      ->capture_default_str();
   app.add_flag("--no-cache", no_cache, "Recompute the whole prefix at every step (the slow reference)");
   auto* att_opt = app.add_flag("--attention", attention, "Add each output step's cross-attention weights (\"attention\")");
   auto* layer_opt = app.add_option("--attention-layer", attention_layer, "Attention layer (-1: the last)")->capture_default_str();

@@ -52,6 +52,12 @@ script -qec "seq2seq-train ${tiny[*]} --steps 8 --save bar.json > bar_out.json" 
   fail "the run under a terminal exited $?"
 grep -q 'step 8/8 \[####################\] 100%  loss [0-9.]*  [0-9]* tok/s  ETA 0:00' tty.txt ||
   fail "no progress bar on a terminal: $(head -c 300 tty.txt)"
+# in a 50-column pane every redraw fits in 49 columns (a wider line wraps, and each redraw scrolls a line)
+script -qec "stty cols 50 rows 20; seq2seq-train ${tiny[*]} --steps 8 --save bar50.json > bar50_out.json" /dev/null > tty50.txt 2>&1 ||
+  fail "the run under a 50-column terminal exited $?"
+grep -q 'step 8/8 \[#*\] 100%  loss [0-9.]*' tty50.txt || fail "no progress bar on a 50-column terminal: $(head -c 300 tty50.txt)"
+tr '\r' '\n' < tty50.txt | sed 's/\x1b\[K//g' | awk 'length > 49 { bad = 1 } END { exit bad }' ||
+  fail "a progress line wider than a 50-column terminal: $(tr '\r' '\n' < tty50.txt | awk 'length > 49' | head -2)"
 seq2seq-train "${tiny[@]}" --steps 8 --save nobar.json > /dev/null 2> nobar.txt || fail "run exited $?"
 [[ ! -s nobar.txt ]] || fail "progress or messages on a stderr that is a file: $(head -c 300 nobar.txt)"
 

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <new>
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "attnkit/io/atomic_file.hpp"
@@ -41,6 +43,7 @@ CLI::Validator number_check(bool allow_zero) {
       [allow_zero](std::string& text) -> std::string {
         double x = 0;
         if (!CLI::detail::lexical_cast(text, x) || std::isnan(x)) return text + " is not a number";
+        if (std::isinf(x)) return text + (allow_zero ? " is not finite, expected a number >= 0" : " is not finite, expected a number > 0");
         if (x < 0 || (!allow_zero && x == 0))
           return text + (allow_zero ? " is negative, expected a number >= 0" : " is not positive, expected a number > 0");
         return "";
@@ -274,6 +277,17 @@ Tensor keyword_or_tensor(io::Sources& sources, const std::string& ref, const std
   if (r.path != "-" && access(r.path.c_str(), F_OK) != 0)
     throw UsageError(fmt::format("{} {}: not one of {} and no file of that name", option, ref, fmt::join(keywords, ", ")));
   return sources.tensor(ref, option.substr(option.find_first_not_of('-')), allow_nan);
+}
+
+int stderr_columns() {
+  struct winsize w {};
+  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 0) return w.ws_col;
+  if (const char* columns = std::getenv("COLUMNS")) {
+    char* end = nullptr;
+    const long n = std::strtol(columns, &end, 10);
+    if (end != columns && *end == '\0' && n > 0 && n < 100000) return static_cast<int>(n);
+  }
+  return 80;
 }
 
 void refuse_over_limit(const std::string& what, const Shape& shape, int64_t max_elements) {

@@ -33,7 +33,8 @@ struct InputOptions {
   io::ReadOptions read_options() const;
 };
 
-// Number checks with readable messages ("--rtol: -1 is negative, expected a number >= 0");
+// Number checks with readable messages ("--rtol: -1 is negative, expected a number >= 0"; infinity and NaN
+// are refused too); a seed takes non_negative() in every tool (never wrapped round to 2^64 - 1);
 // use them instead of CLI::NonNegativeNumber / CLI::PositiveNumber, which print DBL_MAX in full.
 CLI::Validator non_negative();
 CLI::Validator positive();
@@ -109,6 +110,10 @@ void refuse_over_limit(const std::string& what, const Shape& shape, int64_t max_
 // names no file is taken for a mistyped keyword and refused with the keywords (exit 2).
 Tensor keyword_or_tensor(io::Sources& sources, const std::string& ref, const std::string& option,
                          const std::vector<std::string>& keywords, bool allow_nan);
+
+// Columns of standard error's terminal, for a progress line (io::fit_status_line): its window size
+// (ioctl TIOCGWINSZ), else $COLUMNS, else 80. Asked at each redraw, so a resized pane is followed.
+int stderr_columns();
 
 // Parses "3,4" or "3x4" into a shape; a size of -1 is allowed only when allow_infer.
 Shape parse_shape(const std::string& text, bool allow_infer = false);

@@ -72,6 +72,9 @@ FlatFile flat_file(const Value& value, std::string_view target, std::string_view
 Value assemble(std::vector<std::pair<std::string, Tensor>> items, const std::optional<std::string>& meta,
                const std::string& what, const ReadOptions& options);
 
+// Whether `s` is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool is_utf8(std::string_view s);
+
 // ---------------------------------------------------------------------------------------------
 // Writing little-endian
 
@@ -83,6 +86,10 @@ void append_floats(std::string& s, const Tensor& t);  // the tensor's float32 da
 // .npy arrays (io/format_npy.cpp), also the members of a .npz
 
 Tensor parse_npy(std::string_view bytes, const std::string& what, const ReadOptions& options);
+inline constexpr size_t kMaxNpyHeader = size_t{1} << 16;
+// The size of a whole .npy (preamble, header, data) from its first bytes, or 0 when `head` ends before its
+// header does; refuses a bad preamble or header as parse_npy does. (A .npz member is inflated against it.)
+uint64_t npy_file_size(std::string_view head, const std::string& what, const ReadOptions& options);
 std::string npy_of(const Tensor& t);
 // A document's JSON text as a 1-D uint8 array (np.load(f)["attnkit_meta"].tobytes().decode()), and back.
 std::string npy_of_text(std::string_view text);

@@ -142,11 +142,10 @@ std::string npy_header(const Shape& dims, const char* descr) {
   return out;
 }
 
-}  // namespace
-
-namespace binary {
-
-Tensor parse_npy(std::string_view bytes, const std::string& what, const ReadOptions& options) {
+// The preamble: magic, version (1 to 3), and the header's length and start (10 or 12). The header is held
+// to kMaxNpyHeader bytes (numpy reads 10 000 at most by default), so that nothing is read or inflated for a
+// header a file merely claims.
+std::pair<size_t, size_t> npy_preamble(std::string_view bytes, const std::string& what) {
   const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
   AK_CHECK(bytes.size() >= 10 && bytes.substr(0, 6) == std::string_view("\x93NUMPY", 6), "{}: not a .npy file (no \\x93NUMPY at its start)", what);
   const int major = u[6];
@@ -158,6 +157,30 @@ Tensor parse_npy(std::string_view bytes, const std::string& what, const ReadOpti
     AK_CHECK(bytes.size() >= 12, "{}: truncated in its header", what);
     header_len = load32(u + 8, false), start = 12;
   }
+  AK_CHECK(header_len <= kMaxNpyHeader, "{}: its header says {} bytes, more than the {} a .npy header may have", what,
+           header_len, kMaxNpyHeader);
+  return {header_len, start};
+}
+
+}  // namespace
+
+namespace binary {
+
+uint64_t npy_file_size(std::string_view head, const std::string& what, const ReadOptions& options) {
+  if (head.size() < 12) return 0;  // every .npy is longer: a preamble of 10 bytes and a header of more than 2
+  const auto [header_len, start] = npy_preamble(head, what);
+  if (head.size() - start < header_len) return 0;
+  const NpyHeader h = NpyHeaderParser(head.substr(start, header_len), what).parse();
+  bool swap = false;
+  const DTypeInfo dt = npy_dtype(h.descr, swap, what);
+  const int64_t n = checked_numel(h.shape, what, options);
+  return start + header_len + static_cast<uint64_t>(n) * static_cast<uint64_t>(dt.size);
+}
+
+
+Tensor parse_npy(std::string_view bytes, const std::string& what, const ReadOptions& options) {
+  const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
+  const auto [header_len, start] = npy_preamble(bytes, what);
   AK_CHECK(header_len <= bytes.size() - start, "{}: truncated: its header says {} bytes, the file has {} after the preamble",
            what, header_len, bytes.size() - start);
   const NpyHeader h = NpyHeaderParser(bytes.substr(start, header_len), what).parse();

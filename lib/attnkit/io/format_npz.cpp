@@ -26,18 +26,55 @@ struct ZipEntry {
   uint64_t compressed = 0, size = 0, local = 0;
 };
 
-std::string inflate_raw(std::string_view in, uint64_t size, const std::string& what) {
-  std::string out(size, '\0');
+// A name for messages: bytes that are not printable ASCII as \xNN.
+std::string escaped(std::string_view name) {
+  if (is_utf8(name)) return std::string(name);
+  std::string out;
+  for (const char c : name) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b >= 0x20 && b < 0x7f) out += c;
+    else out += fmt::format("\\x{:02x}", b);
+  }
+  return out;
+}
+
+// A deflated member, inflated against the size its .npy header gives (never the zip's claim, checked against
+// it): first until the header is whole, then to that size and one byte more, so a stream that goes on past
+// it is refused at that byte and one that ends sooner is truncated. The buffer grows with what the stream
+// produces, a bounded step at a time.
+std::string inflate_member(std::string_view in, uint64_t declared, const std::string& what, const ReadOptions& options) {
   z_stream z{};
   AK_CHECK(inflateInit2(&z, -MAX_WBITS) == Z_OK, "{}: zlib: cannot start inflating", what);
+  struct End {
+    z_stream& z;
+    ~End() { inflateEnd(&z); }
+  } end{z};
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
   z.avail_in = static_cast<uInt>(in.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(size);
-  const int rc = inflate(&z, Z_FINISH);
-  const uint64_t produced = z.total_out;
-  inflateEnd(&z);
-  AK_CHECK(rc == Z_STREAM_END && produced == size, "{}: deflated data is damaged or does not inflate to its declared {} bytes", what, size);
+  std::string out;
+  uint64_t total = 0;  // the .npy's size once its header is whole
+  auto check = [&] {
+    if (total == 0 && (total = npy_file_size(out, what, options)) != 0)
+      AK_CHECK(total == declared, "{}: the zip says {} bytes uncompressed, its .npy header {}", what, declared, total);
+    AK_CHECK(total == 0 || out.size() <= total, "{}: inflates to more than the {} bytes its .npy header says", what, total);
+  };
+  for (;;) {
+    check();
+    constexpr size_t kHeaderStep = size_t{1} << 12, kDataStep = size_t{1} << 20;
+    const size_t step = total == 0 ? kHeaderStep : static_cast<size_t>(std::min<uint64_t>(kDataStep, total + 1 - out.size()));
+    const size_t had = out.size();
+    out.resize(had + step);
+    z.next_out = reinterpret_cast<Bytef*>(out.data() + had);
+    z.avail_out = static_cast<uInt>(step);
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    out.resize(had + step - z.avail_out);
+    if (rc == Z_STREAM_END || rc == Z_BUF_ERROR || (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0)) break;
+    AK_CHECK(rc == Z_OK, "{}: deflated data is damaged ({})", what, z.msg ? z.msg : "zlib error");
+  }
+  check();
+  AK_CHECK(total == 0 || out.size() == total, "{}: truncated: deflated data ends after {} of the {} bytes its .npy header says",
+           what, out.size(), total);
+  AK_CHECK(out.size() == declared, "{}: deflated data is damaged or does not inflate to its declared {} bytes", what, declared);
   return out;
 }
 
@@ -74,6 +111,7 @@ Value parse_npz(std::string_view bytes, const std::string& what, const ReadOptio
     z.local = load32(u + p + 42, false);
     AK_CHECK(p + 46 + name_len + extra_len + comment_len <= uint64_t{cd_at} + cd_size, "{}: zip central directory entry {} is damaged", what, e + 1);
     z.name.assign(bytes.substr(p + 46, name_len));
+    AK_CHECK(is_utf8(z.name), "{}: zip member name {} is not valid UTF-8", what, escaped(z.name));
     // zip64 extra field (id 1): the 64-bit values of the fields saturated at 0xffffffff, in this order
     for (size_t x = p + 46 + name_len; x + 4 <= p + 46 + name_len + extra_len;) {
       const uint16_t id = load16(u + x, false), len = load16(u + x + 2, false);
@@ -108,6 +146,27 @@ Value parse_npz(std::string_view bytes, const std::string& what, const ReadOptio
   for (size_t i = 1; i < spans.size(); ++i)
     AK_CHECK(spans[i].first >= spans[i - 1].second, "{}: zip members overlap at bytes {} to {}", what, spans[i].first,
              spans[i - 1].second);
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const ZipEntry& z = entries[e];
+    const std::string at = what + "#" + z.name;
+    // the local header says what the central directory says (as Python's zipfile, numpy's, insists on the
+    // name); its CRC and sizes are 0 when a data descriptor follows the data (flag bit 3), saturated for zip64
+    const std::string_view local_name = bytes.substr(z.local + 30, load16(u + z.local + 26, false));
+    AK_CHECK(local_name == z.name, "{}: the local header names {}, the central directory {}", at, escaped(local_name),
+             escaped(z.name));
+    const uint16_t local_method = load16(u + z.local + 8, false);
+    AK_CHECK(local_method == z.method, "{}: the local header says compression method {}, the central directory {}", at,
+             local_method, z.method);
+    if (!(load16(u + z.local + 6, false) & 8)) {
+      const uint32_t local_crc = load32(u + z.local + 14, false);
+      AK_CHECK(local_crc == z.crc, "{}: the local header says CRC-32 {:08x}, the central directory {:08x}", at, local_crc, z.crc);
+      const uint32_t sizes[] = {load32(u + z.local + 18, false), load32(u + z.local + 22, false)};
+      const uint64_t central[] = {z.compressed, z.size};
+      for (int k = 0; k < 2; ++k)
+        AK_CHECK(sizes[k] == 0xffffffffu || sizes[k] == central[k], "{}: the local header says {} bytes {}, the central directory {}",
+                 at, sizes[k], k ? "uncompressed" : "compressed", central[k]);
+    }
+  }
   std::vector<std::pair<std::string, Tensor>> items;
   std::set<std::string> names;
   std::optional<std::string> meta;
@@ -127,7 +186,7 @@ Value parse_npz(std::string_view bytes, const std::string& what, const ReadOptio
     std::string_view data = bytes.substr(data_at[e], z.compressed);
     if (z.method == 8) {
       AK_CHECK(z.size < 0xffffffffu && z.compressed < 0xffffffffu, "{}: deflated members over 4 GiB are not supported", at);
-      inflated = inflate_raw(data, z.size, at), data = inflated;
+      inflated = inflate_member(data, z.size, at, options), data = inflated;
     }
     const uint32_t crc = static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(data.data()), data.size()));
     AK_CHECK(crc == z.crc, "{}: CRC-32 {:08x} of the data is not the zip's {:08x} (damaged file)", at, crc, z.crc);

@@ -6,8 +6,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <iostream>
-#include <iterator>
 
 #include "attnkit/io/tensor_file.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -86,8 +84,8 @@ bool RecordReader::next(Value& out) {
   }
   if (binary_) {  // .npy, .npz, .safetensors (io/tensor_file.hpp): one document, the whole file
     if (records_ > 0) return false;
-    while (fill()) {
-    }
+    for (size_t from = 0; fill(); from = used_)
+      refuse_impossible_start(std::string_view(buf_.data(), used_), from, static_cast<FileFormat>(format_), source_, options_);
     out = read_document(std::string_view(buf_.data(), used_), static_cast<FileFormat>(format_), source_, options_);
     std::string().swap(buf_);
     ++records_;
@@ -104,11 +102,19 @@ bool RecordReader::next(Value& out) {
         if (b[i] == '\n') start_ = i + 1, ++line_;
         ++i;
       }
-      if (i < used_) started_ = true;
+      if (i < used_) {
+        started_ = true;
+        // no JSON value starts so: the parser says so from what has arrived, without reading on
+        if (!json_value_can_start(b[i])) end_at = used_, i = used_;
+      }
     }
     if (started_) {
-      for (; i < used_; ++i) {
+      for (; i < used_ && end_at == std::string::npos; ++i) {
         char c = b[i];
+        if (static_cast<unsigned char>(c) < 0x20 && !is_ws(c)) {  // in no JSON text: the record ends here
+          end_at = i + 1;
+          break;
+        }
         if (in_string_) {
           if (c == '\\') {  // skip the escaped character (once it has arrived)
             if (i + 1 >= used_) break;
@@ -150,33 +156,53 @@ bool RecordReader::next(Value& out) {
   }
 }
 
-std::string read_text(const std::string& path) {
-  if (path == "-") {
-    std::string text{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
-    AK_CHECK(!std::cin.bad(), "<stdin>: read error");
-    return text;
-  }
-  int fd = open_input(path);
+bool json_value_can_start(char c) {
+  return c == '[' || c == '{' || c == '"' || c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' || c == 'n';
+}
+
+size_t json_impossible_at(std::string_view text, size_t from) {
+  size_t first = 0;
+  while (first < text.size() && is_ws(text[first])) ++first;
+  if (first < text.size() && first >= from && !json_value_can_start(text[first])) return first;
+  for (size_t i = from; i < text.size(); ++i)
+    if (static_cast<unsigned char>(text[i]) < 0x20 && !is_ws(text[i])) return i;
+  return std::string_view::npos;
+}
+
+std::string read_text(const std::string& path, const std::function<void(std::string_view, size_t)>& check) {
+  const bool in = path == "-";
+  const int fd = in ? 0 : open_input(path);
   struct stat st {};
   fstat(fd, &st);
-  // Regular files are read in one go; pipes and FIFOs (<(...), /dev/stdin) until their end.
+  // Regular files are read in one go; pipes, FIFOs and devices (<(...), /dev/stdin) until their end.
   std::string text;
   size_t size = S_ISREG(st.st_mode) ? static_cast<size_t>(st.st_size) : 0;
   text.resize(std::max<size_t>(size + 1, 1 << 16));
   size_t used = 0;
+  auto done = [&] {
+    if (!in) close(fd);
+  };
   for (;;) {
     if (used == text.size()) text.resize(text.size() * 2);
     ssize_t n = read(fd, text.data() + used, text.size() - used);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       int err = errno;
-      close(fd);
-      fail("{}: read error ({})", path, std::strerror(err));
+      done();
+      fail("{}: read error ({})", in ? "<stdin>" : path, std::strerror(err));
     }
     if (n == 0) break;
     used += static_cast<size_t>(n);
+    if (check) {
+      try {
+        check(std::string_view(text.data(), used), used - static_cast<size_t>(n));
+      } catch (...) {
+        done();
+        throw;
+      }
+    }
   }
-  close(fd);
+  done();
   text.resize(used);
   return text;
 }

@@ -3,22 +3,35 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include "attnkit/io/json_parser.hpp"
 #include "attnkit/io/value.hpp"
 
 namespace attnkit::io {
 
-// Whole file (or standard input for "-") as text; throws attnkit::Error naming the path.
-std::string read_text(const std::string& path);
+// Whole file (or standard input for "-") as text; throws attnkit::Error naming the path. `check`, when
+// given, sees the bytes read so far after each read (those from `from` on are new) and may throw: a device
+// or an endless stream is refused at its first impossible bytes instead of being read to its end.
+std::string read_text(const std::string& path, const std::function<void(std::string_view text, size_t from)>& check = {});
+
+// Where input stops being possibly JSON, checked as it arrives: the first byte of text[from..] that is a
+// control character other than tab, LF and CR (JSON holds none, in strings or out), or, when the bytes
+// before `from` were blank, a first non-blank byte that starts no JSON value; npos when there is none.
+// Parsing the text read so far then gives the parser's message for it.
+size_t json_impossible_at(std::string_view text, size_t from);
+bool json_value_can_start(char c);  // [ { " - 0-9 t f n
 
 // The documents of a file or of standard input ("-"), read one record at a time as they arrive
 // (NDJSON, as parse_json_stream: a document may span lines and must end its line). Memory holds
 // the record being read and a read buffer, never the whole stream; messages give the line in the
 // whole input ("<stdin>:20001:5: ..."). An input without any document is refused ("empty input").
 // A file named *.npy, *.npz or *.safetensors is read whole as the one document (io/tensor_file.hpp), and so
-// is standard input when its first bytes are such a file's (io::sniff_format).
+// is standard input when its first bytes are such a file's (io::sniff_format). Either way the first bytes
+// that cannot start the format (json_impossible_at, io::refuse_impossible_start) end the reading with the
+// parser's message: `tensor show /dev/zero` stops at its first byte.
 class RecordReader {
  public:
   RecordReader(const std::string& path, const ReadOptions& options = {});

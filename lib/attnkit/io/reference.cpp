@@ -147,11 +147,28 @@ bool Sources::next_record() {
   return true;
 }
 
+namespace {
+
+// The member named `dotted` in b, its '.' read as nesting where b is nested (a JSON grad/input is found as
+// grad.input), or as part of a flat name ("grad.input" itself).
+const Value* find_dotted(const Value& b, std::string_view dotted) {
+  if (const Value* m = b.find(dotted)) return m;
+  for (size_t p = dotted.find('.'); p != std::string_view::npos; p = dotted.find('.', p + 1)) {
+    const Value* outer = b.find(dotted.substr(0, p));
+    if (outer && outer->is_bundle())
+      if (const Value* m = find_dotted(*outer, dotted.substr(p + 1))) return m;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 const Value& Sources::value(std::string_view ref_text) {
   Reference ref = parse_reference(ref_text);
   const Value* v = &document(ref.path);
   std::string at = ref.path == "-" ? "<stdin>" : ref.path;
-  for (const auto& name : ref.names) {
+  for (size_t i = 0; i < ref.names.size(); ++i) {
+    std::string name = ref.names[i];
     if (!v->is_bundle()) {
       if (v->kind() == Value::Kind::Other || v->is_string()) fail("{}: cannot take \"{}\" from {}", at, name, v->why());
       fail("{}: is a tensor of shape {}, not a bundle; cannot take \"{}\"", at, v->tensor().shape_str(), name);
@@ -163,6 +180,13 @@ const Value& Sources::value(std::string_view ref_text) {
       continue;
     }
     const Value* member = v->find(name);
+    // names are one rule in every format (docs/conventions.md): #grad/input is the member grad.input of a
+    // flat file (.npz, .safetensors), and #grad.input the nested grad/input of a JSON file
+    for (size_t k = i; !member && k < ref.names.size() && ref.names[k].find('[') == std::string::npos; ++k) {
+      std::string joined = ref.names[i];
+      for (size_t j = i + 1; j <= k; ++j) joined += "." + ref.names[j];
+      if ((member = find_dotted(*v, joined))) name = joined, i = k;
+    }
     if (!member) {
       auto names = v->names();
       fail("{}: no tensor named \"{}\" (has: {})", at, name, names.empty() ? "nothing" : fmt::format("{}", fmt::join(names, ", ")));

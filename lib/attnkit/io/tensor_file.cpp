@@ -4,6 +4,7 @@
 #include "attnkit/io/tensor_file.hpp"
 
 #include <cctype>
+#include <optional>
 
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/io/binary_format.hpp"
@@ -55,10 +56,36 @@ Value read_document(std::string_view bytes, FileFormat format, std::string_view 
   }
 }
 
+void refuse_impossible_start(std::string_view so_far, size_t from, FileFormat format, std::string_view source,
+                             const ReadOptions& options) {
+  if (format == FileFormat::Json) {
+    if (json_impossible_at(so_far, from) == std::string_view::npos) return;
+  } else {
+    if (so_far.size() < sniff_needs() || from >= sniff_needs()) return;
+    if (format == FileFormat::Safetensors) {
+      const char c = so_far[8];
+      const bool blank = c == ' ' || c == '\n' || c == '\r' || c == '\t';
+      const uint64_t header = binary::load64(reinterpret_cast<const unsigned char*>(so_far.data()), false);
+      if (header <= binary::kMaxSafetensorsHeader && (c == '{' || blank)) return;
+    } else if (sniff_format(so_far) == format) {
+      return;
+    }
+  }
+  read_document(so_far, format, source, options);  // throws the parser's message for these bytes
+  fail("{}: not a {} file", source, format_name(format));
+}
+
 Value read_value_file(const std::string& path, const ReadOptions& options) {
-  const std::string bytes = read_text(path);
-  if (path == "-") return read_document(bytes, sniff_format(bytes), "<stdin>", options);
-  return read_document(bytes, file_format(path), path, options);
+  const bool in = path == "-";
+  const std::string source = in ? "<stdin>" : path;
+  // standard input's format once its first bytes decide (sniff_format), a file's by its name
+  std::optional<FileFormat> format;
+  if (!in) format = file_format(path);
+  const std::string bytes = read_text(path, [&](std::string_view so_far, size_t from) {
+    if (!format && so_far.size() >= sniff_needs()) format = sniff_format(so_far), from = 0;
+    if (format) refuse_impossible_start(so_far, from, *format, source, options);
+  });
+  return read_document(bytes, format ? *format : sniff_format(bytes), source, options);
 }
 
 void write_value_file(const std::string& path, const Value& value, const WriteOptions& json) {

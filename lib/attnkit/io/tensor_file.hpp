@@ -29,7 +29,9 @@
 // Hostile files are refused with attnkit::Error naming the file and what is wrong, before anything
 // is allocated from their header: a shape past ReadOptions::max_elements or 8 dimensions, data offsets
 // past the end or overlapping, holes between tensors (safetensors), sizes that disagree with the shape,
-// truncated files, bytes after the data, zip entries that overlap or whose CRC-32 is wrong.
+// truncated files, bytes after the data, zip entries that overlap or whose CRC-32 is wrong, whose name is not
+// UTF-8 or whose local header disagrees with the central directory. A deflated .npz member is inflated in
+// bounded steps against its .npy header's byte count, never into a buffer of the size the zip claims.
 #pragma once
 #include <string>
 #include <string_view>
@@ -50,6 +52,12 @@ FileFormat file_format(std::string_view path);
 // `prefix` may be the first bytes only: sniff_needs() says how many decide.
 FileFormat sniff_format(std::string_view prefix);
 constexpr size_t sniff_needs() { return 9; }
+// Refuses, as soon as they arrive, first bytes that no input in `format` starts with (`from`: where the bytes
+// not checked before start), with the format's own message for them: a wrong magic (.npy, .npz), a header
+// size past the limit or a header that cannot be JSON (.safetensors), a byte no JSON text holds
+// (io::json_impossible_at). So a device or an endless stream is refused at once, not read to its end.
+void refuse_impossible_start(std::string_view so_far, size_t from, FileFormat format, std::string_view source,
+                             const ReadOptions& options);
 // The member of a document file that holds its other values (see Documents above).
 inline constexpr const char* kMetaName = "attnkit_meta";
 std::string_view format_name(FileFormat format);  // "JSON", ".npy", ".npz", ".safetensors"

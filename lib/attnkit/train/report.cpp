@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "attnkit/io/status_line.hpp"
+
 namespace attnkit::train {
 
 namespace {
@@ -43,16 +45,13 @@ std::vector<double> ticks(double lo, double hi) {
 
 }  // namespace
 
-std::string progress_line(const Progress& p) {
+std::string progress_line(const Progress& p, int width) {
   const int64_t done = p.step - p.start_step, todo = std::max<int64_t>(p.steps - p.start_step, 1);
   const double frac = std::clamp(double(done) / double(todo), 0.0, 1.0);
-  constexpr int kWidth = 20;
-  const int filled = static_cast<int>(frac * kWidth);
   const double speed = p.seconds > 0 ? double(p.tokens) / p.seconds : 0.0;
   const double eta = done > 0 ? p.seconds * double(p.steps - p.step) / double(done) : 0.0;
-  return fmt::format("step {}/{} [{}{}] {:3.0f}%  loss {:.4f}  {:.0f} tok/s  ETA {}", p.step, p.steps,
-                     std::string(static_cast<size_t>(filled), '#'), std::string(static_cast<size_t>(kWidth - filled), '.'),
-                     100 * frac, p.loss, speed, clock(eta));
+  return io::fit_status_line(fmt::format("step {}/{}", p.step, p.steps), frac,
+                             {fmt::format("loss {:.4f}", p.loss), fmt::format("{:.0f} tok/s", speed), "ETA " + clock(eta)}, width);
 }
 
 std::string loss_plot_svg(const std::vector<std::string>& lines, const std::string& title) {

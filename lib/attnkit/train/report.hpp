@@ -8,8 +8,8 @@
 namespace attnkit::train {
 
 // "step 120/1000 [#####...............]  12%  loss 0.5321  1834 tok/s  ETA 0:42" (no newline): the ETA from
-// this run's speed so far.
-std::string progress_line(const Progress& p);
+// this run's speed so far. Fitted to a terminal `width` columns wide (io::fit_status_line; 0: no limit).
+std::string progress_line(const Progress& p, int width = 0);
 
 // Training loss ("loss") and validation loss ("valid_loss") against "step" from metrics lines (the JSON lines
 // of a trainer's --metrics), drawn as an SVG line chart in heatmap_svg's style (io/svg_heatmap.hpp): labelled

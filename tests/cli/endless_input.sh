@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# A device or an endless stream given as a tensor, weights or a checkpoint is refused at the first bytes
+# that cannot start its format (exit 1, the parser's message naming it, nothing on stdout), never read
+# to its end: each run has a generous timeout, and a tool that reads on until memory runs out fails it.
+set -uo pipefail
+src="${ATTNKIT_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}"
+source "$src/tests/cli/lib/common.sh"
+work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+# quick STATUS "part" CMD...: expect_error within 20 s (timeout's 124 is not the status wanted)
+quick() {
+  local want="$1" msg="$2"; shift 2
+  expect_error "$want" "$msg" timeout 20 "$@"
+}
+
+tensor randn --shape 5,3 --seed 1 > x.json
+tensor randn --shape 4,6 --seed 2 > q.json
+for ext in npy npz safetensors; do ln -s /dev/zero "zero.$ext"; done
+
+zero='/dev/zero:1:1: expected a JSON value, found byte 0x00'
+quick 1 "$zero" tensor show /dev/zero
+quick 1 "$zero" tensor get /dev/zero#a
+quick 1 "<stdin>:1:1: expected a JSON value, found byte 0x00" tensor show - < /dev/zero
+quick 1 "$zero" lstm-run x.json --weights /dev/zero
+quick 1 "$zero" attn-score --query q.json --keys q.json --weights /dev/zero --score general
+quick 1 "$zero" transformer-decode /dev/zero --src '1 2'
+quick 1 "$zero" seq2seq-train --task copy --steps 1 --save out.json --resume /dev/zero
+quick 1 "zero.npy: not a .npy file" tensor show zero.npy
+quick 1 "zero.npz: not a .npz file" tensor show zero.npz
+quick 1 "zero.safetensors" tensor show zero.safetensors
+quick 1 "zero.npz: not a .npz file" lstm-run x.json --weights zero.npz
+quick 1 "zero.safetensors" seq2seq-train --task copy --steps 1 --save out.json --resume zero.safetensors
+# an endless stream of text that is no JSON, and one that breaks off inside a record
+quick 1 "<stdin>:1:1: expected a JSON value, found 'y'" tensor show - < <(yes)
+quick 1 "<stdin>:1:3: expected" tensor show - < <(printf '[1'; cat /dev/zero)
+
+finish endless_input
