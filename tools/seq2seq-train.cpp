@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   CLI::App app{"", "seq2seq-train"};
   tools::describe(
       app,
+      "Train a recurrent or Transformer encoder-decoder.\n"
       "Train a recurrent encoder-decoder (rnn, lstm, gru; attention none, dot, scaled-dot, general or additive, "
       "Luong or Bahdanau style) or a Transformer (--layers encoder and decoder layers, --heads, --d-model, --ff, "
       "--norm-first) with teacher forcing or scheduled sampling, optionally dropout; writes a checkpoint "
