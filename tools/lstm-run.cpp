@@ -77,10 +77,7 @@ int main(int argc, char** argv) {
 
   return tools::run(app, argc, argv, [&]() -> int {
     set_num_threads(threads);  // the one thread policy: every kernel reads num_threads()
-    const ops::CellKind cell = cell_name == "lstm"  ? ops::CellKind::Lstm
-                               : cell_name == "gru" ? ops::CellKind::Gru
-                               : cell_name == "rnn" ? ops::CellKind::RnnTanh
-                                                    : ops::CellKind::RnnRelu;
+    const ops::CellKind cell = *parse_name(ops::kCellNames, cell_name);  // one of them: --cell checks it
     auto layout_of = [](const std::string& s) { return s == "cs231n" ? nn::WeightLayout::Cs231n : nn::WeightLayout::Torch; };
     const nn::WeightLayout layout = layout_of(layout_text);
     const nn::WeightLayout save_layout = save_layout_text.empty() ? layout : layout_of(save_layout_text);

@@ -20,15 +20,14 @@
 namespace attnkit::test {
 
 // A batch of sources only (src, src_lengths), padded with <pad>.
-inline train::Batch sources_batch(const std::vector<std::vector<int64_t>>& rows) {
-  train::Batch b;
+inline models::SourceBatch sources_batch(const std::vector<std::vector<int64_t>>& rows) {
+  models::SourceBatch b;
   b.N = static_cast<int64_t>(rows.size());
   for (const auto& r : rows) b.S = std::max<int64_t>(b.S, static_cast<int64_t>(r.size()));
   b.src.assign(size_t(b.N * b.S), train::Vocab::kPad);
   for (int64_t n = 0; n < b.N; ++n) {
     std::copy(rows[size_t(n)].begin(), rows[size_t(n)].end(), b.src.begin() + n * b.S);
     b.src_lengths.push_back(static_cast<int64_t>(rows[size_t(n)].size()));
-    b.index.push_back(n);
   }
   return b;
 }
@@ -50,7 +49,7 @@ inline int64_t argmax_row(const Tensor& lp, int64_t r) {
 
 inline std::string check_decoding_contract(models::TranslationModel& model, const std::vector<std::vector<int64_t>>& src,
                                            bool has_attention, int64_t max_len = 6, float tol = 2e-5f) {
-  const train::Batch batch = sources_batch(src);
+  const models::SourceBatch batch = sources_batch(src);
   const int64_t N = batch.N;
   // 1. greedy through the state == TranslationModel::greedy
   {

@@ -308,7 +308,10 @@ TEST_CASE("reader: what is not a tensor, and why") {
   CHECK(why_not("[1, true]") == "an array holding a boolean (write true and false as 1 and 0) (line 1, column 5)");
   CHECK(why_not("[null]") == "an array holding null (line 1, column 2)");
   CHECK(why_not(R"([{"a": 1}])") == "an array holding an object (line 1, column 2)");
-  CHECK(why_not(R"("hello")") == "a string (line 1, column 1)");
+  const Value hello = parse(R"("hello")");
+  REQUIRE(hello.is_string());
+  CHECK(hello.str() == "hello");
+  CHECK(hello.why() == "a string (line 1, column 1)");
   CHECK(why_not("[[[[[[[[[1]]]]]]]]]") == "an array nested deeper than 8 dimensions (line 1, column 9)");
   CHECK(why_not(R"({"a": 1, "a": 2})") == "an object with the key \"a\" twice (line 1, column 10)");
   CHECK(why_not(R"({"shape": [2], "data": [1, 2, 3]})") == "a flat tensor of shape [2] needs 2 values in \"data\", has 3 (line 1, column 1)");

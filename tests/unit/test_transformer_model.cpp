@@ -17,6 +17,7 @@
 #include "attnkit/models/transformer.hpp"
 #include "attnkit/tensor/compare.hpp"
 #include "attnkit/tensor/threads.hpp"
+#include "attnkit/train/batch.hpp"
 #include "attnkit/train/optimizer.hpp"
 #include "attnkit/train/tasks.hpp"
 #include "attnkit/train/vocab.hpp"
@@ -315,7 +316,7 @@ TEST_CASE("transformer model: a PyTorch-trained Transformer (state_dict + config
     row.resize(j["lengths"][i].get<size_t>());
     src.push_back(row);
   }
-  const train::Batch b = test::sources_batch(src);
+  const models::SourceBatch b = test::sources_batch(src);
   const auto want = j["tokens"].get<std::vector<std::vector<int64_t>>>();
   CHECK(m.greedy(b, j["max_len"].get<int64_t>()) == want);
   // the first step's log-probabilities, through the cache and without

@@ -2,39 +2,39 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
+#include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::arch {
 
+namespace {
+
+// Every layer, in the order of all_layers().
+constexpr EnumName<Layer> kLayerNames[] = {
+    {Layer::Conv, "conv"},           {Layer::ConvStack, "conv-stack"},           {Layer::Rnn, "rnn"},
+    {Layer::Lstm, "lstm"},           {Layer::Attention, "attention"},            {Layer::AttentionTiled, "attention-tiled"},
+    {Layer::LocalAttention, "local-attention"}};
+
+}  // namespace
+
 const std::vector<Layer>& all_layers() {
-  static const std::vector<Layer> layers{Layer::Conv,      Layer::ConvStack,      Layer::Rnn,           Layer::Lstm,
-                                         Layer::Attention, Layer::AttentionTiled, Layer::LocalAttention};
+  static const std::vector<Layer> layers = [] {
+    std::vector<Layer> v;
+    for (const EnumName<Layer>& e : kLayerNames) v.push_back(e.value);
+    return v;
+  }();
   return layers;
 }
 
-std::string_view layer_name(Layer layer) {
-  switch (layer) {
-    case Layer::Conv: return "conv";
-    case Layer::ConvStack: return "conv-stack";
-    case Layer::Rnn: return "rnn";
-    case Layer::Lstm: return "lstm";
-    case Layer::Attention: return "attention";
-    case Layer::AttentionTiled: return "attention-tiled";
-    case Layer::LocalAttention: return "local-attention";
-  }
-  return "?";
-}
+std::string_view layer_name(Layer layer) { return name_of(kLayerNames, layer); }
 
 Layer parse_layer(std::string_view name) {
-  std::string known;
-  for (Layer l : all_layers()) {
-    if (layer_name(l) == name) return l;
-    known += (known.empty() ? "" : ", ") + std::string(layer_name(l));
-  }
-  fail("arch: unknown layer type \"{}\" (known: {})", name, known);
+  if (const std::optional<Layer> layer = parse_name(kLayerNames, name)) return *layer;
+  fail("arch: unknown layer type \"{}\" (known: {})", name, names_of(kLayerNames));
 }
 
 void check_sizes(const Sizes& s) {

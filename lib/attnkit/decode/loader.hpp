@@ -1,38 +1,27 @@
 // Models for decoding: a seq2seq-train checkpoint (train/trainer.hpp's format) of any registered family,
 // with its vocabularies and tokenizers; and the text <-> ids of its sources and outputs.
 //
-// The family is the config's "family" member ("recurrent" when absent, as seq2seq-train's recurrent
-// checkpoints are); each family has a factory (config -> a model with those sizes), then the parameters are
-// loaded by name and shape (a config that disagrees with the weights is refused, naming the tensor).
+// The checkpoint is read by models/checkpoint.hpp, the model made by its family (the config's "family" member,
+// "recurrent" when absent), then the parameters are loaded by name and shape (a config that disagrees with the
+// weights is refused, naming the tensor).
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "attnkit/decode/search.hpp"
-#include "attnkit/io/value.hpp"
 #include "attnkit/models/model.hpp"
-#include "attnkit/train/vocab.hpp"
+#include "attnkit/models/vocab.hpp"
 
 namespace attnkit::decode {
-
-// (the whole checkpoint, its "config" bundle) -> the model, parameters not loaded yet; `what` names the file.
-// A factory should check the stored weights' shapes against the config before it allocates the model, so
-// that a config with huge sizes is refused instead of exhausting memory.
-using ModelFactory = std::function<std::unique_ptr<models::TranslationModel>(
-    const io::Value& checkpoint, const io::Value& config, std::string_view what)>;
-// Adds (or replaces) a family; "recurrent" is built in.
-void register_family(const std::string& family, ModelFactory factory);
-std::vector<std::string> families();
 
 struct LoadedModel {
   std::unique_ptr<models::TranslationModel> model;
   std::string family;
-  train::Vocab src_vocab, tgt_vocab;
-  train::Tokenizer src_tokenizer = train::Tokenizer::Char, tgt_tokenizer = train::Tokenizer::Char;
+  models::Vocab src_vocab, tgt_vocab;
+  models::Tokenizer src_tokenizer = models::Tokenizer::Char, tgt_tokenizer = models::Tokenizer::Char;
 };
 
 // Reads the checkpoint at `path`; every refusal names the file: not a checkpoint, an unknown family, a

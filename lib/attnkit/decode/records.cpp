@@ -94,7 +94,7 @@ void write_alignment_svg(const std::string& path, const LoadedModel& model, std:
   io::HeatmapOptions o;
   o.row_labels = target_tokens(model, best.ids);
   if (best.ended) o.row_labels.push_back("<eos>");
-  o.col_labels = train::tokenize(source_text, model.src_tokenizer);
+  o.col_labels = models::tokenize(source_text, model.src_tokenizer);
   for (std::string& s : o.col_labels)
     if (s == " ") s = "\u2423";  // a visible space
   for (std::string& s : o.row_labels)

@@ -8,7 +8,6 @@
 #include "attnkit/autograd/var.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
-#include "attnkit/train/vocab.hpp"
 
 namespace attnkit::decode {
 
@@ -17,15 +16,6 @@ Strategy parse_strategy(std::string_view name) {
   if (name == "beam") return Strategy::Beam;
   if (name == "sample") return Strategy::Sample;
   fail("unknown search strategy \"{}\" (expected greedy, beam or sample)", name);
-}
-
-std::string_view strategy_name(Strategy strategy) {
-  switch (strategy) {
-    case Strategy::Greedy: return "greedy";
-    case Strategy::Beam: return "beam";
-    case Strategy::Sample: return "sample";
-  }
-  return "?";
 }
 
 void SearchOptions::validate() const {
@@ -45,9 +35,9 @@ void SearchOptions::validate() const {
   AK_CHECK(top_p > 0 && top_p <= 1, "search: top_p {} (expected in (0, 1])", top_p);
 }
 
-train::Batch sources_batch(const std::vector<std::vector<int64_t>>& sources, int64_t pad) {
+models::SourceBatch sources_batch(const std::vector<std::vector<int64_t>>& sources, int64_t pad) {
   AK_CHECK(!sources.empty(), "decode: no sources");
-  train::Batch b;
+  models::SourceBatch b;
   b.N = static_cast<int64_t>(sources.size());
   for (const auto& s : sources) {
     AK_CHECK(!s.empty(), "decode: source {} is empty", &s - sources.data());
@@ -57,7 +47,6 @@ train::Batch sources_batch(const std::vector<std::vector<int64_t>>& sources, int
   for (int64_t n = 0; n < b.N; ++n) {
     std::copy(sources[size_t(n)].begin(), sources[size_t(n)].end(), b.src.begin() + n * b.S);
     b.src_lengths.push_back(static_cast<int64_t>(sources[size_t(n)].size()));
-    b.index.push_back(n);
   }
   return b;
 }
@@ -136,7 +125,7 @@ std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
                                             const SearchOptions& o, int64_t first_index) {
   o.validate();
   autograd::NoGrad no_grad;
-  const train::Batch batch = sources_batch(sources, o.pad);
+  const models::SourceBatch batch = sources_batch(sources, o.pad);
   const int64_t N = batch.N, S = batch.S;
   const int64_t K = o.strategy == Strategy::Beam ? o.beam : o.strategy == Strategy::Sample ? o.n_best : 1;
   const int64_t eos = o.eos;

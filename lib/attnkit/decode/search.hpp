@@ -30,7 +30,6 @@ namespace attnkit::decode {
 
 enum class Strategy { Greedy, Beam, Sample };
 Strategy parse_strategy(std::string_view name);  // "greedy", "beam", "sample"
-std::string_view strategy_name(Strategy strategy);
 
 struct SearchOptions {
   Strategy strategy = Strategy::Greedy;
@@ -48,7 +47,7 @@ struct SearchOptions {
   int attention_layer = -1;     // -1: the last layer
   int attention_head = -1;      // -1: the mean over heads
   // The special tokens' ids: the target vocabulary's <bos> (fed first) and <eos> (ends a hypothesis), the
-  // source vocabulary's <pad> (after each shorter source). train::Vocab's 0-3 unless the model says otherwise
+  // source vocabulary's <pad> (after each shorter source). models/tokens.hpp's 0-3 unless the model says otherwise
   // (an exported model: decode::LoadedModel's vocabularies' pad_id() ...).
   int64_t bos = 1, eos = 2, pad = 0;
   // Refuses out-of-range values and n_best that the strategy cannot give (attnkit::Error naming the field).
@@ -65,7 +64,7 @@ struct Hypothesis {
 };
 
 // The sources as a batch (src, src_lengths; <pad> after each row's length). Refuses an empty list or source.
-train::Batch sources_batch(const std::vector<std::vector<int64_t>>& sources, int64_t pad = 0);
+models::SourceBatch sources_batch(const std::vector<std::vector<int64_t>>& sources, int64_t pad = 0);
 
 // Decodes `sources` (ids in the model's source vocabulary). Returns, per source, its hypotheses best first
 // (n_best of them; fewer only when the beam ended fewer). first_index: the index of sources[0] in the whole

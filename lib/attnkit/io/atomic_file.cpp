@@ -62,7 +62,7 @@ void AtomicFileWriter::give_up(const char* what) {
 }
 
 void AtomicFileWriter::write(std::string_view text) {
-  AK_CHECK(!done_ && fd_ >= 0, "{}: written after it was closed", path_);
+  AK_ASSERT(!done_ && fd_ >= 0, "{}: written after it was closed", path_);
   const char* p = text.data();
   size_t left = text.size();
   while (left > 0) {
@@ -77,7 +77,7 @@ void AtomicFileWriter::write(std::string_view text) {
 }
 
 void AtomicFileWriter::commit() {
-  AK_CHECK(!done_ && fd_ >= 0, "{}: committed twice", path_);
+  AK_ASSERT(!done_ && fd_ >= 0, "{}: committed twice", path_);
   if (tmp_.empty()) {  // a device or FIFO
     close(fd_);
     fd_ = -1;

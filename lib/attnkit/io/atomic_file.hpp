@@ -14,6 +14,7 @@ void write_file_atomic(const std::string& path, std::string_view contents);
 // The same, written piece by piece (a stream's records as they are made): nothing is at `path`
 // until commit(); destroyed without commit() (an error on the way), the temporary is removed and
 // the old file stays. Devices and FIFOs (-o /dev/null, a named pipe) are written to directly.
+// Writing after commit() or after a failure, and committing twice, are bugs of the caller (AK_ASSERT).
 class AtomicFileWriter {
  public:
   explicit AtomicFileWriter(const std::string& path);

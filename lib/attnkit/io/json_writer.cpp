@@ -270,7 +270,7 @@ size_t estimate_chars(const Value& v) {
   if (v.is_tensor()) return estimate_chars(v.tensor());
   size_t total = 2;
   for (const auto& [name, member] : v.members()) total += name.size() + 4 + estimate_chars(member);
-  return total + v.why().size() + v.json().size();
+  return total + v.why().size() + v.json().size() + v.str().size();
 }
 
 }  // namespace
@@ -375,9 +375,9 @@ void write_value(std::string& out, const Value& v, const WriteOptions& options, 
     out += v.why();
     return;
   }
-  if (!v.is_bundle()) {  // Other: as it was read, or the string why() when made by attnkit
+  if (!v.is_bundle()) {  // String, Other: as it was read, or when made by attnkit the string str() / why()
     if (!v.json().empty()) out += v.json();
-    else append_string(out, v.why());
+    else append_string(out, v.is_string() ? v.str() : v.why());
     return;
   }
   out += '{';

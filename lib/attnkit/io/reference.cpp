@@ -153,7 +153,7 @@ const Value& Sources::value(std::string_view ref_text) {
   std::string at = ref.path == "-" ? "<stdin>" : ref.path;
   for (const auto& name : ref.names) {
     if (!v->is_bundle()) {
-      if (v->kind() == Value::Kind::Other) fail("{}: cannot take \"{}\" from {}", at, name, v->why());
+      if (v->kind() == Value::Kind::Other || v->is_string()) fail("{}: cannot take \"{}\" from {}", at, name, v->why());
       fail("{}: is a tensor of shape {}, not a bundle; cannot take \"{}\"", at, v->tensor().shape_str(), name);
     }
     if (name.size() > 1 && name.back() == '.') {  // #enc. : the members enc.*, prefix stripped
@@ -184,7 +184,7 @@ const Value& Sources::value(std::string_view ref_text) {
 
 const Value& Sources::tensor_or_bundle(std::string_view ref_text) {
   const Value& v = value(ref_text);
-  if (v.kind() == Value::Kind::Other) fail("{}: not a tensor: {}", display_name(ref_text), v.why());
+  if (v.kind() == Value::Kind::Other || v.is_string()) fail("{}: not a tensor: {}", display_name(ref_text), v.why());
   return v;
 }
 
@@ -196,7 +196,7 @@ Tensor Sources::tensor(std::string_view ref_text, std::string_view role, bool al
     fail("{}: is a bundle, not a tensor (has: {}); pick one with #NAME", label,
          names.empty() ? "nothing" : fmt::format("{}", fmt::join(names, ", ")));
   }
-  if (v.kind() == Value::Kind::Other) fail("{}: not a tensor: {}", label, v.why());
+  if (v.kind() == Value::Kind::Other || v.is_string()) fail("{}: not a tensor: {}", label, v.why());
   const Tensor& t = v.tensor();
   if (!allow_nan) {
     int64_t i = find_nan(t);

@@ -59,8 +59,6 @@ inline bool is_binary_format(std::string_view path) { return file_format(path) !
 Value read_npy(std::string_view bytes, std::string_view source, const ReadOptions& options = {});
 Value read_npz(std::string_view bytes, std::string_view source, const ReadOptions& options = {});
 Value read_safetensors(std::string_view bytes, std::string_view source, const ReadOptions& options = {});
-// By file_format(path) (Npy, Npz or Safetensors); the file read whole.
-Value read_binary_file(const std::string& path, const ReadOptions& options = {});
 // `bytes` in `format` (Json: one document, parse_json); `source` names them in messages.
 Value read_document(std::string_view bytes, FileFormat format, std::string_view source, const ReadOptions& options = {});
 // A whole file as one document in the format its extension names; "-" reads standard input and sniffs it.

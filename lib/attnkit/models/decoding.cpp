@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "attnkit/tensor/error.hpp"
-#include "attnkit/train/batch.hpp"
 
 namespace attnkit::models {
 
@@ -26,7 +25,7 @@ Tensor gather_rows(const Tensor& t, int dim, const std::vector<int64_t>& rows) {
   return out;
 }
 
-void check_decoding_sources(const train::Batch& sources, std::string_view who) {
+void check_decoding_sources(const SourceBatch& sources, std::string_view who) {
   AK_CHECK(sources.N >= 1 && sources.S >= 1 && static_cast<int64_t>(sources.src.size()) == sources.N * sources.S &&
                static_cast<int64_t>(sources.src_lengths.size()) == sources.N,
            "{}: sources of {} rows and length {} with {} ids and {} lengths", who, sources.N, sources.S,

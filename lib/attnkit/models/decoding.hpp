@@ -22,11 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "attnkit/models/inputs.hpp"
 #include "attnkit/tensor/tensor.hpp"
-
-namespace attnkit::train {
-struct Batch;
-}
 
 namespace attnkit::models {
 
@@ -48,7 +45,7 @@ Tensor gather_rows(const Tensor& t, int dim, const std::vector<int64_t>& rows);
 
 // The checks every DecoderState makes (`who`: "seq2seq decoding"): sources with at least one row and one
 // position, ids and lengths for each; one previous token per row, each in [0, vocab).
-void check_decoding_sources(const train::Batch& sources, std::string_view who);
+void check_decoding_sources(const SourceBatch& sources, std::string_view who);
 void check_previous_tokens(const std::vector<int64_t>& prev, int64_t rows, int64_t vocab, std::string_view who);
 
 // What every select_rows does to the per-row lists it keeps (source lengths, tokens fed so far): checks each

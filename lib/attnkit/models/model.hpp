@@ -14,7 +14,7 @@
 #include "attnkit/models/decoding.hpp"
 #include "attnkit/nn/parameter.hpp"
 #include "attnkit/tensor/random.hpp"
-#include "attnkit/train/batch.hpp"
+#include "attnkit/models/inputs.hpp"
 
 namespace attnkit::models {
 
@@ -42,14 +42,14 @@ class TranslationModel : public nn::Module {
   // The model's configuration as stored in a checkpoint's "config" member.
   virtual io::Value config_value() const = 0;
 
-  // Forward over a batch (train/batch.hpp) and its loss; recorded unless under autograd::NoGrad.
-  virtual ForwardResult forward(const train::Batch& batch, const ForwardOptions& options = {}) = 0;
+  // Forward over a teacher-forced batch (models/inputs.hpp) and its loss; recorded unless under autograd::NoGrad.
+  virtual ForwardResult forward(const TeacherForcedBatch& batch, const ForwardOptions& options = {}) = 0;
   // Greedy decoding of the batch's sources: each row's ids without <bos>/<eos>, at most max_len of them.
-  virtual std::vector<std::vector<int64_t>> greedy(const train::Batch& batch, int64_t max_len) = 0;
-  // Incremental decoding of the batch's sources (only src, src_lengths, N and S are read): encodes them and
-  // returns the state a search extends one token at a time (models/decoding.hpp). use_cache = false
-  // recomputes the whole prefix at every step (the reference the cache is tested against).
-  virtual std::unique_ptr<DecoderState> start_decoding(const train::Batch& sources, bool use_cache) = 0;
+  virtual std::vector<std::vector<int64_t>> greedy(const SourceBatch& batch, int64_t max_len) = 0;
+  // Incremental decoding of the sources: encodes them and returns the state a search extends one token at a
+  // time (models/decoding.hpp). use_cache = false recomputes the whole prefix at every step (the reference the
+  // cache is tested against).
+  virtual std::unique_ptr<DecoderState> start_decoding(const SourceBatch& sources, bool use_cache) = 0;
 
   // Parameters as sub-bundles named by the first part of their state_dict names, and the inverse (every
   // parameter found by name and shape-checked before any is changed; `what` names the bundle in messages).

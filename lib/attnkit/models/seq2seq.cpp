@@ -1,42 +1,21 @@
 #include "attnkit/models/seq2seq.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-
-#include <nlohmann/json.hpp>
 
 #include "attnkit/autograd/attention.hpp"
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/layers.hpp"
+#include "attnkit/models/fields.hpp"
 #include "attnkit/nn/state_dict.hpp"
 #include "attnkit/tensor/error.hpp"
-#include "attnkit/train/vocab.hpp"
+#include "attnkit/models/tokens.hpp"
 
 namespace attnkit::models {
 
 using autograd::Var;
 
 namespace {
-
-io::Value string_value(const std::string& s) { return io::Value::other("a string", nlohmann::json(s).dump()); }
-
-std::string string_member(const io::Value& bundle, const char* name, std::string_view what) {
-  const io::Value* v = bundle.find(name);
-  AK_CHECK(v != nullptr, "{}: the model config has no \"{}\"", what, name);
-  nlohmann::json j = nlohmann::json::parse(v->json(), nullptr, false);
-  AK_CHECK(v->kind() == io::Value::Kind::Other && j.is_string(), "{}: config \"{}\" must be a string", what, name);
-  return j.get<std::string>();
-}
-
-int64_t integer_member(const io::Value& bundle, const char* name, std::string_view what) {
-  const std::string s = string_member(bundle, name, what);
-  int64_t x = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-  AK_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty(),
-           "{}: config \"{}\" is \"{}\", not an integer", what, name, s);
-  return x;
-}
 
 // h_n [L*dirs, N, H] -> [L, N, dirs*H]: each layer's directions side by side (the decoder's initial state).
 Var merge_directions(const Var& h_n, int layers, bool bidirectional) {
@@ -93,7 +72,7 @@ std::string_view cell_kind_name(nn::CellKind kind) { return ops::cell_name(kind)
 void Seq2SeqConfig::validate() const {
   AK_CHECK(cell == nn::CellKind::RnnTanh || cell == nn::CellKind::Lstm || cell == nn::CellKind::Gru,
            "seq2seq: cell {} is not supported (rnn, lstm, gru)", ops::cell_name(cell));
-  AK_CHECK(src_vocab > train::Vocab::kNumSpecials && tgt_vocab > train::Vocab::kNumSpecials,
+  AK_CHECK(src_vocab > kNumSpecials && tgt_vocab > kNumSpecials,
            "seq2seq: vocabularies of {} and {} tokens (each needs the 4 special tokens and at least one more)",
            src_vocab, tgt_vocab);
   AK_CHECK(embed >= 1 && hidden >= 1 && layers >= 1, "seq2seq: embed {}, hidden {} and layers {} must be >= 1", embed,
@@ -104,43 +83,32 @@ void Seq2SeqConfig::validate() const {
 
 io::Value Seq2SeqConfig::to_value() const {
   io::Value v;
-  v.set("cell", string_value(std::string(cell_kind_name(cell))));
-  v.set("attention", string_value(std::string(attention_kind_name(attention))));
-  v.set("attention_style", string_value(std::string(attention_style_name(style))));
-  v.set("src_vocab", string_value(std::to_string(src_vocab)));
-  v.set("tgt_vocab", string_value(std::to_string(tgt_vocab)));
-  v.set("embed", string_value(std::to_string(embed)));
-  v.set("hidden", string_value(std::to_string(hidden)));
-  v.set("layers", string_value(std::to_string(layers)));
-  v.set("bidirectional", string_value(bidirectional ? "true" : "false"));
+  v.set("cell", text_value(cell_kind_name(cell)));
+  v.set("attention", text_value(attention_kind_name(attention)));
+  v.set("attention_style", text_value(attention_style_name(style)));
+  v.set("src_vocab", text_value(std::to_string(src_vocab)));
+  v.set("tgt_vocab", text_value(std::to_string(tgt_vocab)));
+  v.set("embed", text_value(std::to_string(embed)));
+  v.set("hidden", text_value(std::to_string(hidden)));
+  v.set("layers", text_value(std::to_string(layers)));
+  v.set("bidirectional", text_value(bidirectional ? "true" : "false"));
   return v;
 }
 
 Seq2SeqConfig Seq2SeqConfig::from_value(const io::Value& value, std::string_view what) {
   AK_CHECK(value.is_bundle(), "{}: the model config must be an object", what);
+  const Fields f(value, std::string(what), "config ");
   Seq2SeqConfig c;
-  try {
-    c.cell = parse_cell_kind(string_member(value, "cell", what));
-    c.attention = parse_attention_kind(string_member(value, "attention", what));
-    if (value.find("attention_style") != nullptr)
-      c.style = parse_attention_style(string_member(value, "attention_style", what));
-  } catch (const Error& e) {
-    if (std::string_view(e.what()).rfind(what, 0) == 0) throw;
-    fail("{}: config: {}", what, e.what());
-  }
-  c.src_vocab = integer_member(value, "src_vocab", what);
-  c.tgt_vocab = integer_member(value, "tgt_vocab", what);
-  c.embed = integer_member(value, "embed", what);
-  c.hidden = integer_member(value, "hidden", what);
-  const int64_t layers = integer_member(value, "layers", what);
-  AK_CHECK(layers >= 1 && layers <= 64, "{}: config \"layers\" is {}, expected 1 to 64", what, layers);
-  c.layers = static_cast<int>(layers);
-  const std::string bidir = string_member(value, "bidirectional", what);
-  AK_CHECK(bidir == "true" || bidir == "false", "{}: config \"bidirectional\" is \"{}\", expected true or false", what,
-           bidir);
-  c.bidirectional = bidir == "true";
-  AK_CHECK(c.embed <= (1 << 16) && c.hidden <= (1 << 16) && c.src_vocab <= (1 << 24) && c.tgt_vocab <= (1 << 24),
-           "{}: config sizes out of range", what);
+  c.cell = f.choice("cell", parse_cell_kind);
+  c.attention = f.choice("attention", parse_attention_kind);
+  c.style = f.choice("attention_style", "luong", parse_attention_style);
+  constexpr int64_t kMaxSize = int64_t{1} << 16, kMaxVocab = int64_t{1} << 24;
+  c.src_vocab = f.integer("src_vocab", 1, kMaxVocab);
+  c.tgt_vocab = f.integer("tgt_vocab", 1, kMaxVocab);
+  c.embed = f.integer("embed", 1, kMaxSize);
+  c.hidden = f.integer("hidden", 1, kMaxSize);
+  c.layers = static_cast<int>(f.integer("layers", 1, 64));
+  c.bidirectional = f.boolean("bidirectional");
   try {
     c.validate();
   } catch (const Error& e) {
@@ -183,10 +151,10 @@ Seq2SeqConfig checked(const Seq2SeqConfig& c) {
 
 Seq2Seq::Seq2Seq(const Seq2SeqConfig& config, Rng& rng)
     : config_(checked(config)),
-      src_embed_(config.src_vocab, config.embed, rng, train::Vocab::kPad, "src_embed"),
+      src_embed_(config.src_vocab, config.embed, rng, kPad, "src_embed"),
       encoder_(make_layers(config.cell, config.embed, config.hidden, config.layers, config.bidirectional, rng,
                            "encoder")),
-      tgt_embed_(config.tgt_vocab, config.embed, rng, train::Vocab::kPad, "tgt_embed"),
+      tgt_embed_(config.tgt_vocab, config.embed, rng, kPad, "tgt_embed"),
       decoder_(make_layers(config.cell,
                            config.embed + (config.style == AttentionStyle::Bahdanau ? config.decoder_hidden() : 0),
                            config.decoder_hidden(), config.layers, false, rng, "decoder")),
@@ -270,7 +238,7 @@ Seq2Seq::StackResult Seq2Seq::run_stack(std::vector<nn::Recurrent>& layers, cons
   return out;
 }
 
-Seq2Seq::Encoded Seq2Seq::encode(const train::Batch& batch, const ForwardOptions& o) {
+Seq2Seq::Encoded Seq2Seq::encode(const SourceBatch& batch, const ForwardOptions& o) {
   Encoded e;
   Var x = drop(src_embed_.forward(batch.src, {batch.N, batch.S}), o);     // [N, S, E]
   auto r = run_stack(encoder_, x, {}, {}, &batch.src_lengths, o);          // output [N, S, Hd]
@@ -330,7 +298,7 @@ Var Seq2Seq::step(const Var& y, Var& h, Var& c, const Encoded& enc, const std::v
   return project(r.output, ctx, o);  // [N, 1, Vt]
 }
 
-ForwardResult Seq2Seq::forward(const train::Batch& batch, const ForwardOptions& options) {
+ForwardResult Seq2Seq::forward(const TeacherForcedBatch& batch, const ForwardOptions& options) {
   AK_CHECK(options.dropout >= 0.0f && options.dropout < 1.0f, "seq2seq: dropout {} must be in [0, 1)",
            options.dropout);
   AK_CHECK(options.teacher_forcing >= 0.0f && options.teacher_forcing <= 1.0f,
@@ -367,19 +335,19 @@ ForwardResult Seq2Seq::forward(const train::Batch& batch, const ForwardOptions& 
     out.logits = T == 1 ? logits[0] : autograd::concat(logits, 1);  // [N, T, Vt]
   }
   ops::CrossEntropyOptions ce;
-  ce.ignore_index = train::Vocab::kPad;
+  ce.ignore_index = kPad;
   ce.label_smoothing = options.label_smoothing;
   out.loss = autograd::cross_entropy(out.logits, batch.tgt_out, ce);  // scalar
   return out;
 }
 
-std::vector<std::vector<int64_t>> Seq2Seq::greedy(const train::Batch& batch, int64_t max_len) {
+std::vector<std::vector<int64_t>> Seq2Seq::greedy(const SourceBatch& batch, int64_t max_len) {
   autograd::NoGrad no_grad;
   const int64_t N = batch.N, V = config_.tgt_vocab;
   const ForwardOptions eval;
   Encoded enc = encode(batch, eval);
   Var h = enc.h0, c = enc.c0;
-  std::vector<int64_t> prev(static_cast<size_t>(N), train::Vocab::kBos);
+  std::vector<int64_t> prev(static_cast<size_t>(N), kBos);
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(N));
   std::vector<char> done(static_cast<size_t>(N), 0);
   int64_t remaining = N;
@@ -392,7 +360,7 @@ std::vector<std::vector<int64_t>> Seq2Seq::greedy(const train::Batch& batch, int
       const int64_t best = std::max_element(row, row + V) - row;
       prev[size_t(n)] = best;
       if (done[size_t(n)]) continue;
-      if (best == train::Vocab::kEos) {
+      if (best == kEos) {
         done[size_t(n)] = 1;
         --remaining;
       } else {

@@ -58,7 +58,7 @@
 #include "attnkit/nn/recurrent.hpp"
 #include "attnkit/ops/attention.hpp"
 #include "attnkit/tensor/random.hpp"
-#include "attnkit/train/batch.hpp"
+#include "attnkit/models/inputs.hpp"
 
 namespace attnkit::models {
 
@@ -108,11 +108,11 @@ class Seq2Seq : public TranslationModel {
   // TranslationModel (models/model.hpp).
   std::string_view family() const override { return "recurrent"; }
   io::Value config_value() const override { return config_.to_value(); }
-  ForwardResult forward(const train::Batch& batch, const ForwardOptions& options = {}) override;
-  std::vector<std::vector<int64_t>> greedy(const train::Batch& batch, int64_t max_len) override;
+  ForwardResult forward(const TeacherForcedBatch& batch, const ForwardOptions& options = {}) override;
+  std::vector<std::vector<int64_t>> greedy(const SourceBatch& batch, int64_t max_len) override;
   // One decoder step (step() below, either style) from the carried state (cache), or all the steps of the
   // prefix again from s0 (no cache); cross_attention(-1 or 0, -1 or 0): the attention's weights.
-  std::unique_ptr<DecoderState> start_decoding(const train::Batch& sources, bool use_cache) override;
+  std::unique_ptr<DecoderState> start_decoding(const SourceBatch& sources, bool use_cache) override;
 
   std::vector<Parameter*> named_parameters() override;
   using Module::named_parameters;
@@ -137,7 +137,7 @@ class Seq2Seq : public TranslationModel {
   // The layers in turn, drop(.) between them; h0 / c0 [L*dirs, N, H'] or undefined.
   StackResult run_stack(std::vector<nn::Recurrent>& layers, const autograd::Var& x, const autograd::Var& h0,
                         const autograd::Var& c0, const std::vector<int64_t>* lengths, const ForwardOptions& o);
-  Encoded encode(const train::Batch& batch, const ForwardOptions& o);
+  Encoded encode(const SourceBatch& batch, const ForwardOptions& o);
   // weights (when given): the attention weights [N, T', S].
   autograd::Var attend(const autograd::Var& query, const Encoded& enc, const std::vector<int64_t>& src_lengths,
                        Tensor* weights = nullptr);

@@ -19,7 +19,7 @@ using autograd::Var;
 
 class Seq2SeqDecoderState : public DecoderState {
  public:
-  Seq2SeqDecoderState(Seq2Seq& model, const train::Batch& sources, bool use_cache)
+  Seq2SeqDecoderState(Seq2Seq& model, const SourceBatch& sources, bool use_cache)
       : model_(model), use_cache_(use_cache) {
     check_decoding_sources(sources, "seq2seq decoding");
     autograd::NoGrad no_grad;
@@ -98,7 +98,7 @@ class Seq2SeqDecoderState : public DecoderState {
   int64_t rows_ = 0;
 };
 
-std::unique_ptr<DecoderState> Seq2Seq::start_decoding(const train::Batch& sources, bool use_cache) {
+std::unique_ptr<DecoderState> Seq2Seq::start_decoding(const SourceBatch& sources, bool use_cache) {
   return std::make_unique<Seq2SeqDecoderState>(*this, sources, use_cache);
 }
 

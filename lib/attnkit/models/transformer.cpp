@@ -1,79 +1,20 @@
 #include "attnkit/models/transformer.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-
-#include <nlohmann/json.hpp>
 
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/layers.hpp"
+#include "attnkit/models/fields.hpp"
 #include "attnkit/nn/state_dict.hpp"
 #include "attnkit/tensor/error.hpp"
-#include "attnkit/train/vocab.hpp"
+#include "attnkit/models/tokens.hpp"
 
 namespace attnkit::models {
 
 using autograd::Var;
 
 namespace {
-
-io::Value string_value(const std::string& s) { return io::Value::other("a string", nlohmann::json(s).dump()); }
-
-// A config member as text: a JSON string's contents, or a number's / boolean's JSON text. nullopt when absent.
-std::optional<std::string> member_text(const io::Value& bundle, const char* name, std::string_view what) {
-  const io::Value* v = bundle.find(name);
-  if (!v) return std::nullopt;
-  if (v->is_tensor()) {
-    AK_CHECK(v->tensor().numel() == 1 && v->tensor().rank() == 0, "{}: config \"{}\" must be a number, not a tensor {}",
-             what, name, v->tensor().shape_str());
-    const float x = v->tensor()[0];
-    AK_CHECK(std::isfinite(x), "{}: config \"{}\" is {}", what, name, x);
-    return fmt::format("{}", x);
-  }
-  AK_CHECK(v->kind() == io::Value::Kind::Other, "{}: config \"{}\" must be a string, number or boolean", what, name);
-  nlohmann::json j = nlohmann::json::parse(v->json(), nullptr, false);
-  if (j.is_string()) return j.get<std::string>();
-  if (j.is_boolean()) return std::string(j.get<bool>() ? "true" : "false");
-  fail("{}: config \"{}\" must be a string, number or boolean, not {}", what, name, v->json());
-}
-
-int64_t integer(const io::Value& b, const char* name, std::string_view what, std::optional<int64_t> fallback,
-                int64_t lo, int64_t hi) {
-  const std::optional<std::string> s = member_text(b, name, what);
-  if (!s) {
-    AK_CHECK(fallback.has_value(), "{}: the model config has no \"{}\"", what, name);
-    return *fallback;
-  }
-  int64_t x = 0;
-  auto [end, ec] = std::from_chars(s->data(), s->data() + s->size(), x);
-  AK_CHECK(ec == std::errc() && end == s->data() + s->size() && !s->empty(),
-           "{}: config \"{}\" is \"{}\", not an integer", what, name, *s);
-  AK_CHECK(x >= lo && x <= hi, "{}: config \"{}\" is {}, expected {} to {}", what, name, x, lo, hi);
-  return x;
-}
-
-float real(const io::Value& b, const char* name, std::string_view what, float fallback) {
-  const std::optional<std::string> s = member_text(b, name, what);
-  if (!s) return fallback;
-  float x = 0;
-  auto [end, ec] = std::from_chars(s->data(), s->data() + s->size(), x);
-  AK_CHECK(ec == std::errc() && end == s->data() + s->size() && !s->empty() && std::isfinite(x),
-           "{}: config \"{}\" is \"{}\", not a number", what, name, *s);
-  return x;
-}
-
-bool boolean(const io::Value& b, const char* name, std::string_view what, bool fallback) {
-  const std::optional<std::string> s = member_text(b, name, what);
-  if (!s) return fallback;
-  AK_CHECK(*s == "true" || *s == "false", "{}: config \"{}\" is \"{}\", expected true or false", what, name, *s);
-  return *s == "true";
-}
-
-std::string text(const io::Value& b, const char* name, std::string_view what, const char* fallback) {
-  const std::optional<std::string> s = member_text(b, name, what);
-  return s ? *s : std::string(fallback);
-}
 
 // xavier_uniform_ of a [out, in] matrix.
 void xavier(Parameter& p, Rng& rng) {
@@ -102,7 +43,7 @@ nn::TransformerLayerOptions TransformerConfig::layer_options() const {
 }
 
 void TransformerConfig::validate() const {
-  AK_CHECK(src_vocab > train::Vocab::kNumSpecials && tgt_vocab > train::Vocab::kNumSpecials,
+  AK_CHECK(src_vocab > kNumSpecials && tgt_vocab > kNumSpecials,
            "transformer: vocabularies of {} and {} tokens (each needs the 4 special tokens and at least one more)",
            src_vocab, tgt_vocab);
   AK_CHECK(encoder_layers >= 1 && decoder_layers >= 1, "transformer: {} encoder and {} decoder layers (need >= 1)",
@@ -122,9 +63,9 @@ void TransformerConfig::validate() const {
 
 io::Value TransformerConfig::to_value() const {
   io::Value v;
-  auto n = [](int64_t x) { return string_value(std::to_string(x)); };
-  auto b = [](bool x) { return string_value(x ? "true" : "false"); };
-  v.set("family", string_value("transformer"));
+  auto n = [](int64_t x) { return text_value(std::to_string(x)); };
+  auto b = [](bool x) { return text_value(x ? "true" : "false"); };
+  v.set("family", text_value("transformer"));
   v.set("src_vocab", n(src_vocab));
   v.set("tgt_vocab", n(tgt_vocab));
   v.set("encoder_layers", n(encoder_layers));
@@ -132,10 +73,10 @@ io::Value TransformerConfig::to_value() const {
   v.set("heads", n(heads));
   v.set("d_model", n(d_model));
   v.set("ff", n(ff));
-  v.set("dropout", string_value(fmt::format("{}", dropout)));
+  v.set("dropout", text_value(fmt::format("{}", dropout)));
   v.set("norm_first", b(norm_first));
-  v.set("activation", string_value(std::string(nn::ffn_activation_name(activation))));
-  v.set("positional", string_value(std::string(nn::positional_kind_name(positional))));
+  v.set("activation", text_value(std::string(nn::ffn_activation_name(activation))));
+  v.set("positional", text_value(std::string(nn::positional_kind_name(positional))));
   v.set("max_positions", n(max_positions));
   v.set("shared_embeddings", b(shared_embeddings));
   v.set("tied_output", b(tied_output));
@@ -147,33 +88,33 @@ io::Value TransformerConfig::to_value() const {
 
 TransformerConfig TransformerConfig::from_value(const io::Value& value, std::string_view what) {
   AK_CHECK(value.is_bundle(), "{}: the model config must be an object", what);
-  const std::string family = text(value, "family", what, "transformer");
+  const Fields f(value, std::string(what), "config ");
+  const std::string family = f.text("family", "transformer");
   AK_CHECK(family == "transformer", "{}: the model config is for a \"{}\" model, not a transformer", what, family);
   TransformerConfig c;
   constexpr int64_t kMaxSize = int64_t{1} << 16, kMaxVocab = int64_t{1} << 24;
-  c.src_vocab = integer(value, "src_vocab", what, std::nullopt, 1, kMaxVocab);
-  c.tgt_vocab = integer(value, "tgt_vocab", what, std::nullopt, 1, kMaxVocab);
-  const int64_t layers = integer(value, "layers", what, int64_t{6}, 1, 64);  // both sides, unless given apart
-  c.encoder_layers = integer(value, "encoder_layers", what, layers, 1, 64);
-  c.decoder_layers = integer(value, "decoder_layers", what, layers, 1, 64);
-  c.heads = integer(value, "heads", what, int64_t{8}, 1, 1024);
-  c.d_model = integer(value, "d_model", what, int64_t{512}, 1, kMaxSize);
-  c.ff = integer(value, "ff", what, int64_t{2048}, 1, 4 * kMaxSize);
-  c.dropout = real(value, "dropout", what, 0.1f);
-  c.norm_first = boolean(value, "norm_first", what, false);
-  c.max_positions = integer(value, "max_positions", what, int64_t{1024}, 1, kMaxVocab);
-  c.shared_embeddings = boolean(value, "shared_embeddings", what, false);
-  c.tied_output = boolean(value, "tied_output", what, false);
-  c.pad_id = integer(value, "pad_id", what, train::Vocab::kPad, 0, kMaxVocab);
-  c.bos_id = integer(value, "bos_id", what, train::Vocab::kBos, 0, kMaxVocab);
-  c.eos_id = integer(value, "eos_id", what, train::Vocab::kEos, 0, kMaxVocab);
+  c.src_vocab = f.integer("src_vocab", 1, kMaxVocab);
+  c.tgt_vocab = f.integer("tgt_vocab", 1, kMaxVocab);
+  const int64_t layers = f.integer("layers", 6, 1, 64);  // both sides, unless given apart
+  c.encoder_layers = f.integer("encoder_layers", layers, 1, 64);
+  c.decoder_layers = f.integer("decoder_layers", layers, 1, 64);
+  c.heads = f.integer("heads", 8, 1, 1024);
+  c.d_model = f.integer("d_model", 512, 1, kMaxSize);
+  c.ff = f.integer("ff", 2048, 1, 4 * kMaxSize);
+  c.dropout = f.real32("dropout", 0.1f);
+  c.norm_first = f.boolean("norm_first", false);
+  c.max_positions = f.integer("max_positions", 1024, 1, kMaxVocab);
+  c.shared_embeddings = f.boolean("shared_embeddings", false);
+  c.tied_output = f.boolean("tied_output", false);
+  c.pad_id = f.integer("pad_id", kPad, 0, kMaxVocab);
+  c.bos_id = f.integer("bos_id", kBos, 0, kMaxVocab);
+  c.eos_id = f.integer("eos_id", kEos, 0, kMaxVocab);
+  c.activation = f.choice("activation", "relu", nn::parse_ffn_activation);
+  c.positional = f.choice("positional", "sinusoidal", nn::parse_positional_kind);
   try {
-    c.activation = nn::parse_ffn_activation(text(value, "activation", what, "relu"));
-    c.positional = nn::parse_positional_kind(text(value, "positional", what, "sinusoidal"));
     c.validate();
   } catch (const Error& e) {
-    if (std::string_view(e.what()).rfind(what, 0) == 0) throw;
-    fail("{}: config: {}", what, e.what());
+    f.rethrow_where(e);
   }
   return c;
 }
@@ -249,7 +190,7 @@ Var Transformer::embed_target(const std::vector<int64_t>& ids, int64_t N, int64_
   return embed(target_table(), ids, N, T, offset);
 }
 
-Var Transformer::encode(const train::Batch& batch) {
+Var Transformer::encode(const SourceBatch& batch) {
   ops::MaskSpec pad;
   pad.key_lengths = batch.src_lengths;
   Var x = embed(src_embed_, batch.src, batch.N, batch.S, 0);  // [N, S, E]
@@ -261,7 +202,7 @@ Var Transformer::project(const Var& h) {
   return autograd::linear(h, Var::param(target_table().weight), Var::param(output_bias_));  // tied: h W_emb^T + b
 }
 
-ForwardResult Transformer::forward(const train::Batch& batch, const LossOptions& options) {
+ForwardResult Transformer::forward(const TeacherForcedBatch& batch, const LossOptions& options) {
   AK_CHECK(options.dropout == 0.0f, "transformer: dropout {} in the forward options: the rate is the config's "
            "(dropout {})", options.dropout, config_.dropout);
   AK_CHECK(options.teacher_forcing == 1.0f, "transformer: teacher forcing {}: scheduled sampling is not supported "
@@ -284,7 +225,7 @@ ForwardResult Transformer::forward(const train::Batch& batch, const LossOptions&
   return out;
 }
 
-std::vector<std::vector<int64_t>> Transformer::greedy(const train::Batch& batch, int64_t max_len) {
+std::vector<std::vector<int64_t>> Transformer::greedy(const SourceBatch& batch, int64_t max_len) {
   autograd::NoGrad no_grad;
   const int64_t N = batch.N;
   std::unique_ptr<DecoderState> state = start_decoding(batch, true);

@@ -44,7 +44,7 @@
 #include "attnkit/nn/positional.hpp"
 #include "attnkit/nn/transformer.hpp"
 #include "attnkit/tensor/random.hpp"
-#include "attnkit/train/batch.hpp"
+#include "attnkit/models/inputs.hpp"
 
 namespace attnkit::models {
 
@@ -63,7 +63,7 @@ struct TransformerConfig {
   int64_t max_positions = 1024;  // P (learned positions)
   bool shared_embeddings = false;  // one table for both sides (needs Vs == Vt)
   bool tied_output = false;        // output.weight = tgt_embed.weight
-  // Special token ids (train::Vocab's by default).
+  // Special token ids (models/tokens.hpp's by default).
   int64_t pad_id = 0, bos_id = 1, eos_id = 2;
 
   nn::TransformerLayerOptions layer_options() const;
@@ -84,14 +84,14 @@ class Transformer : public TranslationModel {
   std::string_view family() const override { return "transformer"; }
   io::Value config_value() const override { return config_.to_value(); }
 
-  ForwardResult forward(const train::Batch& batch, const LossOptions& options = {}) override;
+  ForwardResult forward(const TeacherForcedBatch& batch, const LossOptions& options = {}) override;
   // Greedy decoding through start_decoding(batch, true) (the KV cache).
-  std::vector<std::vector<int64_t>> greedy(const train::Batch& batch, int64_t max_len) override;
+  std::vector<std::vector<int64_t>> greedy(const SourceBatch& batch, int64_t max_len) override;
   // Incremental decoding (models/decoding.hpp, models/transformer_decoding.cpp): with the cache, each decoder
   // layer keeps its self-attention keys and values [R, t, E] (one row appended per step) and the cross-attention's
   // keys and values [R, S, E] projected once per source; select_rows gathers them. Without, every step runs the
   // layers over the whole prefix (causal) and projects the memory again.
-  std::unique_ptr<DecoderState> start_decoding(const train::Batch& sources, bool use_cache) override;
+  std::unique_ptr<DecoderState> start_decoding(const SourceBatch& sources, bool use_cache) override;
 
   std::vector<Parameter*> named_parameters() override;
   using Module::named_parameters;
@@ -108,7 +108,7 @@ class Transformer : public TranslationModel {
   // offset .. offset + T' ([N, T'] ids -> [N, T', E]); the encoder's output for a batch's sources; the
   // output projection.
   autograd::Var embed_target(const std::vector<int64_t>& ids, int64_t N, int64_t T, int64_t offset = 0);
-  autograd::Var encode(const train::Batch& batch);
+  autograd::Var encode(const SourceBatch& batch);
   autograd::Var project(const autograd::Var& h);  // [N, T', E] -> [N, T', Vt]
   nn::TransformerEncoder& encoder() { return encoder_; }
   nn::TransformerDecoder& decoder() { return decoder_; }

@@ -48,7 +48,7 @@ void append_rows(Tensor& cache, int64_t rows, const Tensor& more) {
 
 class TransformerDecoderState : public DecoderState {
  public:
-  TransformerDecoderState(Transformer& model, const train::Batch& sources, bool use_cache)
+  TransformerDecoderState(Transformer& model, const SourceBatch& sources, bool use_cache)
       : model_(model), use_cache_(use_cache) {
     check_decoding_sources(sources, "transformer decoding");
     autograd::NoGrad no_grad;
@@ -186,7 +186,7 @@ class TransformerDecoderState : public DecoderState {
   int64_t rows_ = 0;
 };
 
-std::unique_ptr<DecoderState> Transformer::start_decoding(const train::Batch& sources, bool use_cache) {
+std::unique_ptr<DecoderState> Transformer::start_decoding(const SourceBatch& sources, bool use_cache) {
   return std::make_unique<TransformerDecoderState>(*this, sources, use_cache);
 }
 

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <vector>
 
+#include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
 
@@ -152,14 +153,16 @@ GemmKernel gemm_kernel_auto() {
   return chosen;
 }
 
+namespace {
+
+// Auto is named by the kernel it chooses.
+constexpr EnumName<GemmKernel> kGemmKernelNames[] = {
+    {GemmKernel::Eigen, "eigen"}, {GemmKernel::Avx2, "attnkit-avx2"}, {GemmKernel::Avx512, "attnkit-avx512"}};
+
+}  // namespace
+
 const char* gemm_kernel_name(GemmKernel kernel) {
-  switch (kernel) {
-    case GemmKernel::Auto: return gemm_kernel_name(gemm_kernel_auto());
-    case GemmKernel::Eigen: return "eigen";
-    case GemmKernel::Avx2: return "attnkit-avx2";
-    case GemmKernel::Avx512: return "attnkit-avx512";
-  }
-  return "?";
+  return name_of(kGemmKernelNames, kernel == GemmKernel::Auto ? gemm_kernel_auto() : kernel);
 }
 
 void gemm_with(GemmKernel kernel, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -22,15 +22,7 @@ int gate_count(CellKind cell) {
   }
 }
 
-const char* cell_name(CellKind cell) {
-  switch (cell) {
-    case CellKind::RnnTanh: return "rnn";
-    case CellKind::RnnRelu: return "rnn-relu";
-    case CellKind::Lstm: return "lstm";
-    case CellKind::Gru: return "gru";
-  }
-  return "?";
-}
+const char* cell_name(CellKind cell) { return name_of(kCellNames, cell); }
 
 int64_t blocked_column(int64_t unit, int gate, int64_t hidden, int gates) {
   int64_t start = unit / kUnitBlock * kUnitBlock;

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string>
 
+#include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/scratch_tensor.hpp"
 #include "attnkit/tensor/tensor.hpp"
 
@@ -30,6 +31,8 @@ enum class CellKind { RnnTanh, RnnRelu, Lstm, Gru };
 
 int gate_count(CellKind cell);        // 1, 1, 4, 3
 const char* cell_name(CellKind cell); // "rnn", "rnn-relu", "lstm", "gru"
+inline constexpr EnumName<CellKind> kCellNames[] = {
+    {CellKind::RnnTanh, "rnn"}, {CellKind::RnnRelu, "rnn-relu"}, {CellKind::Lstm, "lstm"}, {CellKind::Gru, "gru"}};
 
 constexpr int64_t kUnitBlock = 16;  // one AVX-512 register of float32
 

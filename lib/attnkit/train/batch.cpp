@@ -26,8 +26,8 @@ template <typename Int>
 Int integer_member(const io::Value& bundle, const char* name, std::string_view what) {
   const io::Value* v = bundle.find(name);
   AK_CHECK(v != nullptr, "{}: the data order has no \"{}\"", what, name);
-  nlohmann::json j = nlohmann::json::parse(v->json(), nullptr, false);
-  AK_CHECK(v->kind() == io::Value::Kind::Other && j.is_string(),
+  const nlohmann::json j = v->is_string() ? nlohmann::json(v->str()) : nlohmann::json::parse(v->json(), nullptr, false);
+  AK_CHECK((v->is_string() || v->kind() == io::Value::Kind::Other) && j.is_string(),
            "{}: \"{}\" must be an integer written as a string (\"12\")", what, name);
   const std::string s = j.get<std::string>();
   Int x{};
@@ -37,11 +37,9 @@ Int integer_member(const io::Value& bundle, const char* name, std::string_view w
   return x;
 }
 
-io::Value integer_value(uint64_t x) { return io::Value::other("an integer", "\"" + std::to_string(x) + "\""); }
+io::Value integer_value(uint64_t x) { return io::Value::string(std::to_string(x)); }
 
 }  // namespace
-
-int64_t Batch::target_tokens() const { return std::accumulate(tgt_lengths.begin(), tgt_lengths.end(), int64_t{0}); }
 
 Batch make_batch(const EncodedCorpus& data, const std::vector<int64_t>& rows, bool sort_by_length) {
   AK_CHECK(!rows.empty(), "batch: no rows");

@@ -1,12 +1,6 @@
 // Batches for teacher forcing, in a deterministic shuffled order that an interrupted run resumes exactly.
-// Legend: N batch size (rows), S longest source in the batch, T longest target in the batch + 1.
-//
-//   src      [N, S]  source ids, padded with <pad> (0) after each row's length
-//   tgt_in   [N, T]  <bos> y_1 .. y_m, padded      (the decoder's inputs)
-//   tgt_out  [N, T]  y_1 .. y_m <eos>, padded      (what it must predict; <pad> positions are ignored
-//                                                   by the loss: cross-entropy's ignore_index = Vocab::kPad)
-//   src_lengths [N], tgt_lengths [N] (= m + 1: the target's tokens plus <eos>, also <bos> plus the tokens)
-//   index       [N]  the example (an index into the EncodedCorpus) of each row
+// A batch's members are models/inputs.hpp's (src, tgt_in, tgt_out, their lengths); `index` holds the example
+// (an index into the EncodedCorpus) of each row.
 //
 // Order: epoch e visits every example once, in the order of a Fisher-Yates shuffle (i = n-1 .. 1: swap i
 // with uniform_below(i + 1), tasks.hpp) drawn from Rng(splitmix64(seed + (e + 1) * 0x9E3779B97F4A7C15)),
@@ -25,24 +19,13 @@
 #include <vector>
 
 #include "attnkit/io/value.hpp"
+#include "attnkit/models/inputs.hpp"
 #include "attnkit/train/data.hpp"
 
 namespace attnkit::train {
 
-struct Batch {
-  int64_t N = 0;
-  int64_t S = 0;
-  int64_t T = 0;
-  std::vector<int64_t> src;          // [N, S]
-  std::vector<int64_t> src_lengths;  // [N]
-  std::vector<int64_t> tgt_in;       // [N, T]
-  std::vector<int64_t> tgt_out;      // [N, T]
-  std::vector<int64_t> tgt_lengths;  // [N]
-  std::vector<int64_t> index;        // [N]
-  int64_t epoch = 0;                 // the epoch the batch belongs to
-  // Target tokens predicted (sum of tgt_lengths: each <eos> included): tokens/s counts these.
-  int64_t target_tokens() const;
-};
+// A teacher-forced batch (models/inputs.hpp: the model's input, built here from the data).
+using Batch = models::TeacherForcedBatch;
 
 // Rows `rows` of `data` (indices into it) as one batch, in the given order (or sorted by source length,
 // longest first); refuses an empty list, an index out of range and an empty sequence.

@@ -310,4 +310,41 @@ void Adam::load_state(const io::Value& state) {
   state_ = std::move(loaded);
 }
 
+OptimizerKind parse_optimizer_kind(std::string_view name) {
+  if (name == "sgd") return OptimizerKind::Sgd;
+  if (name == "adam") return OptimizerKind::Adam;
+  if (name == "adamw") return OptimizerKind::AdamW;
+  fail("unknown optimizer \"{}\" (expected sgd, adam or adamw)", name);
+}
+
+std::string_view optimizer_kind_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::Sgd: return "sgd";
+    case OptimizerKind::Adam: return "adam";
+    case OptimizerKind::AdamW: return "adamw";
+  }
+  return "?";
+}
+
+std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::vector<Parameter*> params, double lr) {
+  switch (kind) {
+    case OptimizerKind::Sgd: {
+      SgdOptions o;
+      o.lr = lr;
+      return std::make_unique<Sgd>(std::move(params), o);
+    }
+    case OptimizerKind::Adam: {
+      AdamOptions o;
+      o.lr = lr;
+      return std::make_unique<Adam>(std::move(params), o);
+    }
+    case OptimizerKind::AdamW: {
+      AdamWOptions o;
+      o.lr = lr;
+      return std::make_unique<AdamW>(std::move(params), o);
+    }
+  }
+  fail("optimizer: unknown kind");
+}
+
 }  // namespace attnkit::train

@@ -35,6 +35,7 @@
 // on every later step as never having stopped (the test checks it).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -147,5 +148,11 @@ class AdamW : public Adam {
  public:
   AdamW(std::vector<Parameter*> params, const AdamWOptions& options = {});
 };
+
+// The optimizers seq2seq-train offers, by name ("sgd", "adam", "adamw"); each with its defaults and `lr`.
+enum class OptimizerKind { Sgd, Adam, AdamW };
+OptimizerKind parse_optimizer_kind(std::string_view name);
+std::string_view optimizer_kind_name(OptimizerKind kind);
+std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::vector<Parameter*> params, double lr);
 
 }  // namespace attnkit::train

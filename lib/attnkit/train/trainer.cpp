@@ -1,6 +1,5 @@
 #include "attnkit/train/trainer.hpp"
 
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -9,9 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "attnkit/autograd/var.hpp"
-#include "attnkit/io/atomic_file.hpp"
-#include "attnkit/io/json_reader.hpp"
-#include "attnkit/io/json_writer.hpp"
 #include "attnkit/io/tensor_file.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/train/clip.hpp"
@@ -22,75 +18,8 @@ namespace attnkit::train {
 
 namespace {
 
-constexpr const char* kFormat = "attnkit-seq2seq";
-
-io::Value str(const std::string& s) { return io::Value::other("a string", nlohmann::json(s).dump()); }
-io::Value num(double x) { return str(fmt::format("{}", x)); }  // shortest form that reads back
-
-const io::Value& member(const io::Value& v, const char* name, std::string_view what) {
-  AK_CHECK(v.is_bundle(), "{}: expected an object holding \"{}\"", what, name);
-  const io::Value* m = v.find(name);
-  AK_CHECK(m != nullptr, "{}: missing \"{}\"", what, name);
-  return *m;
-}
-
-std::string string_of(const io::Value& v, const char* name, std::string_view what) {
-  const io::Value& m = member(v, name, what);
-  nlohmann::json j = nlohmann::json::parse(m.json(), nullptr, false);
-  AK_CHECK(m.kind() == io::Value::Kind::Other && j.is_string(), "{}: \"{}\" must be a string", what, name);
-  return j.get<std::string>();
-}
-
-int64_t int_of(const io::Value& v, const char* name, std::string_view what) {
-  const std::string s = string_of(v, name, what);
-  int64_t x = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-  AK_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty() && x >= 0,
-           "{}: \"{}\" is \"{}\", not a non-negative integer", what, name, s);
-  return x;
-}
-
-double double_of(const io::Value& v, const char* name, std::string_view what) {
-  const std::string s = string_of(v, name, what);
-  double x = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-  AK_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty() && std::isfinite(x),
-           "{}: \"{}\" is \"{}\", not a number", what, name, s);
-  return x;
-}
-
 // A non-finite value as the messages write it: NaN, inf, -inf (fmt would say "-nan").
 std::string shown(float x) { return std::isnan(x) ? "NaN" : fmt::format("{}", x); }
-
-std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::vector<Parameter*> params, double lr) {
-  switch (kind) {
-    case OptimizerKind::Sgd: {
-      SgdOptions o;
-      o.lr = lr;
-      return std::make_unique<Sgd>(std::move(params), o);
-    }
-    case OptimizerKind::Adam: {
-      AdamOptions o;
-      o.lr = lr;
-      return std::make_unique<Adam>(std::move(params), o);
-    }
-    case OptimizerKind::AdamW: {
-      AdamWOptions o;
-      o.lr = lr;
-      return std::make_unique<AdamW>(std::move(params), o);
-    }
-  }
-  fail("optimizer: unknown kind");
-}
-
-// Numbers in the tensors of a bundle, nested ones included.
-int64_t numbers_in(const io::Value& v) {
-  if (v.is_tensor()) return v.tensor().numel();
-  int64_t n = 0;
-  if (v.is_bundle())
-    for (const auto& m : v.members()) n += numbers_in(m.second);
-  return n;
-}
 
 void append_line(const std::string& path, const std::string& line) {
   if (path.empty()) return;
@@ -102,53 +31,6 @@ void append_line(const std::string& path, const std::string& line) {
 }
 
 }  // namespace
-
-OptimizerKind parse_optimizer_kind(std::string_view name) {
-  if (name == "sgd") return OptimizerKind::Sgd;
-  if (name == "adam") return OptimizerKind::Adam;
-  if (name == "adamw") return OptimizerKind::AdamW;
-  fail("unknown optimizer \"{}\" (expected sgd, adam or adamw)", name);
-}
-
-std::string_view optimizer_kind_name(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::Sgd: return "sgd";
-    case OptimizerKind::Adam: return "adam";
-    case OptimizerKind::AdamW: return "adamw";
-  }
-  return "?";
-}
-
-namespace {
-TrainingData load_data(const DataSpec& spec) {
-  TrainingData d;
-  if (spec.task) {
-    TaskData t = make_task(*spec.task);
-    d.train = std::move(t.train);
-    d.valid = std::move(t.valid);
-    d.src_vocab = std::move(t.src_vocab);
-    d.tgt_vocab = std::move(t.tgt_vocab);
-    return d;
-  }
-  AK_CHECK(!spec.train_path.empty(), "training data: no task and no training file");
-  d.train = read_corpus(spec.train_path, spec.data);
-  if (!spec.valid_path.empty()) d.valid = read_corpus(spec.valid_path, spec.data);
-  d.src_vocab = build_vocab(d.train, Side::Source, default_order(d.train.src_tokenizer));
-  d.tgt_vocab = build_vocab(d.train, Side::Target, default_order(d.train.tgt_tokenizer));
-  return d;
-}
-}  // namespace
-
-TrainingData load_training_data(const DataSpec& spec) {
-  TrainingData d = load_data(spec);
-  if (!spec.vocab_path.empty()) {
-    VocabPair v = read_vocab_pair(spec.vocab_path);
-    d.src_vocab = std::move(v.source);
-    d.tgt_vocab = std::move(v.target);
-    d.vocab_source = spec.vocab_path;
-  }
-  return d;
-}
 
 std::string TrainSummary::to_json() const {
   nlohmann::json j;
@@ -220,46 +102,6 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData data)
         return c;
       }()) {}
 
-void Trainer::save(const std::string& path) const {
-  io::Value v;
-  v.set("format", str(kFormat));
-  v.set("version", str("1"));
-  v.set("config", model_->config_value());
-  io::Value t;
-  t.set("optimizer", str(std::string(optimizer_kind_name(options_.optimizer))));
-  t.set("lr", num(options_.schedule.lr));
-  t.set("batch", str(std::to_string(options_.batch_size)));
-  t.set("schedule", str(std::string(schedule_name(options_.schedule.kind))));
-  t.set("warmup", str(std::to_string(options_.schedule.warmup_steps)));
-  t.set("label_smoothing", num(options_.label_smoothing));
-  t.set("clip", num(options_.clip));
-  t.set("seed", str(std::to_string(options_.seed)));
-  t.set("steps", str(std::to_string(options_.steps)));
-  t.set("src_tokenizer", str(std::string(tokenizer_name(data_.train.src_tokenizer))));
-  t.set("tgt_tokenizer", str(std::string(tokenizer_name(data_.train.tgt_tokenizer))));
-  t.set("dropout", num(options_.dropout));
-  t.set("teacher_forcing", num(options_.teacher_forcing));
-  v.set("training", std::move(t));
-  io::Value rng;
-  rng.set("state", str(std::to_string(rng_.state().state)));
-  rng.set("inc", str(std::to_string(rng_.state().inc)));
-  v.set("rng", std::move(rng));
-  io::Value vocab;
-  vocab.set("source", data_.src_vocab.to_value());
-  vocab.set("target", data_.tgt_vocab.to_value());
-  v.set("vocab", std::move(vocab));
-  v.set("step", str(std::to_string(step_)));
-  v.set("optimizer", optimizer_->state());
-  v.set("data_order", batcher_->state_value());
-  io::Value window;
-  window.set("loss", num(window_loss_));
-  window.set("steps", str(std::to_string(window_steps_)));
-  v.set("window", std::move(window));
-  const io::Value params = model_->parameters_value();  // named: a temporary's members() would dangle
-  for (const auto& [name, sub] : params.members()) v.set(name, sub);
-  io::write_value_file(path, v);  // JSON, or by extension .safetensors / .npz (io/tensor_file.hpp, Documents)
-}
-
 void Trainer::save_checked(const std::string& path, const std::string& when) const {
   for (const Parameter* p : model_->named_parameters()) {
     const float* x = p->value.data();
@@ -268,121 +110,6 @@ void Trainer::save_checked(const std::string& path, const std::string& when) con
                p->name, shown(x[i]), i);
   }
   save(path);
-}
-
-std::unique_ptr<Trainer> Trainer::resume(const std::string& path, const TrainerOptions& options, TrainingData data) {
-  return resume_value(io::read_value_file(path), path, options, std::move(data));
-}
-
-std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::string& path,
-                                              const TrainerOptions& options, TrainingData data) {
-  return resume_value(io::read_document(text, io::sniff_format(text), path), path, options, std::move(data));
-}
-
-std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::string& path,
-                                               const TrainerOptions& options, TrainingData data) {
-  AK_CHECK(v.is_bundle() && v.find("format") && string_of(v, "format", path) == kFormat,
-           "{}: not an attnkit seq2seq checkpoint (no \"format\": \"{}\")", path, kFormat);
-  AK_CHECK(string_of(v, "version", path) == "1", "{}: checkpoint version \"{}\" is not supported", path,
-           string_of(v, "version", path));
-  const io::Value& config_value = member(v, "config", path);
-  const bool transformer = config_value.is_bundle() && config_value.find("family") != nullptr;
-  AK_CHECK(!options.model_given.family || (options.family == "transformer") == transformer,
-           "{}: the checkpoint's model is a {}; it cannot continue as a {}", path,
-           transformer ? "transformer" : "recurrent seq2seq", transformer ? "recurrent seq2seq" : "transformer");
-  models::Seq2SeqConfig config;
-  models::TransformerConfig tconfig;
-  if (transformer) tconfig = models::TransformerConfig::from_value(config_value, path);
-  else config = models::Seq2SeqConfig::from_value(config_value, path);
-  const int64_t config_src = transformer ? tconfig.src_vocab : config.src_vocab;
-  const int64_t config_tgt = transformer ? tconfig.tgt_vocab : config.tgt_vocab;
-  const std::string twhat = std::string(path) + ": training";
-  const io::Value& t = member(v, "training", path);
-  const io::Value& vocab = member(v, "vocab", path);
-  const Vocab src = Vocab::from_value(member(vocab, "source", path), path + ": vocab/source");
-  const Vocab tgt = Vocab::from_value(member(vocab, "target", path), path + ": vocab/target");
-  check_same_vocab(src, path, data.src_vocab, data.vocab_name(), path + ": source vocabulary");
-  check_same_vocab(tgt, path, data.tgt_vocab, data.vocab_name(), path + ": target vocabulary");
-  AK_CHECK(config_src == src.size() && config_tgt == tgt.size(),
-           "{}: the config's vocabulary sizes {} and {} disagree with the stored vocabularies ({} and {})", path,
-           config_src, config_tgt, src.size(), tgt.size());
-  if (!transformer) {
-    // Before a model is allocated: the file must hold at least the numbers of the model's largest tables
-    // (embeddings, one hidden-by-hidden matrix per layer and direction, the output layer), so that a small
-    // file whose config claims hidden 65536 and 64 layers is refused instead of allocating terabytes.
-    const double H = double(config.hidden), Hd = double(config.decoder_hidden()), L = config.layers;
-    const double least = double(config.src_vocab + config.tgt_vocab) * double(config.embed) +
-                         L * (config.bidirectional ? 2 : 1) * H * H + L * Hd * Hd + double(config.tgt_vocab) * Hd;
-    const int64_t held = numbers_in(v);
-    AK_CHECK(double(held) >= least,
-             "{}: the config describes a model of at least {:.0f} parameters, but the file holds {} numbers "
-             "(truncated, or not this model's checkpoint)", path, least, held);
-  }
-  if (!transformer) {
-    const auto& g = options.model_given;
-    models::Seq2SeqConfig w = config;  // the checkpoint's, with the fields the user gave
-    if (g.cell) w.cell = options.model.cell;
-    if (g.attention) w.attention = options.model.attention;
-    if (g.style) w.style = options.model.style;
-    if (g.embed) w.embed = options.model.embed;
-    if (g.hidden) w.hidden = options.model.hidden;
-    if (g.layers) w.layers = options.model.layers;
-    if (g.bidirectional) w.bidirectional = options.model.bidirectional;
-    auto describe = [](const models::Seq2SeqConfig& c) {
-      return fmt::format("{} with attention {}{}, embed {}, hidden {}, {} layer(s){}",
-                         models::cell_kind_name(c.cell), models::attention_kind_name(c.attention),
-                         c.style == models::AttentionStyle::Bahdanau ? " (bahdanau)" : "", c.embed, c.hidden, c.layers,
-                         c.bidirectional ? ", bidirectional" : "");
-    };
-    AK_CHECK(w.cell == config.cell && w.attention == config.attention && w.style == config.style &&
-                 w.embed == config.embed &&
-                 w.hidden == config.hidden && w.layers == config.layers && w.bidirectional == config.bidirectional,
-             "{}: the checkpoint's model is {}; it cannot continue as {}", path, describe(config), describe(w));
-  }
-  TrainerOptions o = options;
-  try {
-    o.optimizer = parse_optimizer_kind(string_of(t, "optimizer", twhat));
-  } catch (const Error& e) {
-    fail("{}: {}", twhat, e.what());
-  }
-  o.batch_size = int_of(t, "batch", twhat);
-  o.seed = static_cast<uint64_t>(int_of(t, "seed", twhat));
-  AK_CHECK(o.batch_size >= 1, "{}: \"batch\" must be >= 1", twhat);
-  // Checkpoints from before dropout and scheduled sampling existed have neither (0 and 1 then).
-  if (!o.dropout_given && t.find("dropout") != nullptr) o.dropout = float(double_of(t, "dropout", twhat));
-  if (!o.teacher_forcing_given && t.find("teacher_forcing") != nullptr)
-    o.teacher_forcing = float(double_of(t, "teacher_forcing", twhat));
-  o.family = transformer ? "transformer" : "recurrent";
-  auto trainer = std::unique_ptr<Trainer>(new Trainer(o, std::move(data), config, tconfig));
-  try {
-    trainer->model_->load_parameters(v, path);
-    trainer->optimizer_->load_state(member(v, "optimizer", path));
-  } catch (const Error& e) {
-    if (std::string_view(e.what()).rfind(path, 0) == 0) throw;
-    fail("{}: {}", path, e.what());
-  }
-  trainer->batcher_->load_state(member(v, "data_order", path), path + ": data_order");
-  trainer->step_ = trainer->start_step_ = int_of(v, "step", path);
-  if (v.find("rng") != nullptr) {
-    const std::string rwhat = path + ": rng";
-    const io::Value& r = member(v, "rng", path);
-    auto u64 = [&](const char* name) {
-      const std::string s = string_of(r, name, rwhat);
-      uint64_t x = 0;
-      auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-      AK_CHECK(ec == std::errc() && end == s.data() + s.size() && !s.empty(), "{}: \"{}\" is \"{}\", not an integer",
-               rwhat, name, s);
-      return x;
-    };
-    Rng::State st;
-    st.state = u64("state");
-    st.inc = u64("inc");
-    trainer->rng_.set_state(st);
-  }
-  const std::string wwhat = path + ": window";
-  trainer->window_loss_ = double_of(member(v, "window", path), "loss", wwhat);
-  trainer->window_steps_ = int_of(member(v, "window", path), "steps", wwhat);
-  return trainer;
 }
 
 Evaluation Trainer::evaluate(const Corpus& corpus) {

@@ -2,22 +2,16 @@
 // an optimizer step under a learning-rate schedule; validation (loss, token accuracy, exact match by greedy
 // decoding); metrics as JSON lines; checkpoints as one JSON bundle written atomically; exact resume.
 //
-// Checkpoint (one JSON object; every integer a decimal string so that it reads back exactly; saved as
-// .safetensors or .npz when the path says so: the tensors under their names joined by '.', e.g.
-// "encoder.weight_ih_l0", "optimizer.encoder.weight_ih_l0.exp_avg", and the rest as the JSON text of the
-// document, io/tensor_file.hpp's Documents; read back to the same document, so resuming is the same run):
-//   "format": "attnkit-seq2seq", "version": "1"
-//   "config":    the model's config (models::Seq2SeqConfig::to_value, or TransformerConfig's with "family")
+// Checkpoint (models/checkpoint.hpp's document; train/checkpoint.cpp adds the training sections):
 //   "training":  {"optimizer", "lr", "batch", "schedule", "warmup", "label_smoothing", "clip", "seed",
 //                 "steps", "src_tokenizer", "tgt_tokenizer", "dropout", "teacher_forcing"}
 //   "rng":       {"state", "inc"}: the training Rng (dropout masks, scheduled sampling) after "step" steps
-//   "vocab":     {"source": {"tokens": [...]}, "target": {"tokens": [...]}}
 //   "step":      optimizer steps taken
 //   "optimizer": the optimizer's state (train/optimizer.hpp)
 //   "data_order": the Batcher's state (train/batch.hpp)
 //   "window":    {"loss", "steps"}: the training-loss sum since the last logged multiple of log_every
-//   "src_embed", "encoder", "tgt_embed", "decoder", "attention", "combine", "output": the parameters
-//                (models/seq2seq.hpp), so that `lstm-run X --weights model.json#encoder` runs the encoder.
+// Files: train/trainer.cpp the loop and evaluation, train/checkpoint.cpp save and resume, train/data_source.cpp
+// the data.
 // Resume: the model, the optimizer state and the data order come back, and the loop continues from "step"
 // up to the options' steps (the total, not an increment): the same metrics, bit for bit, as a run that was
 // never interrupted (same thread count). The vocabularies of the data given must equal the checkpoint's.
@@ -34,37 +28,13 @@
 #include "attnkit/models/transformer.hpp"
 #include "attnkit/train/batch.hpp"
 #include "attnkit/train/data.hpp"
+#include "attnkit/train/data_source.hpp"
 #include "attnkit/train/optimizer.hpp"
 #include "attnkit/train/schedule.hpp"
 #include "attnkit/train/tasks.hpp"
 #include "attnkit/train/vocab.hpp"
 
 namespace attnkit::train {
-
-// Where the examples come from: a built-in task, or files.
-struct DataSpec {
-  std::optional<TaskOptions> task;  // set: a built-in task
-  std::string train_path;           // else: TSV / JSONL files
-  std::string valid_path;           // optional
-  DataOptions data;                 // tokenizers, max_len, skip_bad_lines (files only)
-  std::string vocab_path;           // optional: the vocabularies from this file (read_vocab_pair, vocab.hpp)
-};
-
-struct TrainingData {
-  Corpus train, valid;
-  Vocab src_vocab, tgt_vocab;
-  std::string vocab_source;  // the vocabulary file they came from, or "" (built from the data)
-  // Where the vocabularies come from, for messages: the vocabulary file, else the training data's name.
-  const std::string& vocab_name() const { return vocab_source.empty() ? train.name : vocab_source; }
-};
-// A task's sets and vocabularies, or the files read with vocabularies built from the training file
-// (source side and target side each in the tokenizer's default order); with spec.vocab_path, the
-// vocabularies of that file instead (tokens it lacks become <unk>). Errors name the file and line.
-TrainingData load_training_data(const DataSpec& spec);
-
-enum class OptimizerKind { Sgd, Adam, AdamW };
-OptimizerKind parse_optimizer_kind(std::string_view name);  // "sgd", "adam", "adamw"
-std::string_view optimizer_kind_name(OptimizerKind kind);
 
 // What a progress display needs, after each step.
 struct Progress {

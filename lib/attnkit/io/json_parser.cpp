@@ -1,18 +1,10 @@
-#include "attnkit/io/json_reader.hpp"
-
-#include "attnkit/io/tensor_file.hpp"
+#include "attnkit/io/json_parser.hpp"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <iostream>
-#include <iterator>
 #include <limits>
-#include <sstream>
 #include <unordered_set>
 
 #include <fast_float/fast_float.h>
@@ -20,46 +12,6 @@
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::io {
-
-const Value* Value::find(std::string_view name) const {
-  for (const auto& [key, value] : members_)
-    if (key == name) return &value;
-  return nullptr;
-}
-
-std::vector<std::string> Value::names() const {
-  std::vector<std::string> out;
-  for (const auto& m : members_) out.push_back(m.first);
-  return out;
-}
-
-Value& Value::set(std::string name, Value value) {
-  for (auto& m : members_)
-    if (m.first == name) {
-      m.second = std::move(value);
-      return *this;
-    }
-  members_.emplace_back(std::move(name), std::move(value));
-  return *this;
-}
-
-Value& Value::append(std::string name, Value value) {
-  members_.emplace_back(std::move(name), std::move(value));
-  return *this;
-}
-
-void Value::set_path(const std::vector<std::string>& names, Value value) {
-  AK_CHECK(!names.empty(), "bundle: empty member name");
-  Value* node = this;
-  for (size_t i = 0; i + 1 < names.size(); ++i) {
-    AK_CHECK(node->is_bundle(), "bundle: \"{}\" is a tensor, it cannot hold \"{}\"", names[i - (i > 0)], names[i]);
-    if (!node->find(names[i])) node->set(names[i], Value::bundle());
-    node = const_cast<Value*>(node->find(names[i]));
-  }
-  AK_CHECK(node->is_bundle(), "bundle: \"{}\" is a tensor, it cannot hold \"{}\"", names.size() > 1 ? names[names.size() - 2] : "", names.back());
-  AK_CHECK(node->find(names.back()) == nullptr, "bundle: the name \"{}\" is given twice", fmt::join(names, "/"));
-  node->set(names.back(), std::move(value));
-}
 
 namespace {
 
@@ -389,6 +341,7 @@ class Parser {
     const char* at = p_;
     Value v = any_value(depth);
     if (v.kind() == Value::Kind::Other) return Value::other(v.why(), compact(at, p_));
+    if (v.is_string()) return Value::string(v.str(), v.why(), compact(at, p_));
     return v;
   }
 
@@ -402,7 +355,7 @@ class Parser {
         std::string s = string();
         float f;
         if (non_finite(s, f)) return Value(Tensor::scalar(f));
-        return Value::other(fmt::format("a string ({})", where(at)));
+        return Value::string(std::move(s), fmt::format("a string ({})", where(at)), "");
       }
       case 't':
         if (literal("true")) return Value::other(fmt::format("true ({})", where(at)));
@@ -675,7 +628,7 @@ class Parser {
     if (overflow || numel > options_.max_elements)  // the whole product: [2^40, 0] holds nothing
         syntax_error_at(open, fmt::format("flat tensor of shape {} has more than {} elements (see --max-elements)",
                                           shape_str(shape), options_.max_elements));
-    if (const Value* dtype = bundle.find("dtype"); dtype && dtype->kind() != Value::Kind::Other)
+    if (const Value* dtype = bundle.find("dtype"); dtype && dtype->kind() != Value::Kind::Other && !dtype->is_string())
       return bad("a flat tensor whose \"dtype\" is not a string");
     if (!data_v->is_tensor() || data_v->tensor().rank() != 1)
       return bad("a flat tensor whose \"data\" is not a list of numbers");
@@ -707,172 +660,12 @@ std::vector<Value> parse_json_stream(std::string_view text, std::string_view sou
   return out;
 }
 
-namespace {
-
-int open_input(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  AK_CHECK(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
-    close(fd);
-    fail("{}: is a folder, not a file", path);
-  }
-  return fd;
-}
-
-}  // namespace
-
-RecordReader::RecordReader(const std::string& path, const ReadOptions& options)
-    : source_(path == "-" ? "<stdin>" : path), options_(options) {
-  fd_ = path == "-" ? 0 : open_input(path);
-  binary_ = path != "-" && file_format(path) != FileFormat::Json;
-  format_ = static_cast<int>(file_format(path));
-}
-
-RecordReader::~RecordReader() {
-  if (fd_ > 0) close(fd_);
-}
-
-bool RecordReader::fill() {
-  if (eof_) return false;
-  if (start_ > 0 && (start_ >= used_ / 2 || used_ == buf_.size())) {  // drop what was consumed
-    buf_.erase(0, start_);
-    used_ -= start_;
-    scan_ -= start_;
-    start_ = 0;
-  }
-  constexpr size_t kChunk = size_t{1} << 20;
-  if (buf_.size() - used_ < kChunk / 2) buf_.resize(std::max(buf_.size() * 2, used_ + kChunk));
-  for (;;) {
-    ssize_t n = read(fd_, buf_.data() + used_, buf_.size() - used_);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("{}: read error ({})", source_, std::strerror(errno));
-    if (n == 0) {
-      eof_ = true;
-      return false;
-    }
-    used_ += static_cast<size_t>(n);
-    return true;
-  }
-}
-
-bool RecordReader::next(Value& out) {
-  if (fd_ == 0 && records_ == 0 && !binary_ && !sniffed_) {
-    // Standard input: a binary file (io/tensor_file.hpp's sniff_format) is one document; anything else NDJSON.
-    // Read until its first bytes decide: sniff_needs() of them, or sooner when a byte at 4..8 is not NUL and
-    // the first is not a binary magic's (a safetensors header size below 100 MB has NUL bytes there, JSON none).
-    auto decided = [&] {
-      if (used_ >= sniff_needs()) return true;
-      const unsigned char first = used_ ? static_cast<unsigned char>(buf_[0]) : 0;
-      if (used_ == 0 || first == 0x93 || first == 'P') return false;
-      for (size_t i = 4; i < used_; ++i)
-        if (buf_[i] != '\0') return true;
-      return false;
-    };
-    while (!decided() && fill()) {
-    }
-    sniffed_ = true;
-    const FileFormat f = sniff_format(std::string_view(buf_.data(), used_));
-    if (f != FileFormat::Json) binary_ = true, format_ = static_cast<int>(f);
-  }
-  if (binary_) {  // .npy, .npz, .safetensors (io/tensor_file.hpp): one document, the whole file
-    if (records_ > 0) return false;
-    while (fill()) {
-    }
-    out = read_document(std::string_view(buf_.data(), used_), static_cast<FileFormat>(format_), source_, options_);
-    std::string().swap(buf_);
-    ++records_;
-    return true;
-  }
-  // Find the newline that ends the record at start_: one at bracket depth 0 outside strings, after
-  // something that is not whitespace (blank lines between records are skipped). The parser
-  // checks the record itself; this scan only finds where it ends.
-  for (;;) {
-    const char* b = buf_.data();
-    size_t i = scan_, end_at = std::string::npos;
-    if (!started_) {
-      while (i < used_ && is_ws(b[i])) {
-        if (b[i] == '\n') start_ = i + 1, ++line_;
-        ++i;
-      }
-      if (i < used_) started_ = true;
-    }
-    if (started_) {
-      for (; i < used_; ++i) {
-        char c = b[i];
-        if (in_string_) {
-          if (c == '\\') {  // skip the escaped character (once it has arrived)
-            if (i + 1 >= used_) break;
-            ++i;
-            continue;
-          }
-          if (c == '"' || c == '\n') in_string_ = false;  // a newline in a string ends it: invalid anyway
-          if (c != '\n') continue;
-        }
-        if (c == '"') in_string_ = true;
-        else if (c == '[' || c == '{') ++depth_;
-        else if (c == ']' || c == '}') --depth_;
-        if (c == '\n') {
-          if (depth_ <= 0) {
-            end_at = i;
-            break;
-          }
-          ++newlines_;
-        }
-      }
-    }
-    scan_ = i;
-    if (end_at == std::string::npos && fill()) continue;
-    if (end_at == std::string::npos) end_at = used_;  // the end of the input
-    if (!started_) {
-      if (records_ == 0) {  // nothing but whitespace: "empty input" at its end
-        Parser parser(std::string_view(buf_.data() + start_, used_ - start_), source_, options_, line_);
-        parser.document();
-      }
-      return false;
-    }
-    std::string_view text(buf_.data() + start_, end_at - start_);
-    Parser parser(text, source_, options_, line_);
-    out = parser.document();
-    parser.end_of_document(true);
-    ++records_;
-    line_ += newlines_ + 1;
-    start_ = scan_ = std::min(end_at + 1, used_);
-    depth_ = newlines_ = 0;
-    in_string_ = started_ = false;
-    return true;
-  }
-}
-
-std::string read_text(const std::string& path) {
-  if (path == "-") {
-    std::string text{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
-    AK_CHECK(!std::cin.bad(), "<stdin>: read error");
-    return text;
-  }
-  int fd = open_input(path);
-  struct stat st {};
-  fstat(fd, &st);
-  // Regular files are read in one go; pipes and FIFOs (<(...), /dev/stdin) until their end.
-  std::string text;
-  size_t size = S_ISREG(st.st_mode) ? static_cast<size_t>(st.st_size) : 0;
-  text.resize(std::max<size_t>(size + 1, 1 << 16));
-  size_t used = 0;
-  for (;;) {
-    if (used == text.size()) text.resize(text.size() * 2);
-    ssize_t n = read(fd, text.data() + used, text.size() - used);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      close(fd);
-      fail("{}: read error ({})", path, std::strerror(err));
-    }
-    if (n == 0) break;
-    used += static_cast<size_t>(n);
-  }
-  close(fd);
-  text.resize(used);
-  return text;
+Value parse_json_record(std::string_view text, std::string_view source, const ReadOptions& options,
+                        int64_t first_line) {
+  Parser parser(text, source, options, first_line);
+  Value v = parser.document();
+  parser.end_of_document(true);
+  return v;
 }
 
 }  // namespace attnkit::io

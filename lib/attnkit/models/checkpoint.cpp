@@ -1,0 +1,133 @@
+#include "attnkit/models/checkpoint.hpp"
+
+#include "attnkit/io/bundle_lookup.hpp"
+#include "attnkit/models/fields.hpp"
+#include "attnkit/models/seq2seq.hpp"
+#include "attnkit/models/transformer.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/random.hpp"
+
+namespace attnkit::models {
+
+namespace {
+
+// The stored tensor `name` must have `shape` (checked before the model is allocated).
+void expect_shape(const io::Value& weights, const std::string& name, const Shape& shape, std::string_view what) {
+  const Tensor* t = io::find_tensor(weights, name, what);
+  AK_CHECK(t != nullptr, "{}: missing weight {} (expected shape {})", what, name, shape_str(shape));
+  AK_CHECK(t->shape() == shape, "{}: weight {} has shape {}, but the config says {}", what, name, t->shape_str(),
+           shape_str(shape));
+}
+
+std::unique_ptr<TranslationModel> make_recurrent(const io::Value& weights, const io::Value& config,
+                                                 std::string_view what) {
+  const Seq2SeqConfig c = Seq2SeqConfig::from_value(config, what);
+  const int64_t gates = c.cell == nn::CellKind::Lstm ? 4 : c.cell == nn::CellKind::Gru ? 3 : 1;
+  const int64_t Hd = c.decoder_hidden();
+  expect_shape(weights, "src_embed.weight", {c.src_vocab, c.embed}, what);
+  expect_shape(weights, "tgt_embed.weight", {c.tgt_vocab, c.embed}, what);
+  expect_shape(weights, "encoder.weight_hh_l0", {gates * c.hidden, c.hidden}, what);
+  expect_shape(weights, "decoder.weight_hh_l0", {gates * Hd, Hd}, what);
+  expect_shape(weights, "output.weight", {c.tgt_vocab, Hd}, what);
+  Rng rng(1);  // the initial values are replaced by the stored ones
+  return std::make_unique<Seq2Seq>(c, rng);
+}
+
+// models/transformer.hpp's names; the last layer of each stack checked, so that more layers in the config than in
+// the weights is refused before the model is allocated.
+std::unique_ptr<TranslationModel> make_transformer(const io::Value& weights, const io::Value& config,
+                                                   std::string_view what) {
+  const TransformerConfig c = TransformerConfig::from_value(config, what);
+  const int64_t E = c.d_model;
+  const std::string enc = "encoder.layers." + std::to_string(c.encoder_layers - 1) + ".";
+  const std::string dec = "decoder.layers." + std::to_string(c.decoder_layers - 1) + ".";
+  expect_shape(weights, "src_embed.weight", {c.src_vocab, E}, what);
+  if (!c.shared_embeddings) expect_shape(weights, "tgt_embed.weight", {c.tgt_vocab, E}, what);
+  expect_shape(weights, enc + "self_attn.in_proj_weight", {3 * E, E}, what);
+  expect_shape(weights, enc + "linear1.weight", {c.ff, E}, what);
+  expect_shape(weights, dec + "multihead_attn.in_proj_weight", {3 * E, E}, what);
+  expect_shape(weights, dec + "linear1.weight", {c.ff, E}, what);
+  if (!c.tied_output) expect_shape(weights, "output.weight", {c.tgt_vocab, E}, what);
+  Rng rng(1);  // the initial values are replaced by the stored ones
+  return std::make_unique<Transformer>(c, rng);
+}
+
+}  // namespace
+
+const std::vector<ModelFamily>& model_families() {
+  static const std::vector<ModelFamily> families = {{"recurrent", make_recurrent},
+                                                    {"transformer", make_transformer}};
+  return families;
+}
+
+std::string family_name(const io::Value& config, std::string_view what) {
+  if (!config.is_bundle() || config.find("family") == nullptr) return "recurrent";
+  return Fields(config, std::string(what), "config ").text("family");
+}
+
+const ModelFamily& model_family(std::string_view name, std::string_view what) {
+  std::string known;
+  for (const ModelFamily& f : model_families()) {
+    if (f.name == name) return f;
+    known += (known.empty() ? "" : ", ") + std::string(f.name);
+  }
+  fail("{}: model family \"{}\" is not one this build knows ({})", what, name, known);
+}
+
+io::Value checkpoint_head(const TranslationModel& model) {
+  io::Value v;
+  v.set("format", text_value(kCheckpointFormat));
+  v.set("version", text_value("1"));
+  v.set("config", model.config_value());
+  return v;
+}
+
+void add_vocabularies(io::Value& checkpoint, const Vocab& source, const Vocab& target) {
+  io::Value vocab;
+  vocab.set("source", source.to_value());
+  vocab.set("target", target.to_value());
+  checkpoint.set("vocab", std::move(vocab));
+}
+
+void add_parameters(io::Value& checkpoint, const TranslationModel& model) {
+  const io::Value params = model.parameters_value();  // named: a temporary's members() would dangle
+  for (const auto& [name, sub] : params.members()) checkpoint.set(name, sub);
+}
+
+CheckpointHead read_checkpoint_head(const io::Value& v, const std::string& what) {
+  AK_CHECK(v.is_bundle() && v.find("format") && Fields(v, what).text("format") == kCheckpointFormat,
+           "{}: not an attnkit seq2seq checkpoint (no \"format\": \"{}\")", what, kCheckpointFormat);
+  const Fields top(v, what);
+  const std::string version = top.text("version");
+  AK_CHECK(version == "1", "{}: checkpoint version \"{}\" is not supported", what, version);
+  CheckpointHead h;
+  h.config = &top.member("config");
+  h.family = family_name(*h.config, what);
+  model_family(h.family, what);
+  const Fields vocab(top.member("vocab"), what + ": vocab");
+  h.src_vocab = Vocab::from_value(vocab.member("source"), what + ": vocab/source");
+  h.tgt_vocab = Vocab::from_value(vocab.member("target"), what + ": vocab/target");
+  const Fields training(top.member("training"), what + ": training");
+  h.src_tokenizer = training.choice("src_tokenizer", tokenizer_from_name);
+  h.tgt_tokenizer = training.choice("tgt_tokenizer", tokenizer_from_name);
+  return h;
+}
+
+void check_vocab_sizes(const io::Value& config, const Vocab& source, const Vocab& target, std::string_view what) {
+  const Fields c(config, std::string(what), "config ");
+  const int64_t cs = c.count("src_vocab"), ct = c.count("tgt_vocab");
+  AK_CHECK(cs == source.size() && ct == target.size(),
+           "{}: the config's vocabulary sizes {} and {} disagree with the stored vocabularies ({} and {})", what, cs,
+           ct, source.size(), target.size());
+}
+
+void load_parameters(TranslationModel& model, const io::Value& weights, const std::string& what) {
+  try {
+    model.load_parameters(weights, what);
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).rfind(what, 0) == 0) throw;
+    fail("{}: {}", what, e.what());
+  }
+}
+
+}  // namespace attnkit::models

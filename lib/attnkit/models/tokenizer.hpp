@@ -1,0 +1,42 @@
+// Tokenizers: text <-> the tokens a vocabulary maps to ids (models/vocab.hpp).
+//   char   one token per Unicode character (a UTF-8 sequence); spaces are tokens too ("jan 5" -> j a n ␠ 5).
+//          Text that is not valid UTF-8 is refused.
+//   space  tokens separated by runs of spaces or tabs ("hh ax l ow" -> hh ax l ow); leading and trailing
+//          spaces are ignored.
+//   ids    whitespace-separated non-negative integers below 2^31, kept as their canonical decimal text
+//          ("007" -> "7"); anything else ("-3", "x1", "+4") is refused. Ids are tokens like any other: they
+//          are mapped through the vocabulary (id k is NOT row k of an embedding: rows 0-3 are the specials).
+//   The special tokens' texts (<pad> <bos> <eos> <unk>) are reserved: data containing one as a token is
+//   refused (a space-tokenized "<eos>" in a data file would otherwise be silently taken as the real one).
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attnkit::models {
+
+enum class Tokenizer { Char, Space, Ids };
+
+// "char", "space", "ids" -> Tokenizer; anything else is an attnkit::Error listing the three.
+Tokenizer tokenizer_from_name(std::string_view name);
+std::string_view tokenizer_name(Tokenizer tokenizer);
+
+// Splits `text` into `out` (cleared first). Returns "" on success, else the reason it cannot
+// ("invalid UTF-8 at byte 3", "\"x1\" is not a non-negative integer", "\"<eos>\" is a reserved special token");
+// the data readers turn the reason into a bad-line message.
+std::string tokenize(std::string_view text, Tokenizer tokenizer, std::vector<std::string>& out);
+// The same, throwing attnkit::Error with the reason.
+std::vector<std::string> tokenize(std::string_view text, Tokenizer tokenizer);
+// The inverse for display: char concatenates, space and ids join with one space.
+std::string join_tokens(const std::vector<std::string>& tokens, Tokenizer tokenizer);
+
+// "" or "invalid UTF-8 at byte N" (1-based).
+std::string check_utf8(std::string_view s);
+// One of the special tokens' texts.
+bool is_special_token(std::string_view token);
+// A canonical non-negative decimal integer: "0", or digits without a leading zero.
+bool is_canonical_integer(std::string_view s);
+// A token as messages show it: quoted JSON-style, cut after 40 bytes.
+std::string shown_token(std::string_view s);
+
+}  // namespace attnkit::models

@@ -1,0 +1,151 @@
+// The Trainer's checkpoint: models/checkpoint.hpp's document (format, config, vocabularies, parameters) with the
+// training sections added here (train/trainer.hpp lists them) and read back by resume.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "attnkit/io/tensor_file.hpp"
+#include "attnkit/models/checkpoint.hpp"
+#include "attnkit/models/fields.hpp"
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/train/trainer.hpp"
+
+namespace attnkit::train {
+
+namespace {
+
+using models::real_value;
+using models::text_value;
+
+// Numbers in the tensors of a bundle, nested ones included.
+int64_t numbers_in(const io::Value& v) {
+  if (v.is_tensor()) return v.tensor().numel();
+  int64_t n = 0;
+  if (v.is_bundle())
+    for (const auto& m : v.members()) n += numbers_in(m.second);
+  return n;
+}
+
+}  // namespace
+
+void Trainer::save(const std::string& path) const {
+  io::Value v = models::checkpoint_head(*model_);
+  io::Value t;
+  t.set("optimizer", text_value(optimizer_kind_name(options_.optimizer)));
+  t.set("lr", real_value(options_.schedule.lr));
+  t.set("batch", text_value(std::to_string(options_.batch_size)));
+  t.set("schedule", text_value(schedule_name(options_.schedule.kind)));
+  t.set("warmup", text_value(std::to_string(options_.schedule.warmup_steps)));
+  t.set("label_smoothing", real_value(options_.label_smoothing));
+  t.set("clip", real_value(options_.clip));
+  t.set("seed", text_value(std::to_string(options_.seed)));
+  t.set("steps", text_value(std::to_string(options_.steps)));
+  t.set("src_tokenizer", text_value(tokenizer_name(data_.train.src_tokenizer)));
+  t.set("tgt_tokenizer", text_value(tokenizer_name(data_.train.tgt_tokenizer)));
+  t.set("dropout", real_value(options_.dropout));
+  t.set("teacher_forcing", real_value(options_.teacher_forcing));
+  v.set("training", std::move(t));
+  io::Value rng;
+  rng.set("state", text_value(std::to_string(rng_.state().state)));
+  rng.set("inc", text_value(std::to_string(rng_.state().inc)));
+  v.set("rng", std::move(rng));
+  models::add_vocabularies(v, data_.src_vocab, data_.tgt_vocab);
+  v.set("step", text_value(std::to_string(step_)));
+  v.set("optimizer", optimizer_->state());
+  v.set("data_order", batcher_->state_value());
+  io::Value window;
+  window.set("loss", real_value(window_loss_));
+  window.set("steps", text_value(std::to_string(window_steps_)));
+  v.set("window", std::move(window));
+  models::add_parameters(v, *model_);
+  io::write_value_file(path, v);  // JSON, or by extension .safetensors / .npz (io/tensor_file.hpp, Documents)
+}
+
+std::unique_ptr<Trainer> Trainer::resume(const std::string& path, const TrainerOptions& options, TrainingData data) {
+  return resume_value(io::read_value_file(path), path, options, std::move(data));
+}
+
+std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::string& path,
+                                              const TrainerOptions& options, TrainingData data) {
+  return resume_value(io::read_document(text, io::sniff_format(text), path), path, options, std::move(data));
+}
+
+std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::string& path,
+                                               const TrainerOptions& options, TrainingData data) {
+  const models::CheckpointHead head = models::read_checkpoint_head(v, path);
+  const models::Fields top(v, path);
+  const bool transformer = head.family == "transformer";
+  AK_CHECK(!options.model_given.family || (options.family == "transformer") == transformer,
+           "{}: the checkpoint's model is a {}; it cannot continue as a {}", path,
+           transformer ? "transformer" : "recurrent seq2seq", transformer ? "recurrent seq2seq" : "transformer");
+  models::Seq2SeqConfig config;
+  models::TransformerConfig tconfig;
+  if (transformer) tconfig = models::TransformerConfig::from_value(*head.config, path);
+  else config = models::Seq2SeqConfig::from_value(*head.config, path);
+  check_same_vocab(head.src_vocab, path, data.src_vocab, data.vocab_name(), path + ": source vocabulary");
+  check_same_vocab(head.tgt_vocab, path, data.tgt_vocab, data.vocab_name(), path + ": target vocabulary");
+  models::check_vocab_sizes(*head.config, head.src_vocab, head.tgt_vocab, path);
+  if (!transformer) {
+    // Before a model is allocated: the file must hold at least the numbers of the model's largest tables
+    // (embeddings, one hidden-by-hidden matrix per layer and direction, the output layer), so that a small
+    // file whose config claims hidden 65536 and 64 layers is refused instead of allocating terabytes.
+    const double H = double(config.hidden), Hd = double(config.decoder_hidden()), L = config.layers;
+    const double least = double(config.src_vocab + config.tgt_vocab) * double(config.embed) +
+                         L * (config.bidirectional ? 2 : 1) * H * H + L * Hd * Hd + double(config.tgt_vocab) * Hd;
+    const int64_t held = numbers_in(v);
+    AK_CHECK(double(held) >= least,
+             "{}: the config describes a model of at least {:.0f} parameters, but the file holds {} numbers "
+             "(truncated, or not this model's checkpoint)", path, least, held);
+    const auto& g = options.model_given;
+    models::Seq2SeqConfig w = config;  // the checkpoint's, with the fields the user gave
+    if (g.cell) w.cell = options.model.cell;
+    if (g.attention) w.attention = options.model.attention;
+    if (g.style) w.style = options.model.style;
+    if (g.embed) w.embed = options.model.embed;
+    if (g.hidden) w.hidden = options.model.hidden;
+    if (g.layers) w.layers = options.model.layers;
+    if (g.bidirectional) w.bidirectional = options.model.bidirectional;
+    auto describe = [](const models::Seq2SeqConfig& c) {
+      return fmt::format("{} with attention {}{}, embed {}, hidden {}, {} layer(s){}",
+                         models::cell_kind_name(c.cell), models::attention_kind_name(c.attention),
+                         c.style == models::AttentionStyle::Bahdanau ? " (bahdanau)" : "", c.embed, c.hidden, c.layers,
+                         c.bidirectional ? ", bidirectional" : "");
+    };
+    AK_CHECK(w.cell == config.cell && w.attention == config.attention && w.style == config.style &&
+                 w.embed == config.embed &&
+                 w.hidden == config.hidden && w.layers == config.layers && w.bidirectional == config.bidirectional,
+             "{}: the checkpoint's model is {}; it cannot continue as {}", path, describe(config), describe(w));
+  }
+  const models::Fields t(top.member("training"), path + ": training");
+  TrainerOptions o = options;
+  o.optimizer = t.choice("optimizer", parse_optimizer_kind);
+  o.batch_size = t.count("batch");
+  o.seed = static_cast<uint64_t>(t.count("seed"));
+  AK_CHECK(o.batch_size >= 1, "{}: \"batch\" must be >= 1", t.what());
+  // Checkpoints from before dropout and scheduled sampling existed have neither (0 and 1 then).
+  if (!o.dropout_given && t.has("dropout")) o.dropout = float(t.real("dropout"));
+  if (!o.teacher_forcing_given && t.has("teacher_forcing")) o.teacher_forcing = float(t.real("teacher_forcing"));
+  o.family = head.family;
+  auto trainer = std::unique_ptr<Trainer>(new Trainer(o, std::move(data), config, tconfig));
+  models::load_parameters(*trainer->model_, v, path);
+  try {
+    trainer->optimizer_->load_state(top.member("optimizer"));
+  } catch (const Error& e) {
+    top.rethrow_where(e);
+  }
+  trainer->batcher_->load_state(top.member("data_order"), path + ": data_order");
+  trainer->step_ = trainer->start_step_ = top.count("step");
+  if (top.has("rng")) {
+    const models::Fields r(top.member("rng"), path + ": rng");
+    Rng::State st;
+    st.state = r.u64("state");
+    st.inc = r.u64("inc");
+    trainer->rng_.set_state(st);
+  }
+  const models::Fields window(top.member("window"), path + ": window");
+  trainer->window_loss_ = window.real("loss");
+  trainer->window_steps_ = window.count("steps");
+  return trainer;
+}
+
+}  // namespace attnkit::train

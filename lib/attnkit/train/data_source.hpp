@@ -1,0 +1,34 @@
+// The data a training run reads: a built-in task's sets, or files, with the vocabularies built from the
+// training data or read from a vocabulary file.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "attnkit/train/data.hpp"
+#include "attnkit/train/tasks.hpp"
+#include "attnkit/train/vocab.hpp"
+
+namespace attnkit::train {
+
+// Where the examples come from: a built-in task, or files.
+struct DataSpec {
+  std::optional<TaskOptions> task;  // set: a built-in task
+  std::string train_path;           // else: TSV / JSONL files
+  std::string valid_path;           // optional
+  DataOptions data;                 // tokenizers, max_len, skip_bad_lines (files only)
+  std::string vocab_path;           // optional: the vocabularies from this file (read_vocab_pair, vocab.hpp)
+};
+
+struct TrainingData {
+  Corpus train, valid;
+  Vocab src_vocab, tgt_vocab;
+  std::string vocab_source;  // the vocabulary file they came from, or "" (built from the data)
+  // Where the vocabularies come from, for messages: the vocabulary file, else the training data's name.
+  const std::string& vocab_name() const { return vocab_source.empty() ? train.name : vocab_source; }
+};
+// A task's sets and vocabularies, or the files read with vocabularies built from the training file
+// (source side and target side each in the tokenizer's default order); with spec.vocab_path, the
+// vocabularies of that file instead (tokens it lacks become <unk>). Errors name the file and line.
+TrainingData load_training_data(const DataSpec& spec);
+
+}  // namespace attnkit::train
