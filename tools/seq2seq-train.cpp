@@ -263,6 +263,9 @@ int main(int argc, char** argv) {
         if (!all.empty()) lines = std::move(all);
       }
       io::write_file_atomic(plot_path, train::loss_plot_svg(lines, metrics_path.empty() ? save_path : metrics_path));
+      if (train::loss_plot_steps(lines) == 1)
+        std::cerr << "seq2seq-train: warning: " << plot_path
+                  << " has a single logged step, a dot and no curve (log more often with --log-every)\n";
     }
     if (summary.interrupted) {
       const int sig = g_signal;
