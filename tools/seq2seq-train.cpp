@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
       "  printf 'cat\\tkat\\ndog\\tdog\\n' > pairs.tsv; seq2seq-train --train pairs.tsv --valid pairs.tsv --model gru \\\n"
       "      --attention additive --hidden 16 --steps 20 --save g.json\n"
       "  seq2seq-train --task dates --model lstm --attention additive --hidden 32 --train-size 200 --epochs 2 \\\n"
-      "      --save-every 5 --save d.json --metrics d.jsonl --plot d.svg\n"
+      "      --save-every 5 --log-every 2 --save d.json --metrics d.jsonl --plot d.svg\n"
       "  seq2seq-train --task copy --model transformer --layers 2 --d-model 32 --heads 4 --ff 64 --schedule noam \\\n"
       "      --warmup 40 --lr 1 --steps 50 --save t.json\n"
       "  tensor randn --shape 2x5x32 > x.json; lstm-run x.json --weights model.json#encoder\n");
