@@ -231,7 +231,7 @@ expect_error 1 "the score form prints scores and weights of [N, T, S] = [1, 3276
 grep -q "ask for the context only" err.txt && fail "advice for an option the score form lacks"
 expect_error 1 "give fewer queries per run" attn-score --query qbig.json --keys kbig.json --score dot
 
-attn-score --help | grep -q "1 = attend" || fail "--help states the mask polarity"
+grep -q "1 = attend" <<<"$(attn-score --help)" || fail "--help states the mask polarity"  # (not a pipe: grep -q would end it early, SIGPIPE)
 attn-score --version | grep -q attnkit || fail "--version"
 
 finish attn-score
