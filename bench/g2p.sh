@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Grapheme-to-phoneme on the CMU Pronouncing Dictionary (Debian's festlex-cmu), issue 10's real-data example:
 # examples/06-g2p-data/prepare.sh writes train/valid/test TSV (split by word), seq2seq-train trains an LSTM
-# encoder-decoder with attention (spelling by characters -> phonemes by spaces), and build/bench/seq2seq_eval
-# scores the held-out test words by greedy decoding: PER (edit distance to the closest pronunciation /
+# encoder-decoder with attention (spelling by characters -> phonemes by spaces), and seq2seq-eval
+# (docs/seq2seq-eval.md) scores the held-out test words by greedy decoding: PER (edit distance to the closest pronunciation /
 # its length) and WER (words whose prediction equals none of their pronunciations).
 # The training curve (validation loss, token accuracy and line-level exact match every --log-every steps) is in
 # $ATTNKIT_BENCH_OUT/g2p.jsonl; the target is WER <= 30% within 30 minutes of training on 2 cores (met: 29.7% after
@@ -18,7 +18,6 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${ATTNKIT_BIN:-$here/../build/bin}"
-bench_bin="${ATTNKIT_BENCH_BIN:-$here/../build/bench}"
 out="${ATTNKIT_BENCH_OUT:-/tmp/seq2seq-g2p}"
 steps=12000
 threads=2
@@ -59,6 +58,5 @@ t0=$(date +%s.%N)
 "$bin/seq2seq-train" "${args[@]}" --save "$out/$name.json" --metrics "$out/$name.jsonl"
 t1=$(date +%s.%N)
 echo "training wall time: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f s", b - a }'); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "\$ seq2seq_eval --model $name.json --train train.tsv --test test.tsv --tokenizer char --target-tokenizer space"
-"$bench_bin/seq2seq_eval" --model "$out/$name.json" --train "$out/data/train.tsv" --test "$out/data/test.tsv" \
-  --tokenizer char --target-tokenizer space --threads "$threads" --show 5
+echo "\$ seq2seq-eval $name.json test.tsv --show 5 --format table"
+"$bin/seq2seq-eval" "$out/$name.json" "$out/data/test.tsv" --threads "$threads" --show 5 --format table

@@ -2,7 +2,8 @@
 #   P/lib/libattnkit.so.X.Y.Z (SONAME libattnkit.so.X) and its links, P/include/attnkit/**.hpp (the public
 #   headers only), P/bin/<every tool> (RUNPATH $ORIGIN/../lib), P/lib/cmake/attnkit (find_package(attnkit
 #   CONFIG) -> attnkit::attnkit), P/lib/pkgconfig/attnkit.pc (relocatable: its prefix is found from its own
-#   place), and the man pages and bash completions of the tools (cmake/docs.cmake).
+#   place), the man pages and bash completions of the tools (cmake/docs.cmake), and the manuals of docs/
+#   in P/share/doc/attnkit (CMAKE_INSTALL_DOCDIR; the man pages' SEE ALSO points there).
 # Public headers: every lib/attnkit/**/*.hpp except the internal ones, which say so on their first line
 # ("// ... (internal: include from .cpp files only)"). Each public header compiles on its own, without
 # Eigen, OpenMP, nlohmann/json or CLI11 (the generated target attnkit_header_check, built with the tests).
@@ -27,6 +28,7 @@ foreach(h ${ATTNKIT_PUBLIC_HEADERS})
 endforeach()
 install(FILES ${CMAKE_BINARY_DIR}/generated/attnkit/version.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attnkit)
 install(TARGETS ${ATTNKIT_TOOLS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 set(ATTNKIT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/attnkit)
 install(EXPORT attnkitTargets NAMESPACE attnkit:: DESTINATION ${ATTNKIT_CMAKE_DIR})

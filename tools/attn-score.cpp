@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   CLI::App app{"", "attn-score"};
   tools::describe(
       app,
+      "Attention scores, weights and contexts from JSON tensors.\n"
       "Attention: scores between queries and keys, softmax weights over the keys, context = weights . values;\n"
       "and multi-head attention with nn.MultiheadAttention weights (docs/attn-score.md).\n"
       "Shapes: query [T, D] or [N, T, D], keys/values [S, D] or [N, S, D]. Mask tensors: 1 = attend, 0 = masked.",

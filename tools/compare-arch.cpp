@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   CLI::App app{"", "compare-arch"};
   tools::describe(
       app,
+      "Compare CNN, RNN and self-attention on this machine.\n"
       "CNN vs RNN vs self-attention on this machine: the analytic table of \"Attention Is All You Need\" (Table 1) "
       "evaluated for --n --d --k --r; with --measure the forward time, GFLOP/s and peak memory of each layer type "
       "over a sweep of n (1 thread and --threads), with the log-log slope; with --gradient-path the gradient norm "

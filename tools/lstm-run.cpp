@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   CLI::App app{"", "lstm-run"};
   tools::describe(
       app,
+      "Run an RNN, LSTM or GRU over JSON tensors.\n"
       "Run an RNN, LSTM or GRU (layers, bidirectional, h0/c0, padded lengths) over x [N, T, D] or [T, D]; "
       "prints {output [N, T, dirs*H], h_n [layers*dirs, N, H], c_n} (docs/lstm-run.md).",
       "  lstm-run --init --input-size 3 --hidden-size 4 --seed 1 --save-weights w.json\n"

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   CLI::App app{"", "seq2seq-train"};
   tools::describe(
       app,
+      "Train a recurrent or Transformer encoder-decoder.\n"
       "Train a recurrent encoder-decoder (rnn, lstm, gru; attention none, dot, scaled-dot, general or additive, "
       "Luong or Bahdanau style) or a Transformer (--layers encoder and decoder layers, --heads, --d-model, --ff, "
       "--norm-first) with teacher forcing or scheduled sampling, optionally dropout; writes a checkpoint "
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
       "  printf 'cat\\tkat\\ndog\\tdog\\n' > pairs.tsv; seq2seq-train --train pairs.tsv --valid pairs.tsv --model gru \\\n"
       "      --attention additive --hidden 16 --steps 20 --save g.json\n"
       "  seq2seq-train --task dates --model lstm --attention additive --hidden 32 --train-size 200 --epochs 2 \\\n"
-      "      --save-every 5 --save d.json --metrics d.jsonl --plot d.svg\n"
+      "      --save-every 5 --log-every 2 --save d.json --metrics d.jsonl --plot d.svg\n"
       "  seq2seq-train --task copy --model transformer --layers 2 --d-model 32 --heads 4 --ff 64 --schedule noam \\\n"
       "      --warmup 40 --lr 1 --steps 50 --save t.json\n"
       "  tensor randn --shape 2x5x32 > x.json; lstm-run x.json --weights model.json#encoder\n");
@@ -264,6 +265,9 @@ int main(int argc, char** argv) {
         if (!all.empty()) lines = std::move(all);
       }
       io::write_file_atomic(plot_path, train::loss_plot_svg(lines, metrics_path.empty() ? save_path : metrics_path));
+      if (train::loss_plot_steps(lines) == 1)
+        std::cerr << "seq2seq-train: warning: " << plot_path
+                  << " has a single logged step, a dot and no curve (log more often with --log-every)\n";
     }
     if (summary.interrupted) {
       const int sig = g_signal;

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   CLI::App app{"", "transformer-decode"};
   tools::describe(
       app,
+      "Decode sources with a seq2seq-train checkpoint.\n"
       "Decode sources with a seq2seq-train checkpoint: --src TEXT, or one source per line (text, or NDJSON "
       "{\"src\": ...}) on standard input, decoded --batch at a time; one JSON line per source: tokens, text, score "
       "(the sum of the log-probabilities, <eos> included). Beam hypotheses are ranked by GNMT's "

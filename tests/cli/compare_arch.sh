@@ -23,6 +23,16 @@ assert "measured" not in a and "gradient_path" not in a and "learned" not in a
 PY
 compare-arch --n 8 --d 4 --k 2 --r 4 --format table > a.txt || fail "table exited $?"
 grep -qE '^recurrent +O\(n d\^2\) +O\(n\) +O\(n\) +2nd ' a.txt || fail "table row: $(cat a.txt)"
+# the caption says which columns are Table 1's and which are evaluated; huge sizes stay readable:
+# bytes in the largest unit up to EiB, GFLOP without an exponent
+grep -qF 'complexity, sequential, path from Attention Is All You Need, Table 1' a.txt || fail "table caption: $(head -n 3 a.txt)"
+grep -qF 'evaluated for these sizes' a.txt || fail "table caption: $(head -n 3 a.txt)"
+compare-arch --n 1000000000000 --d 8 --format table > big.txt || fail "n = 10^12 table exited $?"
+grep -qE '^self-attention .* [0-9]{17} +1 +1 +[0-9]+\.[0-9]{2} EiB$' big.txt || fail "n = 10^12 self-attention row: $(cat big.txt)"
+grep -qE '[0-9]e[+-]?[0-9]|GiB' big.txt && fail "n = 10^12: an exponent or a GiB figure left: $(cat big.txt)"
+compare-arch --measure --sweep 8,16 --d 8 --repeats 1 --threads 1 --layers rnn --no-memory --format table > mt.txt ||
+  fail "measured table exited $?"
+grep -qF 'Measured forward time at n = 8, 16 ' mt.txt || fail "measured table does not name its n values: $(cat mt.txt)"
 
 # --- a measurement, a gradient path, a learning run and the plot in one go (tiny)
 compare-arch --measure --sweep 8,16 --d 8 --repeats 2 --threads 2 --layers rnn,attention,conv-stack \

@@ -53,7 +53,7 @@ expect_offer "tensor get x" ""  # file names: bash's default completion (complet
 
 if command -v help2man >/dev/null; then
   for t in "${tools[@]}"; do
-    bash "$src/cmake/man_page.sh" "$(command -v help2man)" "$bindir/$t" "$t.1" 2>err.txt || { fail "no man page for $t: $(cat err.txt)"; continue; }
+    bash "$src/cmake/man_page.sh" "$(command -v help2man)" "$bindir/$t" "$t.1" /usr/share/doc/attnkit "${tools[@]}" 2>err.txt || { fail "no man page for $t: $(cat err.txt)"; continue; }
     grep -q "^\.TH \"\?${t^^}\"\? \"\?1" "$t.1" || fail "$t.1: no .TH ${t^^} 1 header: $(grep -m1 '^\.TH' "$t.1")"
     grep -q '^\.SH NAME' "$t.1" && grep -qF -- '\-\-version' "$t.1" || fail "$t.1 lacks NAME or the options"
   done

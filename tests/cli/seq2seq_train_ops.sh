@@ -46,6 +46,14 @@ assert all(len(l.get("points").split()) == 3 for l in lines), [l.get("points") f
 text = ET.tostring(root, encoding="unicode")
 assert "validation loss" in text and "training loss" in text and "step" in text
 PY
+# a single logged step: still a valid SVG (the dot and a note), and a warning on stderr
+seq2seq-train "${tiny[@]}" --steps 4 --log-every 4 --save p1.json --plot p1.svg > /dev/null 2> p1.err ||
+  fail "--plot with one logged step exited $?"
+grep -qF "seq2seq-train: warning: p1.svg has a single logged step" p1.err || fail "one logged step: no warning: $(cat p1.err)"
+python3 -c 'import xml.etree.ElementTree as ET; t = ET.tostring(ET.parse("p1.svg").getroot(), encoding="unicode"); assert "one logged step" in t' ||
+  fail "p1.svg: not a valid SVG with the note"
+seq2seq-train "${tiny[@]}" --steps 8 --log-every 4 --save p2.json --plot p2.svg > /dev/null 2> p2.err || fail "--plot exited $?"
+grep -q "single logged step" p2.err && fail "two logged steps warned: $(cat p2.err)"
 
 # --- the progress bar: on a terminal (script gives the run one), not on a pipe or a file
 script -qec "seq2seq-train ${tiny[*]} --steps 8 --save bar.json > bar_out.json" /dev/null > tty.txt 2>&1 ||

@@ -3,7 +3,8 @@
 # temporary prefix, then checks what a user of the library gets:
 #   - libattnkit.so.X.Y.Z with SONAME libattnkit.so.X and the links, the public headers and no internal
 #     one, every tool of BUILD/bin (runnable from P/bin, its RUNPATH finding P/lib), the man pages and the
-#     bash completion of every tool when they were built (cmake/docs.cmake);
+#     bash completion of every tool when they were built (cmake/docs.cmake), the manuals of docs/ in
+#     share/doc/attnkit;
 #   - examples/consumer built against P with find_package(attnkit CONFIG) and with pkg-config, and run.
 # The header check (each public header compiled alone, without Eigen or OpenMP) is the build target
 # attnkit_header_check (cmake/install.cmake), built with BUILD.
@@ -53,6 +54,10 @@ if [[ -d "$build/man" ]]; then
     [[ -s "$prefix/share/bash-completion/completions/$t" ]] || fail "no bash completion for $t"
   done
 fi
+# the manuals the man pages' SEE ALSO names: docs/ in share/doc/attnkit, one per tool
+for t in "${tools[@]}"; do
+  [[ -s "$prefix/share/doc/attnkit/$t.md" ]] || fail "no manual share/doc/attnkit/$t.md"
+done
 
 # consumers: CMake package, then pkg-config
 expect_output() {

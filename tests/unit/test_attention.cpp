@@ -438,6 +438,27 @@ TEST_CASE("SVG heatmap: labelled, escaped, one panel per matrix") {
   CHECK_THROWS_AS(io::heatmap_svg(w, o), Error);
 }
 
+TEST_CASE("SVG heatmap: the canvas is as wide as the title") {
+  // width="W" of the <svg> element
+  auto width_of = [](const std::string& svg) {
+    const size_t at = svg.find("width=\"") + 7;
+    return std::stoi(svg.substr(at, svg.find('"', at) - at));
+  };
+  // the title's estimated width: bold 14 px sans-serif at about 0.6 em a character, from x = 10
+  auto title_width = [](const std::string& text) { return 10 + static_cast<int>(text.size() * 14 * 0.6); };
+  io::HeatmapOptions o;
+  const std::string small = io::heatmap_svg(Tensor({2, 2}, {0.5f, 0.5f, 1, 0}), o);
+  CHECK(small.find(">attention weights [2, 2]</text>") != std::string::npos);
+  CHECK(width_of(small) >= title_width("attention weights [2, 2]"));
+  o.title = "cross-attention of the last decoder layer, mean over the heads";
+  const std::string one = io::heatmap_svg(Tensor({1, 1}, {1}), o);
+  CHECK(width_of(one) >= title_width(o.title + " [1, 1]"));
+  // a wide map keeps its own width
+  o.title = "w";
+  const std::string wide = io::heatmap_svg(Tensor::zeros({2, 40}), o);
+  CHECK(width_of(wide) > title_width("w [2, 40]") + 100);
+}
+
 TEST_CASE("multi-head attention checks NH | E at its entry, for a module filled by hand too") {
   Rng rng(21);
   nn::MultiheadAttention m = random_mha(rng, 8, 2);

@@ -141,6 +141,35 @@ TEST_CASE("compare-arch analytic table: values computed by hand") {
   CHECK(test::error_of([] { arch::parse_layer("cnn"); }).find("known: conv, conv-stack") != std::string::npos);
 }
 
+TEST_CASE("compare-arch table: Table 1's columns named, bytes in the largest unit, GFLOP never in exponent notation") {
+  CHECK(arch::human_bytes(0) == "0 B");
+  CHECK(arch::human_bytes(1023) == "1023 B");
+  CHECK(arch::human_bytes(1024) == "1.0 KiB");
+  CHECK(arch::human_bytes(7.0 * 1024 * 1024) == "7.0 MiB");
+  CHECK(arch::human_bytes(1.5 * 1024 * 1024 * 1024) == "1.50 GiB");
+  CHECK(arch::human_bytes(2.0 * 1024 * 1024 * 1024 * 1024) == "2.00 TiB");
+  CHECK(arch::human_bytes(3.0 * 1024 * 1024 * 1024 * 1024 * 1024) == "3.00 PiB");
+  CHECK(arch::human_bytes(4.0 * 1024 * 1024 * 1024 * 1024 * 1024 * 1024) == "4.00 EiB");
+  CHECK(arch::human_bytes(8192.0 * 1024 * 1024 * 1024 * 1024 * 1024 * 1024) == "8192.00 EiB");  // no larger unit
+  CHECK(arch::gflop_text(1.6106) == "1.611");
+  CHECK(arch::gflop_text(0.53687) == "0.5369");
+  CHECK(arch::gflop_text(1.2e-8) == "0.00000001200");
+  CHECK(arch::gflop_text(3.2e16) == "32000000000000000");  // 3.2e16 is exact in a double
+  CHECK(arch::gflop_text(12345.6) == "12346");
+  CHECK(arch::gflop_text(0) == "0");
+  // n = 10^12, d = 8: self-attention's 2n^2 weights are 6.9 million EiB, its FLOPs 3.2e16 GFLOP
+  arch::Report r;
+  r.sizes = {1000000000000, 8, 3, 64, 1};
+  r.analytic = arch::analytic_table(r.sizes);
+  const std::string table = arch::report_table(r);
+  CAPTURE(table);
+  CHECK(table.find("complexity, sequential, path from Attention Is All You Need, Table 1") != std::string::npos);
+  CHECK(table.find("evaluated for these sizes") != std::string::npos);
+  CHECK(table.find("GiB") == std::string::npos);
+  CHECK(table.find("EiB") != std::string::npos);
+  CHECK(table.find("e+") == std::string::npos);
+}
+
 TEST_CASE("compare-arch measure: self-attention's time grows faster with n than the RNN's (a slope, not a time)") {
   // FLOP-dominated sizes (attention 4n^2 d against the RNN's 4nd^2 with d = 16), medians of 5 repeats,
   // interleaved: a load spike must hit three of five runs of one point to move its median.

@@ -155,6 +155,16 @@ TEST_CASE("trainer: epochs, save_every, a stop request, and a vocabulary file's 
   CHECK(svg.find("step 8: training loss 1</title>") != std::string::npos);  // the later line for step 8 wins
   CHECK(svg.find("step 8: training loss 1.5") == std::string::npos);
   CHECK(svg.find("step 4: validation loss 2</title>") != std::string::npos);
+  CHECK(train::loss_plot_steps({R"({"step": 4, "loss": 2.5})", R"({"step": 8, "valid_loss": 1.2})"}) == 2);
+  CHECK(svg.find("one logged step") == std::string::npos);
+  // a single logged step: still a whole SVG, its dot and a note saying there is no curve
+  const std::vector<std::string> one_step{R"({"step": 50, "loss": 0.5, "valid_loss": 0.7})"};
+  CHECK(train::loss_plot_steps(one_step) == 1);
+  const std::string dot = train::loss_plot_svg(one_step, "m.jsonl");
+  CHECK(dot.find("step 50: training loss 0.5</title>") != std::string::npos);
+  CHECK(dot.find("one logged step: no curve") != std::string::npos);
+  CHECK(dot.rfind("</svg>\n") == dot.size() - 7);
+  CHECK(train::loss_plot_steps({"not json"}) == 0);
 
   // --vocab's forms: text for both sides, {"tokens"}, {"source", "target"} (and a checkpoint's "vocab")
   const train::VocabPair text = train::parse_vocab_pair("a\nb\n", "v.txt");

@@ -9,6 +9,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "attnkit/tensor/error.hpp"
@@ -159,12 +160,28 @@ std::string aligned(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+}  // namespace
+
 std::string human_bytes(double b) {
   if (b < 1024) return fmt::format("{:.0f} B", b);
-  if (b < 1024.0 * 1024) return fmt::format("{:.1f} KiB", b / 1024);
-  if (b < 1024.0 * 1024 * 1024) return fmt::format("{:.1f} MiB", b / 1024 / 1024);
-  return fmt::format("{:.2f} GiB", b / 1024 / 1024 / 1024);
+  static const char* const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  size_t u = 0;
+  b /= 1024;
+  while (b >= 1024 && u + 1 < std::size(units)) b /= 1024, ++u;
+  return u < 2 ? fmt::format("{:.1f} {}", b, units[u]) : fmt::format("{:.2f} {}", b, units[u]);
 }
+
+std::string gflop_text(double gflop) {
+  // four significant digits (every integer digit from 1e4 on), never an exponent: {:.4g} is positional
+  // from 1e-4 to below 1e4
+  if (!(gflop > 0) || !std::isfinite(gflop)) return fmt::format("{}", gflop);
+  if (gflop >= 1e4) return fmt::format("{:.0f}", gflop);
+  if (gflop >= 1e-4) return fmt::format("{:.4g}", gflop);
+  const int decimals = 3 - static_cast<int>(std::floor(std::log10(gflop)));
+  return fmt::format("{:.{}f}", gflop, decimals);
+}
+
+namespace {
 
 std::string human_time(double s) {
   if (s < 1e-3) return fmt::format("{:.1f} us", s * 1e6);
@@ -179,16 +196,18 @@ std::string report_table(const Report& r) {
   std::string out = fmt::format("compare-arch: n={} d={} k={} r={} batch={}  ({} cores, load {:.1f} -> {:.1f}{})\n\n", s.n,
                                 s.d, s.k, s.r, s.batch, r.machine.cores, r.machine.load_before, r.machine.load_after,
                                 r.machine.cpu.empty() ? "" : ", " + r.machine.cpu);
-  out += "Analytic (Attention Is All You Need, Table 1, evaluated for these sizes; FLOPs of the layer as built)\n";
+  out += "Analytic: complexity, sequential, path from Attention Is All You Need, Table 1; memory ours; "
+         "GFLOP (the layer as built), steps, path length, activations evaluated for these sizes\n";
   std::vector<std::vector<std::string>> rows{
       {"layer", "complexity", "sequential", "path", "memory", "GFLOP", "steps", "path length", "activations"}};
   for (const AnalyticRow& a : r.analytic)
-    rows.push_back({a.layer, a.complexity, a.sequential, a.path, a.memory, fmt::format("{:.4g}", a.flops / 1e9),
+    rows.push_back({a.layer, a.complexity, a.sequential, a.path, a.memory, gflop_text(a.flops / 1e9),
                     std::to_string(a.sequential_steps), std::to_string(a.path_length), human_bytes(a.activation_bytes)});
   out += aligned(rows);
   if (r.measured) {
     const Measurement& m = *r.measured;
-    out += fmt::format("\nMeasured forward time (median of {}, [min .. max]), GFLOP/s\n", r.measure_options.repeats);
+    out += fmt::format("\nMeasured forward time at n = {} (median of {}, [min .. max]), GFLOP/s\n",
+                       fmt::join(r.measure_options.sweep, ", "), r.measure_options.repeats);
     rows = {{"layer", "n", "threads", "median", "min", "max", "GFLOP/s"}};
     for (const Timing& t : m.timings)
       rows.push_back({std::string(layer_name(t.layer)), std::to_string(t.n), std::to_string(t.threads), human_time(t.median),

@@ -37,6 +37,10 @@ struct Report {
 
 std::string report_json(const Report& r, bool pretty);
 std::string report_table(const Report& r);
+// The table's cells: bytes in the largest unit that holds them (B, KiB, MiB, GiB, TiB, PiB, EiB: "7.0 MiB",
+// "6.94 EiB"); GFLOP to four significant digits, never in exponent notation ("1.611", "0.0001200").
+std::string human_bytes(double bytes);
+std::string gflop_text(double gflop);
 // Panels: time against n (log-log; solid 1 thread, dashed the most threads; whiskers min..max),
 // gradient norm against distance (log y), accuracy against n; only those the report has.
 // Throws attnkit::Error when it has none of them.

@@ -56,7 +56,11 @@ std::string heatmap_svg(const Tensor& w, const HeatmapOptions& o) {
   const int left = 30 + static_cast<int>(longest_row) * font * 6 / 10 + 8;   // axis title + row labels
   const int top = 40 + static_cast<int>(longest_col) * font * 6 / 10 + 8;    // panel title + column labels
   const int panel_w = static_cast<int>(S) * cell, panel_h = static_cast<int>(T) * cell;
-  const int width = left + panel_w + 20, panel_total = top + panel_h + 30;
+  // the canvas is at least as wide as the heading (bold 14 px: about 0.62 em a character, bytes counted, at
+  // x = 10 with 10 to spare), so that a small map does not clip its title
+  const std::string heading = o.title + " " + w.shape_str();
+  const int heading_w = 20 + static_cast<int>(std::ceil(static_cast<double>(heading.size()) * 14 * 0.62));
+  const int width = std::max(left + panel_w + 20, heading_w), panel_total = top + panel_h + 30;
   const int height = 30 + static_cast<int>(panels) * panel_total;
 
   std::string svg = fmt::format(
@@ -64,8 +68,8 @@ std::string heatmap_svg(const Tensor& w, const HeatmapOptions& o) {
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "font-family=\"sans-serif\" font-size=\"{}\">\n"
       "<title>{}</title>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{} {}</text>\n",
-      width, height, width, height, font, xml_escape(o.title), xml_escape(o.title), w.shape_str());
+      "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
+      width, height, width, height, font, xml_escape(o.title), xml_escape(heading));
   for (int64_t p = 0; p < panels; ++p) {
     const float* m = w.data() + p * T * S;
     float mx = 0;

@@ -1,8 +1,10 @@
 #include "attnkit/train/report.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -54,14 +56,18 @@ std::string progress_line(const Progress& p, int width) {
                              {fmt::format("loss {:.4f}", p.loss), fmt::format("{:.0f} tok/s", speed), "ETA " + clock(eta)}, width);
 }
 
-std::string loss_plot_svg(const std::vector<std::string>& lines, const std::string& title) {
-  struct Series {
-    const char* key;
-    const char* label;
-    const char* colour;
-    std::map<double, double> points;  // step -> value (a later line replaces an earlier one)
-  };
-  Series series[2] = {{"loss", "training loss", "#1f4e9c", {}}, {"valid_loss", "validation loss", "#d2691e", {}}};
+namespace {
+
+struct Series {
+  const char* key;
+  const char* label;
+  const char* colour;
+  std::map<double, double> points;  // step -> value (a later line replaces an earlier one)
+};
+
+// The two curves of the metrics lines: training loss, then validation loss.
+std::array<Series, 2> loss_series(const std::vector<std::string>& lines) {
+  std::array<Series, 2> series{{{"loss", "training loss", "#1f4e9c", {}}, {"valid_loss", "validation loss", "#d2691e", {}}}};
   for (const std::string& line : lines) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_object() || !j.contains("step") || !j["step"].is_number()) continue;
@@ -71,6 +77,20 @@ std::string loss_plot_svg(const std::vector<std::string>& lines, const std::stri
       if (it != j.end() && it->is_number() && std::isfinite(it->get<double>())) s.points[step] = it->get<double>();
     }
   }
+  return series;
+}
+
+}  // namespace
+
+int64_t loss_plot_steps(const std::vector<std::string>& metrics_lines) {
+  std::set<double> steps;
+  for (const Series& s : loss_series(metrics_lines))
+    for (const auto& point : s.points) steps.insert(point.first);
+  return static_cast<int64_t>(steps.size());
+}
+
+std::string loss_plot_svg(const std::vector<std::string>& lines, const std::string& title) {
+  const std::array<Series, 2> series = loss_series(lines);
   double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
   bool any = false;
   for (const Series& s : series)
@@ -123,6 +143,10 @@ std::string loss_plot_svg(const std::vector<std::string>& lines, const std::stri
   if (legend == 0)
     svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">no metrics lines yet</text>\n", left + pw / 2,
                        top + ph / 2);
+  else if (loss_plot_steps(lines) == 1)
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">one logged step: no curve (log more often "
+                       "with --log-every)</text>\n",
+                       left + pw / 2, top + ph / 2 - 12);
   svg += "</svg>\n";
   return svg;
 }

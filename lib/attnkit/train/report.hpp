@@ -1,5 +1,6 @@
 // What a training tool shows: a one-line progress display and the loss curves as an SVG.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@ std::string progress_line(const Progress& p, int width = 0);
 // axes with round ticks, one polyline and dots per series, a legend. Lines that are not JSON objects with a
 // numeric "step" are skipped; a later line for a step already seen replaces it (a run resumed from an earlier
 // checkpoint). `title` heads the chart. Non-finite values are left out.
+// With a single logged step the chart is still valid SVG: one dot per series and a note that there is no curve.
 std::string loss_plot_svg(const std::vector<std::string>& metrics_lines, const std::string& title);
+// The distinct steps loss_plot_svg draws (with a loss or a validation loss); 1: a dot, not a curve.
+int64_t loss_plot_steps(const std::vector<std::string>& metrics_lines);
 
 }  // namespace attnkit::train
