@@ -116,6 +116,13 @@ int main(int argc, char** argv) {
     }
     if (o.strategy == decode::Strategy::Beam && n_best > beam)
       throw UsageError(fmt::format("--n-best {} is more than --beam {}", n_best, beam));
+    auto at_most = [](const char* name, int64_t value, int64_t limit) {
+      if (value > limit) throw UsageError(fmt::format("{} {} is more than the maximum {}", name, value, limit));
+    };
+    at_most("--beam", beam, decode::kMaxRowsPerSource);
+    at_most("--n-best", n_best, decode::kMaxRowsPerSource);
+    at_most("--max-len", max_len, decode::kMaxTokens);
+    at_most("--min-len", min_len, decode::kMaxTokens);
     if (max_len > 0 && min_len > max_len)
       throw UsageError(fmt::format("--min-len {} is more than --max-len {}", min_len, max_len));
     if (src_opt->count() > 0 && app.get_option("--input")->count() > 0) throw UsageError("--input goes with standard input, not --src");
@@ -145,20 +152,45 @@ int main(int argc, char** argv) {
     fields.n_best = n_best > 1;
     tools::Output output(out);
     int64_t unknown = 0, with_unknown = 0, done = 0;
+    // --heatmap without {n} takes one source: the input is decoded at its end, so that a second source is
+    // refused before anything is written.
+    const bool one_heatmap = !heatmap.empty() && heatmap.find("{n}") == std::string::npos;
+    struct Svg {
+      std::string path, text;
+      decode::Hypothesis best;
+    };
+    std::vector<Svg> svgs;  // with -o: written once the results are committed
     std::vector<std::string> texts;
-    std::vector<std::vector<int64_t>> ids;
+    std::vector<std::vector<int64_t>> ids;  // empty for a blank line
     auto flush = [&] {
-      if (texts.empty()) return;
-      const auto results = decode::search(*model.model, ids, o, done);
+      std::vector<std::vector<decode::Hypothesis>> results(ids.size());
+      for (size_t a = 0; a < ids.size();) {  // each run of non-blank sources, seeded by its index in the input
+        if (ids[a].empty()) {
+          ++a;
+          continue;
+        }
+        size_t b = a;
+        while (b < ids.size() && !ids[b].empty()) ++b;
+        const std::vector<std::vector<int64_t>> run(ids.begin() + long(a), ids.begin() + long(b));
+        auto r = decode::search(*model.model, run, o, done + int64_t(a));
+        std::move(r.begin(), r.end(), results.begin() + long(a));
+        a = b;
+      }
       for (size_t i = 0; i < results.size(); ++i) {
         ++done;
+        if (results[i].empty()) {
+          output.write(R"({"tokens":[],"text":"","empty":true})");
+          continue;
+        }
         if (!heatmap.empty()) {
-          const size_t at = heatmap.find("{n}");
-          if (at == std::string::npos && done > 1)
-            throw UsageError("--heatmap " + heatmap + " has no {n} in its name, so it takes one source; got a second");
           std::string path = heatmap;
-          if (at != std::string::npos) path.replace(at, 3, std::to_string(done));
-          decode::write_alignment_svg(path, model, texts[i], results[i][0]);
+          for (size_t at = 0; (at = path.find("{n}", at)) != std::string::npos;) {
+            path.replace(at, 3, std::to_string(done));
+            at += std::to_string(done).size();
+          }
+          Svg svg{std::move(path), texts[i], results[i][0]};
+          if (out.path.empty()) decode::write_alignment_svg(svg.path, model, svg.text, svg.best);
+          else svgs.push_back(std::move(svg));
         }
         output.write(decode::result_json(model, results[i], fields));
       }
@@ -166,26 +198,38 @@ int main(int argc, char** argv) {
       ids.clear();
     };
     auto add = [&](std::string text, const std::string& where) {
+      if (one_heatmap && !texts.empty())
+        throw UsageError("--heatmap " + heatmap + " has no {n} in its name, so it takes one source; got a second");
       int64_t u = 0;
+      const bool blank = src_opt->count() == 0 && text.empty();  // a blank line: answered with an empty result
       try {
-        ids.push_back(decode::encode_source(model, text, &u));
+        ids.push_back(blank ? std::vector<int64_t>{} : decode::encode_source(model, text, &u));
       } catch (const Error& e) {
         throw Error(where + ": " + e.what());
       }
       unknown += u;
       with_unknown += u > 0;
       texts.push_back(std::move(text));
-      if (static_cast<int64_t>(texts.size()) >= batch) flush();
+      if (!one_heatmap && static_cast<int64_t>(texts.size()) >= batch) flush();
     };
     if (src_opt->count() > 0) {
       add(src, "--src");
     } else {
-      decode::SourceReader reader(std::cin, decode::parse_input_format(input_format), "standard input");
+      decode::StdinBuffer in_buf;
+      std::istream in(&in_buf);
+      const bool interactive = in_buf.interactive();
+      decode::SourceReader reader(in, decode::parse_input_format(input_format), "standard input");
       std::string text;
-      while (reader.next(text)) add(text, fmt::format("standard input: line {}", reader.line()));
+      while (true) {
+        // a terminal or a pipe: what has arrived is answered before waiting for more
+        if (interactive && !one_heatmap && !texts.empty() && !in_buf.waiting()) flush();
+        if (!reader.next(text)) break;
+        add(text, fmt::format("standard input: line {}", reader.line()));
+      }
     }
     flush();
     output.commit();
+    for (const Svg& svg : svgs) decode::write_alignment_svg(svg.path, model, svg.text, svg.best);
     if (unknown > 0)
       std::cerr << fmt::format("transformer-decode: warning: {} unknown source token(s) mapped to <unk> (in {} of {} "
                                "source(s))\n",

@@ -48,6 +48,15 @@ cmp -s s1.jsonl s3.jsonl && fail "seeds 11 and 12 gave the same samples"
 d --strategy sample --top-k 1 < src.txt > k1.jsonl || fail "top-k 1 exited $?"
 cmp -s greedy.jsonl k1.jsonl || fail "sampling with --top-k 1 differs from greedy"
 
+# --- <pad>, <bos> and <unk> are never output: a barely trained model, 40 samples at a hot temperature
+seq2seq-train --task reverse --vocab-size 6 --min-len 2 --max-len 5 --train-size 64 --valid-size 8 --model lstm \
+  --attention dot --hidden 16 --embed 8 --batch 16 --lr 0.02 --threads 1 --steps 3 --save raw.json > /dev/null ||
+  fail "seq2seq-train (3 steps) exited $?"
+for s in "--strategy sample --n-best 40 --temperature 3" "--strategy beam --beam 8 --n-best 8" ""; do
+  # shellcheck disable=SC2086
+  lacks '<pad>|<bos>|<unk>' "a special token was output ($s)" transformer-decode raw.json --threads 1 $s < src.txt
+done
+
 # --- input forms: --src, NDJSON records; attention rows and the heatmap
 # (a source alone is a batch of one: its scores may differ from the padded batch's in the last bits, as above)
 first="$(head -1 greedy.jsonl | jq -c '[.tokens, (.score * 1e4 | round)]')"
@@ -102,8 +111,10 @@ expect_error 1 "bad_cell.json" transformer-decode bad_cell.json --src '1 2'
 sed 's/"attention":"dot"/"family":"conv","attention":"dot"/' m.json > fam.json
 expect_error 1 'model family "conv"' transformer-decode fam.json --src '1 2'
 expect_error 1 "empty source" transformer-decode m.json --src ''
-printf '1 2\n\n3\n' > blank.txt
-expect_error 1 "line 2: empty source" transformer-decode m.json < blank.txt
+printf '1 2\n\n3\n' > blank.txt  # a blank line: an empty result in its place, the others decoded
+transformer-decode m.json < blank.txt > blank.jsonl || fail "blank line exited $?"
+jq -e -s 'length == 3 and .[1] == {tokens: [], text: "", empty: true} and (.[0].tokens | length) > 0 and
+  (.[2].tokens | length) > 0' blank.jsonl > /dev/null || fail "blank line: $(cat blank.jsonl)"
 echo '{"source": "1 2"}' > wrong.jsonl
 expect_error 1 'string "src"' transformer-decode m.json < wrong.jsonl
 expect_error 2 "--beam" transformer-decode m.json --src '1 2' --strategy beam --beam 0
@@ -115,6 +126,63 @@ expect_error 2 "--attention-head goes with" transformer-decode m.json --src '1 2
 expect_error 1 "attention head 3" transformer-decode m.json --src '1 2' --attention --attention-head 3
 expect_error 2 "takes one source" transformer-decode m.json --heatmap one.svg < src.txt -o res.jsonl
 [[ ! -e res.jsonl ]] || fail "-o file left behind by a failed run"
+expect_error 2 "takes one source" transformer-decode m.json --heatmap one.svg < src.txt
+[[ ! -e one.svg ]] || fail "--heatmap one.svg written although a second source was refused"
+printf '1 2\n3 4\n' | d --heatmap 'x{n}-{n}.svg' > /dev/null && [[ -s x1-1.svg && -s x2-2.svg ]] ||
+  fail "heatmap: every {n} is not replaced: $(ls)"
+printf '1 2\n3 4\n5 1\n' > late.txt
+seq 9000 | sed 's/.*/1/' | paste -sd' ' >> late.txt
+expect_error 1 "line 4: the source has 9000 tokens, more than the maximum 4096" \
+  transformer-decode m.json --batch 1 --heatmap 'late-{n}.svg' -o late.jsonl < late.txt
+[[ ! -e late-1.svg && ! -e late.jsonl ]] || fail "a failed -o run left its heatmaps: $(ls late*)"
+
+# --- weights that are not finite numbers are refused, naming the tensor
+jq '.output.bias[1] = "NaN"' m.json > nan.json
+expect_error 1 "weight output.bias has NaN at [1]" transformer-decode nan.json --src '1 2'
+jq '.["output.bias"][0] = "-Infinity"' sd.json > inf.json
+expect_error 1 "weight output.bias has -Infinity at [0]" transformer-decode cfg.json --weights inf.json --src '1 2'
+
+# --- a checkpoint is read whole: a missing config field, a tensor the model does not have
+jq 'del(.config.layers)' m.json > nolayers.json
+expect_error 1 'missing config "layers"' transformer-decode nolayers.json --src '1 2'
+jq 'del(.config.attention_style)' m.json > nostyle.json
+expect_error 1 'config field "attention_style" is missing' transformer-decode nostyle.json --src '1 2'
+jq '.output.extra = [1, 2]' m.json > extra_ck.json
+expect_error 1 "tensor output.extra is not a parameter" transformer-decode extra_ck.json --src '1 2'
+jq '.config.attention = "none"' m.json > noatt.json
+expect_error 1 "is not a parameter" transformer-decode noatt.json --src '1 2'
+jq 'del(.optimizer["output.bias"])' m.json > noopt.json  # resumed training: every parameter has its state
+expect_error 1 "optimizer: parameter output.bias has no state" seq2seq-train --task reverse --vocab-size 6 \
+  --min-len 2 --max-len 5 --train-size 64 --valid-size 8 --batch 16 --lr 0.02 --threads 1 --steps 61 \
+  --resume noopt.json --save resumed.json
+
+# --- limits, before any work: bounds named in the messages
+expect_error 2 "--beam 1000000 is more than the maximum 256" d --src '1 2' --strategy beam --beam 1000000
+expect_error 2 "--n-best 100000 is more than the maximum 256" d --src '1 2' --strategy sample --n-best 100000
+expect_error 2 "--max-len 1000000000 is more than the maximum 4096" transformer-decode m.json --src '1 2' --max-len 1000000000
+expect_error 2 "--min-len 1000000 is more than the maximum 4096" transformer-decode m.json --src '1 2' --min-len 1000000
+expect_error 2 "--min-len 9 is more than --max-len 8" d --src '1 2' --min-len 9
+transformer-decode m.json --threads 1 --src '1 2' --min-len 20 > long.json || fail "--min-len 20 exited $?"
+jq -e '(.tokens | length) >= 20' long.json > /dev/null || fail "--min-len 20 above the default max-len: $(cat long.json)"
+seq 500000 | sed 's/.*/1/' | paste -sd' ' > big.txt  # 1 MB, 500,000 tokens
+expect_error 1 "line 1: the source has 500000 tokens, more than the maximum 4096" transformer-decode m.json --input text < big.txt
+for _ in $(seq 1 20); do cat src.txt; done > many.txt  # 80 sources x 256 rows x 4096 tokens, with attention
+expect_error 1 "more than 1024 MB" transformer-decode m.json --strategy beam --beam 256 --max-len 4096 --batch 80 \
+  --attention < many.txt
+
+# --- interactive: a line written to a pipe is answered before the writer closes it (default --batch)
+mkfifo live.fifo
+timeout 60 transformer-decode m.json --threads 1 < live.fifo > live.jsonl 2> live.err &
+pid=$!
+exec 4> live.fifo
+echo '1 2 3' >&4
+for _ in $(seq 1 400); do [[ -s live.jsonl ]] && break; sleep 0.05; done
+[[ -s live.jsonl ]] || fail "a line on a pipe was not answered within 20 s while the writer stayed open"
+echo '' >&4
+exec 4>&-
+wait "$pid" || fail "interactive run exited $?: $(cat live.err)"
+[[ $(wc -l < live.jsonl) == 2 ]] && [[ "$(tail -1 live.jsonl)" == '{"tokens":[],"text":"","empty":true}' ]] ||
+  fail "interactive: $(cat live.jsonl)"
 
 # --- the --help examples run as written
 mkdir help && (cd help && transformer-decode --help | sed -n '/^Examples:/,$p' | tail -n +2 | sed 's/^  //' > ex.sh &&

@@ -183,6 +183,10 @@ TEST_CASE("transformer model: config round trip and checks, state_dict names, pa
   CHECK(h.decoder_layers == 1);
   CHECK(h.tied_output);
   CHECK(h.dropout == 0.1f);
+  io::Value headless;  // "heads" has no default: the weights' shapes do not tell it
+  headless.set("src_vocab", Tensor::scalar(9)).set("tgt_vocab", Tensor::scalar(9)).set("d_model", Tensor::scalar(8));
+  CHECK_THROWS_WITH_AS(models::TransformerConfig::from_value(headless, "hand.json"), doctest::Contains("\"heads\""),
+                       Error);
   hand.set("d_model", Tensor::scalar(8.5f));
   CHECK(test::error_of([&] { models::TransformerConfig::from_value(hand, "hand.json"); }) ==
         "hand.json: config \"d_model\" is \"8.5\", not an integer");

@@ -76,6 +76,7 @@ LoadedModel load_checkpoint(const std::string& path) {
   m.tgt_tokenizer = head.tgt_tokenizer;
   m.model = models::model_family(m.family, path).make(v, *head.config, path);
   models::load_parameters(*m.model, v, path);
+  models::check_checkpoint_complete(*m.model, v, *head.config, path);
   models::check_vocab_sizes(m.model->config_value(), m.src_vocab, m.tgt_vocab, path);
   return m;
 }
@@ -84,6 +85,7 @@ void use_special_ids(const LoadedModel& m, SearchOptions& options) {
   options.bos = m.tgt_vocab.bos_id();
   options.eos = m.tgt_vocab.eos_id();
   options.pad = m.src_vocab.pad_id();
+  options.never = {m.tgt_vocab.pad_id(), m.tgt_vocab.bos_id(), m.tgt_vocab.unk_id()};
 }
 
 std::vector<int64_t> encode_source(const LoadedModel& m, std::string_view text, int64_t* unknown) {
@@ -91,6 +93,8 @@ std::vector<int64_t> encode_source(const LoadedModel& m, std::string_view text, 
   const std::string why = models::tokenize(text, m.src_tokenizer, tokens);
   AK_CHECK(why.empty(), "the source cannot be split into {} tokens: {}", models::tokenizer_name(m.src_tokenizer), why);
   AK_CHECK(!tokens.empty(), "empty source");
+  AK_CHECK(static_cast<int64_t>(tokens.size()) <= kMaxTokens, "the source has {} tokens, more than the maximum {}",
+           tokens.size(), kMaxTokens);
   return m.src_vocab.encode(tokens, unknown);
 }
 

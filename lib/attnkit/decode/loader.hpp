@@ -38,11 +38,13 @@ LoadedModel load_checkpoint(const std::string& path);
 LoadedModel load_exported(const std::string& config_path, const std::string& weights_path);
 
 // Sets the search's special ids to the model's: its target vocabulary's <bos> and <eos>, its source
-// vocabulary's <pad> (an exported model's may sit anywhere; a checkpoint's are 0-2).
+// vocabulary's <pad>, and the target ids never output (its <pad>, <bos>, <unk>). An exported model's may sit
+// anywhere; a checkpoint's are 0-3.
 void use_special_ids(const LoadedModel& m, SearchOptions& options);
 
 // A source text -> ids: tokenized with the model's source tokenizer, unknown tokens -> <unk> (counted into
-// *unknown). Refuses an empty source and text the tokenizer cannot split (attnkit::Error with the reason).
+// *unknown). Refuses an empty source, one of more than kMaxTokens tokens and text the tokenizer cannot split
+// (attnkit::Error with the reason).
 std::vector<int64_t> encode_source(const LoadedModel& m, std::string_view text, int64_t* unknown);
 // Target ids -> tokens and the text (joined as the target tokenizer does).
 std::vector<std::string> target_tokens(const LoadedModel& m, const std::vector<int64_t>& ids);

@@ -3,6 +3,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cmath>
+
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "attnkit/io/svg_heatmap.hpp"
 #include "attnkit/tensor/error.hpp"
 
@@ -24,14 +31,13 @@ bool SourceReader::next(std::string& text) {
     ++line_;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     const bool blank = line.find_first_not_of(" \t") == std::string::npos;
-    if (format_ == InputFormat::Auto) {
-      if (blank) {
-        AK_CHECK(false, "{}: line {}: empty source", name_, line_);
-      }
-      format_ = line[line.find_first_not_of(" \t")] == '{' ? InputFormat::Ndjson : InputFormat::Text;
+    if (format_ != InputFormat::Ndjson && blank) {  // text, or not known yet: an empty source
+      text.clear();
+      return true;
     }
+    if (format_ == InputFormat::Auto)
+      format_ = line[line.find_first_not_of(" \t")] == '{' ? InputFormat::Ndjson : InputFormat::Text;
     if (format_ == InputFormat::Text) {
-      AK_CHECK(!blank, "{}: line {}: empty source", name_, line_);
       text = line;
       return true;
     }
@@ -48,21 +54,53 @@ bool SourceReader::next(std::string& text) {
   return false;
 }
 
+bool StdinBuffer::interactive() const {
+  struct stat st {};
+  if (::fstat(0, &st) != 0) return false;
+  return ::isatty(0) || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode);
+}
+
+bool StdinBuffer::waiting() {
+  if (gptr() < egptr()) return true;
+  pollfd p{0, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;  // (the end of input counts: reading it does not block)
+}
+
+StdinBuffer::int_type StdinBuffer::underflow() {
+  if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+  ssize_t n;
+  do {
+    n = ::read(0, buf_, sizeof buf_);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return traits_type::eof();
+  setg(buf_, buf_, buf_ + n);
+  return traits_type::to_int_type(*gptr());
+}
+
 namespace {
+
+// JSON has no NaN or infinity: a non-finite number is refused rather than written as one.
+double finite(double x, std::string_view field) {
+  AK_CHECK(std::isfinite(x), "decode: the {} is {}, which JSON cannot hold (the model's log-probabilities are not "
+           "finite numbers)", field, std::isnan(x) ? "NaN" : x > 0 ? "Infinity" : "-Infinity");
+  return x;
+}
 
 void append_hypothesis(std::string& out, const LoadedModel& model, const Hypothesis& h, const OutputFields& f) {
   const std::vector<std::string> tokens = target_tokens(model, h.ids);
   out += "\"tokens\":" + nlohmann::json(tokens).dump();
   out += ",\"text\":" + nlohmann::json(target_text(model, tokens)).dump();
-  out += fmt::format(",\"score\":{}", static_cast<float>(h.score));
-  if (f.normalized) out += fmt::format(",\"normalized\":{}", static_cast<float>(h.normalized));
+  out += fmt::format(",\"score\":{}", static_cast<float>(finite(h.score, "score")));
+  if (f.normalized)
+    out += fmt::format(",\"normalized\":{}", static_cast<float>(finite(h.normalized, "normalized score")));
   if (!h.ended) out += ",\"ended\":false";
   if (f.attention) {
     out += ",\"attention\":[";
     const int64_t T = h.attention.dim(0), S = h.attention.dim(1);
     for (int64_t t = 0; t < T; ++t) {
       out += t ? ",[" : "[";
-      for (int64_t s = 0; s < S; ++s) out += fmt::format(s ? ",{}" : "{}", h.attention[t * S + s]);
+      for (int64_t s = 0; s < S; ++s)
+        out += fmt::format(s ? ",{}" : "{}", float(finite(h.attention[t * S + s], "attention weight")));
       out += "]";
     }
     out += "]";

@@ -1,6 +1,7 @@
-// transformer-decode's input records and output lines (the library side of the tool, DESIGN.md §5).
-//   Input: lines of text (one source per line), or NDJSON records {"src": "text", ...} (one per line; blank
-//   lines skipped); Auto takes NDJSON when the first non-blank line starts with '{'.
+// transformer-decode's input records and output lines (the library side of the tool, docs/architecture.md).
+//   Input: lines of text (one source per line; a blank line is an empty source, which the tool answers with
+//   an empty result), or NDJSON records {"src": "text", ...} (one per line; blank lines skipped); Auto takes
+//   NDJSON when the first non-blank line starts with '{'.
 //   Output: one JSON object per source, the best hypothesis's fields at the top:
 //     {"tokens": [...], "text": "...", "score": -1.25}
 //     + "normalized": x           when a length penalty ranks the hypotheses
@@ -10,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <istream>
+#include <streambuf>
 #include <string>
 #include <vector>
 
@@ -25,8 +27,8 @@ class SourceReader {
  public:
   // `name` names the input in messages ("standard input").
   SourceReader(std::istream& in, InputFormat format, std::string name);
-  // The next source text; false at the end. Refuses (attnkit::Error "standard input: line 3: ...") an empty
-  // text line, an NDJSON line that is not an object with a string "src".
+  // The next source text ("" for a blank text line); false at the end. Refuses (attnkit::Error "standard input:
+  // line 3: ...") an NDJSON line that is not an object with a string "src", or whose "src" is blank.
   bool next(std::string& text);
   int64_t line() const { return line_; }
 
@@ -35,6 +37,21 @@ class SourceReader {
   InputFormat format_;
   std::string name_;
   int64_t line_ = 0;
+};
+
+// Standard input read with read(2), so that what has arrived is known: waiting() is true when a line can be
+// read without blocking (buffered here, or ready on the descriptor). interactive(): standard input is a
+// terminal, a pipe or a socket (answered as lines arrive), not a file (read in whole batches).
+class StdinBuffer : public std::streambuf {
+ public:
+  bool interactive() const;
+  bool waiting();
+
+ protected:
+  int_type underflow() override;
+
+ private:
+  char buf_[1 << 16];
 };
 
 struct OutputFields {

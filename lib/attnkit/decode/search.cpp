@@ -25,10 +25,16 @@ void SearchOptions::validate() const {
   AK_CHECK(n_best >= 1, "search: n_best {} (expected >= 1)", n_best);
   AK_CHECK(bos >= 0 && eos >= 0 && pad >= 0 && bos != eos, "search: special ids <bos> {}, <eos> {}, <pad> {} (expected "
            ">= 0, <bos> and <eos> apart)", bos, eos, pad);
+  for (int64_t id : never)
+    AK_CHECK(id >= 0 && id != eos, "search: never-output id {} (expected >= 0 and not <eos> {})", id, eos);
   AK_CHECK(strategy != Strategy::Greedy || n_best == 1, "search: greedy search gives one hypothesis, not {}", n_best);
   AK_CHECK(strategy != Strategy::Beam || n_best <= beam, "search: n_best {} is more than the beam size {}", n_best,
            beam);
   AK_CHECK(max_len >= 0 && min_len >= 0, "search: max_len {} and min_len {} must be >= 0", max_len, min_len);
+  AK_CHECK(max_len <= kMaxTokens && min_len <= kMaxTokens, "search: max_len {} and min_len {} must be at most {}",
+           max_len, min_len, kMaxTokens);
+  AK_CHECK(beam <= kMaxRowsPerSource && n_best <= kMaxRowsPerSource,
+           "search: beam {} and n_best {} must be at most {}", beam, n_best, kMaxRowsPerSource);
   AK_CHECK(max_len == 0 || min_len <= max_len, "search: min_len {} is more than max_len {}", min_len, max_len);
   AK_CHECK(temperature > 0 && std::isfinite(temperature), "search: temperature {} (expected > 0)", temperature);
   AK_CHECK(top_k >= 0, "search: top_k {} (expected >= 0; 0 = all)", top_k);
@@ -41,6 +47,8 @@ models::SourceBatch sources_batch(const std::vector<std::vector<int64_t>>& sourc
   b.N = static_cast<int64_t>(sources.size());
   for (const auto& s : sources) {
     AK_CHECK(!s.empty(), "decode: source {} is empty", &s - sources.data());
+    AK_CHECK(static_cast<int64_t>(s.size()) <= kMaxTokens, "decode: source {} has {} tokens, more than {}",
+             &s - sources.data(), s.size(), kMaxTokens);
     b.S = std::max<int64_t>(b.S, static_cast<int64_t>(s.size()));
   }
   b.src.assign(size_t(b.N * b.S), pad);  // [N, S]
@@ -130,6 +138,20 @@ std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
   const int64_t K = o.strategy == Strategy::Beam ? o.beam : o.strategy == Strategy::Sample ? o.n_best : 1;
   const int64_t eos = o.eos;
 
+  std::vector<int64_t> max_len(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t fallback = std::max(o.min_len, 2 * batch.src_lengths[size_t(n)] + 10);
+    max_len[size_t(n)] = o.max_len > 0 ? o.max_len : std::min(kMaxTokens, fallback);
+  }
+  // The tree keeps every row's token at every step: refused before any work when it would not fit.
+  const int64_t longest = *std::max_element(max_len.begin(), max_len.end());
+  const double per_token = double(sizeof(Node)) + (o.attention ? double(S) * sizeof(float) : 0.0);
+  const double tree_bytes = double(N) * double(K) * double(longest) * per_token;
+  AK_CHECK(tree_bytes <= double(kMaxTreeBytes),
+           "decode: {} source(s) x {} row(s) x {} tokens would keep {:.0f} MB of hypotheses, more than {} MB (use a "
+           "smaller --batch, --beam, --n-best or --max-len)",
+           N, K, longest, tree_bytes / 1048576, kMaxTreeBytes / 1048576);
+
   std::unique_ptr<models::DecoderState> state = model.start_decoding(batch, o.use_cache);
   std::vector<Row> rows;
   std::vector<Rng> rngs;
@@ -145,8 +167,6 @@ std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
     }
   if (K > 1) state->select_rows(expand);  // [N*K] rows
 
-  std::vector<int64_t> max_len(static_cast<size_t>(N));
-  for (int64_t n = 0; n < N; ++n) max_len[size_t(n)] = o.max_len > 0 ? o.max_len : 2 * batch.src_lengths[size_t(n)] + 10;
 
   std::vector<Node> nodes;
   std::vector<float> att;  // [nodes, S] when o.attention
@@ -160,8 +180,12 @@ std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
     AK_CHECK(eos < V && o.bos < V, "search: <bos> {} or <eos> {} is outside the model's {} target tokens", o.bos, eos, V);
     Tensor a;
     if (o.attention) a = state->cross_attention(o.attention_layer, o.attention_head);  // [R, S]
-    if (t < o.min_len)
-      for (int64_t r = 0; r < R; ++r) lp[r * V + eos] = -std::numeric_limits<float>::infinity();
+    constexpr float kMasked = -std::numeric_limits<float>::infinity();
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t id : o.never)
+        if (id < V) lp[r * V + id] = kMasked;
+      if (t < o.min_len) lp[r * V + eos] = kMasked;
+    }
     auto add_node = [&](int64_t r, int64_t token) {
       nodes.push_back({rows[size_t(r)].node, token});
       if (o.attention) att.insert(att.end(), a.data() + r * S, a.data() + (r + 1) * S);

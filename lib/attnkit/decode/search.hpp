@@ -1,8 +1,10 @@
 // Search strategies over a models::DecoderState (models/decoding.hpp): greedy, beam, sampling.
 // Legend: N sources, K rows per source (beam size, or samples), R rows alive, S source length, Vt target vocabulary.
 //
-// One loop for the three: every row starts at <bos>; each step gives log-probabilities [R, Vt]; before
-// min_len tokens <eos> is forbidden (its log-probability -inf); rows that end (<eos>, or max_len tokens) leave
+// One loop for the three: every row starts at <bos>; each step gives log-probabilities [R, Vt]; the tokens
+// that are never output (`never`: <pad>, <bos>, <unk>) have their log-probability set to -inf before any
+// choice, so only real tokens and <eos> are chosen and only <eos> ends a hypothesis; before min_len tokens
+// <eos> is forbidden the same way; rows that end (<eos>, or max_len tokens) leave
 // the state through select_rows, so that finished sources cost nothing.
 //   greedy  the argmax (first index on ties), one row per source.
 //   sample  K = n_best rows per source, each drawn from p ∝ exp(log p / temperature), restricted to the top_k
@@ -28,6 +30,13 @@
 
 namespace attnkit::decode {
 
+// Limits, checked before any work (docs/transformer-decode.md): rows per source (beam, or samples), tokens of
+// a source and of an output (max_len, min_len; the default max_len is capped to it), and the bytes of the
+// hypothesis tree one search() keeps (N x K x max_len tokens, with attention x S weights each).
+inline constexpr int64_t kMaxRowsPerSource = 256;
+inline constexpr int64_t kMaxTokens = 4096;
+inline constexpr int64_t kMaxTreeBytes = int64_t{1} << 30;
+
 enum class Strategy { Greedy, Beam, Sample };
 Strategy parse_strategy(std::string_view name);  // "greedy", "beam", "sample"
 
@@ -36,7 +45,8 @@ struct SearchOptions {
   int64_t beam = 4;             // beam: rows per source
   double length_penalty = 0.0;  // GNMT alpha (>= 0)
   int64_t n_best = 1;           // hypotheses returned per source: greedy 1, beam <= beam, sample: samples drawn
-  int64_t max_len = 0;          // tokens per hypothesis (without <eos>); 0: 2 * the source's length + 10
+  int64_t max_len = 0;          // tokens per hypothesis (without <eos>); 0: 2 * the source's length + 10, at
+                                // least min_len, at most kMaxTokens
   int64_t min_len = 0;          // no <eos> before this many tokens
   double temperature = 1.0;     // sample: > 0
   int64_t top_k = 0;            // sample: 0 = all
@@ -50,6 +60,8 @@ struct SearchOptions {
   // source vocabulary's <pad> (after each shorter source). models/tokens.hpp's 0-3 unless the model says otherwise
   // (an exported model: decode::LoadedModel's vocabularies' pad_id() ...).
   int64_t bos = 1, eos = 2, pad = 0;
+  // Target ids never output (masked to -inf at every step): the target vocabulary's <pad>, <bos>, <unk>.
+  std::vector<int64_t> never = {0, 1, 3};
   // Refuses out-of-range values and n_best that the strategy cannot give (attnkit::Error naming the field).
   void validate() const;
 };
@@ -63,7 +75,8 @@ struct Hypothesis {
                              // over the source's own S_n tokens; else empty
 };
 
-// The sources as a batch (src, src_lengths; <pad> after each row's length). Refuses an empty list or source.
+// The sources as a batch (src, src_lengths; <pad> after each row's length). Refuses an empty list or source,
+// and a source of more than kMaxTokens tokens.
 models::SourceBatch sources_batch(const std::vector<std::vector<int64_t>>& sources, int64_t pad = 0);
 
 // Decodes `sources` (ids in the model's source vocabulary). Returns, per source, its hypotheses best first

@@ -1,5 +1,8 @@
 #include "attnkit/models/checkpoint.hpp"
 
+#include <cmath>
+#include <set>
+
 #include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/models/fields.hpp"
 #include "attnkit/models/seq2seq.hpp"
@@ -127,6 +130,44 @@ void load_parameters(TranslationModel& model, const io::Value& weights, const st
   } catch (const Error& e) {
     if (std::string_view(e.what()).rfind(what, 0) == 0) throw;
     fail("{}: {}", what, e.what());
+  }
+  for (const Parameter* p : model.named_parameters()) {
+    const float* x = p->value.data();
+    for (int64_t i = 0; i < p->value.numel(); ++i)
+      AK_CHECK(std::isfinite(x[i]), "{}: weight {} has {} at {} (every weight must be a finite number)", what,
+               p->name, std::isnan(x[i]) ? "NaN" : x[i] > 0 ? "Infinity" : "-Infinity",
+               shape_str(unravel_index(i, p->value.shape())));
+  }
+}
+
+namespace {
+
+// Every tensor of `v` by its dotted path.
+void tensor_paths(const io::Value& v, const std::string& path, std::vector<std::string>& out) {
+  if (v.is_tensor()) out.push_back(path);
+  if (!v.is_bundle()) return;
+  for (const auto& [name, sub] : v.members()) tensor_paths(sub, path.empty() ? name : path + "." + name, out);
+}
+
+}  // namespace
+
+void check_checkpoint_complete(const TranslationModel& model, const io::Value& checkpoint, const io::Value& config,
+                               const std::string& what) {
+  const io::Value written = model.config_value();
+  for (const auto& [name, value] : written.members())
+    AK_CHECK(config.is_bundle() && config.find(name) != nullptr,
+             "{}: config field \"{}\" is missing (a checkpoint stores every field of its model's config)", what, name);
+  static const std::set<std::string, std::less<>> sections = {"format", "version", "config", "vocab", "training",
+                                                              "rng", "step", "optimizer", "data_order", "window"};
+  std::set<std::string> parameters;
+  for (const Parameter* p : static_cast<const nn::Module&>(model).named_parameters()) parameters.insert(p->name);
+  for (const auto& [name, value] : checkpoint.members()) {
+    if (sections.count(name) > 0) continue;
+    std::vector<std::string> tensors;
+    tensor_paths(value, name, tensors);
+    for (const std::string& t : tensors)
+      AK_CHECK(parameters.count(t) > 0, "{}: tensor {} is not a parameter of the {} model its config describes", what,
+               t, model.family());
   }
 }
 

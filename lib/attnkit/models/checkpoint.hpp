@@ -61,7 +61,14 @@ CheckpointHead read_checkpoint_head(const io::Value& checkpoint, const std::stri
 
 // The config's "src_vocab" and "tgt_vocab" must be the vocabularies' sizes.
 void check_vocab_sizes(const io::Value& config, const Vocab& source, const Vocab& target, std::string_view what);
-// model.load_parameters(weights), every refusal prefixed by `what`.
+// model.load_parameters(weights), every refusal prefixed by `what`; then refuses a NaN or infinite value in any
+// weight, naming it and the index.
 void load_parameters(TranslationModel& model, const io::Value& weights, const std::string& what);
+// A checkpoint is written whole, so nothing in it is defaulted or ignored: `config` (its "config") must hold every
+// field model.config_value() writes, and every tensor outside the checkpoint's own sections ("optimizer",
+// "data_order", ...) must be a parameter of the model (a weight of another model, or of another "attention"
+// setting, is refused). Refusals name `what` and the field or tensor.
+void check_checkpoint_complete(const TranslationModel& model, const io::Value& checkpoint, const io::Value& config,
+                               const std::string& what);
 
 }  // namespace attnkit::models

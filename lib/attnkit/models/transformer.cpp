@@ -98,7 +98,7 @@ TransformerConfig TransformerConfig::from_value(const io::Value& value, std::str
   const int64_t layers = f.integer("layers", 6, 1, 64);  // both sides, unless given apart
   c.encoder_layers = f.integer("encoder_layers", layers, 1, 64);
   c.decoder_layers = f.integer("decoder_layers", layers, 1, 64);
-  c.heads = f.integer("heads", 8, 1, 1024);
+  c.heads = f.integer("heads", 1, 1024);  // no default: the weights' shapes do not tell it
   c.d_model = f.integer("d_model", 512, 1, kMaxSize);
   c.ff = f.integer("ff", 2048, 1, 4 * kMaxSize);
   c.dropout = f.real32("dropout", 0.1f);

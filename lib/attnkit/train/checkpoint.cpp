@@ -128,11 +128,20 @@ std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::st
   o.family = head.family;
   auto trainer = std::unique_ptr<Trainer>(new Trainer(o, std::move(data), config, tconfig));
   models::load_parameters(*trainer->model_, v, path);
+  models::check_checkpoint_complete(*trainer->model_, v, *head.config, path);
   try {
     trainer->optimizer_->load_state(top.member("optimizer"));
   } catch (const Error& e) {
     top.rethrow_where(e);
   }
+  // Every parameter is updated at every step, so once the optimizer keeps state it keeps it for each: a
+  // missing entry is damage, not a fresh start.
+  const io::Value& saved = top.member("optimizer");
+  if (saved.is_bundle() && !saved.members().empty())
+    for (const Parameter* p : static_cast<const nn::Module&>(*trainer->model_).named_parameters())
+      AK_CHECK(saved.find(p->name) != nullptr,
+               "{}: optimizer: parameter {} has no state (every parameter has one once the optimizer has stepped)",
+               path, p->name);
   trainer->batcher_->load_state(top.member("data_order"), path + ": data_order");
   trainer->step_ = trainer->start_step_ = top.count("step");
   if (top.has("rng")) {
