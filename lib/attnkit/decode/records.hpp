@@ -1,4 +1,4 @@
-// transformer-decode's input records and output lines (the library side of the tool, DESIGN.md §5).
+// transformer-decode's input records and output lines (the library side of the tool, docs/architecture.md, Floors).
 //   Input: lines of text (one source per line), or NDJSON records {"src": "text", ...} (one per line; blank
 //   lines skipped); Auto takes NDJSON when the first non-blank line starts with '{'.
 //   Output: one JSON object per source, the best hypothesis's fields at the top:
