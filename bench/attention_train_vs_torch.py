@@ -50,7 +50,7 @@ def main():
     ap.add_argument("--long", type=int, default=0, help="also run attnkit alone at this T (peak memory)")
     a = ap.parse_args()
     binary = bench_binary(a.build, "attention_bench")
-    def sgemm_peak():  # measured again in every round: this VM's speed drifts by up to 1.5x within minutes
+    def sgemm_peak():  # measured again in every round: a VM's speed drifts within minutes
         return ours(binary, 0, a.E, a.heads, a.threads, 3, "--sgemm-peak")["gflops"]
 
     print(f"sgemm peak (ops::gemm 1024^3, {a.threads} threads): {sgemm_peak():.1f} GFLOP/s now, again in every round",

@@ -33,13 +33,13 @@ def import_torch(threads):
     torch.set_num_threads(threads)
     blas = os.environ.get("OPENBLAS_NUM_THREADS")
     # Debian's torch calls OpenBLAS (libopenblas0-pthread), whose own threads ignore set_num_threads: unset, it
-    # starts one per core beside torch's OpenMP threads, which then spin against it on small products (the
-    # seq2seq step: 420-540 ms with it unset, 194-203 ms with OPENBLAS_NUM_THREADS=1, 2 threads, quiet).
+    # starts one per core beside torch's OpenMP threads, which then spin against it on small products (a
+    # seq2seq step runs about twice as long with it unset as with OPENBLAS_NUM_THREADS=1).
     print(f"PyTorch: {threads} OpenMP threads; OpenBLAS threads: "
           f"{blas if blas else 'unset (one per core)'} (set OPENBLAS_NUM_THREADS to change)", file=sys.stderr)
     # OpenBLAS 0.3.21 picks its kernel from the processor unless OPENBLAS_CORETYPE names one; on processors
-    # newer than it knows (an Emerald Rapids Xeon) it falls back to a generic kernel, 20 GFLOP/s a thread
-    # instead of ~100 with SkylakeX: PyTorch's matmul rate, printed here, tells which ran.
+    # newer than it knows (an Emerald Rapids Xeon) it falls back to a generic kernel, several times slower
+    # than SkylakeX's: PyTorch's matmul rate, printed here, tells which ran.
     a = torch.randn(1024, 1024)
     a @ a
     start = time.perf_counter()

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Grapheme-to-phoneme on the CMU Pronouncing Dictionary (Debian's festlex-cmu), issue 10's real-data example:
+# Grapheme-to-phoneme on the CMU Pronouncing Dictionary (Debian's festlex-cmu), a real-data example:
 # examples/06-g2p-data/prepare.sh writes train/valid/test TSV (split by word), seq2seq-train trains an LSTM
 # encoder-decoder with attention (spelling by characters -> phonemes by spaces), and seq2seq-eval
 # (docs/seq2seq-eval.md) scores the held-out test words by greedy decoding: PER (edit distance to the closest pronunciation /
 # its length) and WER (words whose prediction equals none of their pronunciations).
 # The training curve (validation loss, token accuracy and line-level exact match every --log-every steps) is in
-# $ATTNKIT_BENCH_OUT/g2p.jsonl; the target is WER <= 30% within 30 minutes of training on 2 cores (met: 29.7% after
-# the default 12000 steps, 961 s on a quiet machine; docs/seq2seq-train.md). The cosine schedule lasts --steps.
+# $ATTNKIT_BENCH_OUT/g2p.jsonl; the target is WER <= 30% within 30 minutes of training on 2 cores (the figures of a run
+# of the default 12000 steps are in docs/seq2seq-train.md). The cosine schedule lasts --steps.
 #
 # The curve's validation set is every 5th line of valid.tsv (about 1000 pronunciations, spread over the alphabet),
 # to keep the periodic greedy decoding cheap; the final figures are on all of test.tsv.
 #
 # --transformer trains a Transformer instead (3 + 3 layers, d 128, 4 heads, ff 512, label smoothing 0.1, lr 0.0015,
-# 500 warmup steps), for issue 12's comparison at the same training time (docs/transformer.md); give --steps to fit it.
+# 500 warmup steps), to compare the two at the same training time (docs/transformer.md); give --steps to fit it.
 #
 # Usage: bench/g2p.sh [--transformer] [--steps N] [--threads N] [--log-every N] [-- extra seq2seq-train options]
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training-quality benchmarks of seq2seq-train (issue 10), each one run of the tool with its wall time:
+# Training-quality benchmarks of seq2seq-train, each one run of the tool with its wall time:
 #
 #   reverse     --task reverse, lengths 5-20, 26 tokens; LSTM, additive attention, hidden 128; exact match on
 #               1000 held-out sequences (target: >= 99% within 10 minutes)

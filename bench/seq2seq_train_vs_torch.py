@@ -4,7 +4,7 @@
   /usr/bin/python3 bench/seq2seq_train_vs_torch.py [--build build] [--rounds 5] [--reps 10] [--threads 2]
       [--N 64] [--S 20] [--T 20] [--H 256] [--E 256] [--V 1000] [--attention dot] [--profile]
 
-The model (issue 10's speed target): embeddings (V, E) for source and target, a one-layer LSTM encoder and
+The model (seq2seq-train's speed target): embeddings (V, E) for source and target, a one-layer LSTM encoder and
 decoder (hidden H), Luong dot attention (scores s_t . enc_s, softmax over the source, context), combine
 tanh(Linear(2H -> H)([s; c])), output Linear(H -> V), cross-entropy over N x T tokens (ignore_index 0: no
 token is padding here), gradient clipping to norm 1, one Adam step (lr 1e-3). Source S tokens, decoder T

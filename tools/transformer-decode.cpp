@@ -1,5 +1,5 @@
-// transformer-decode: decode with a seq2seq-train checkpoint (recurrent; Transformer once its family is
-// registered): greedy, beam or sampling, results streamed one JSON line per source (docs/transformer-decode.md).
+// transformer-decode: decode with a seq2seq-train checkpoint (recurrent or Transformer): greedy, beam or
+// sampling, results streamed one JSON line per source (docs/transformer-decode.md).
 #include <iostream>
 
 #include "attnkit/decode/loader.hpp"

@@ -40,7 +40,7 @@ import sys
 MIN_REPS_SHORT = 100
 
 WORKLOADS = {
-    # name: (kind, shape, target ratio attnkit / ONNX Runtime (issue 11))
+    # name: (kind, shape, target ratio attnkit / ONNX Runtime)
     "lstm64": ("lstm", dict(N=64, T=100, D=512, H=512), 0.85),
     "lstm1": ("lstm", dict(N=1, T=100, D=128, H=128), 0.5),
     "gru64": ("gru", dict(N=64, T=100, D=512, H=512), 0.85),

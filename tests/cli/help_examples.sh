@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every example of every tool's --help runs as written (issue 9): the tools are found from
+# Every example of every tool's --help runs as written: the tools are found from
 # tools/*.cpp, their subcommands from the "Subcommands:" list of their --help, and each help's
 # "Examples:" footer (tools::describe) runs line by line, in order, in an empty folder of its own
 # (so the examples must make the files they use). A line four spaces in continues the one above (a
@@ -87,7 +87,7 @@ for t in "${all_tools[@]}"; do
   fi
 done
 
-# what issue 9 asked of tensor's help in particular
+# tensor's help in particular: its subcommands, get's options, the 3x4 shape form, arange's usage line
 help="$(tensor --help)"
 grep -q 'Subcommands:' <<< "$help" || fail "tensor --help lists no subcommands"
 for opt in -o --format --pretty --max-elements --allow-nan; do

@@ -270,7 +270,7 @@ TEST_CASE("tiled multi-head kernel matches the naive reference with large ragged
   o.mask.causal = ops::CausalKind::LowerRight;
   o.mask.key_lengths = {277, 150};
   const ops::MhaResult ref = nn::multihead_attention_forward_naive(m, q, k, v, o);
-  // query tiles of 150: each head's last tile cut in 4 pieces that run last (ops/attention.cpp)
+  // query tiles of 150: each head's last tile cut in 4 pieces that run last (ops/attention_tiled.cpp)
   for (ops::TileSizes ts : {ops::TileSizes{128, 256}, ops::TileSizes{33, 61}, ops::TileSizes{300, 1000}, ops::TileSizes{150, 128}}) {
     TileGuard g(ts);
     check_close(nn::multihead_attention_forward(m, q, k, v, o).output, ref.output, "tiled MHA output");

@@ -21,3 +21,16 @@ TEST_CASE("enum names: name_of, parse_name and names_of read one table") {
   CHECK(names_of(kFruitNames) == "apple, pear, fig");
   CHECK(names_of(kFruitNames, "|") == "apple|pear|fig");
 }
+
+namespace {
+enum class Side { Left, Right };
+constexpr EnumName<Side> kSideNames[] = {{Side::Left, "left"}, {Side::Right, "right"}};
+enum class One { Only };
+constexpr EnumName<One> kOneNames[] = {{One::Only, "only"}};
+}  // namespace
+
+TEST_CASE("enum names: names_or lists the alternatives as a message says them") {
+  CHECK(names_or(kFruitNames) == "apple, pear or fig");
+  CHECK(names_or(kSideNames) == "left or right");
+  CHECK(names_or(kOneNames) == "only");
+}

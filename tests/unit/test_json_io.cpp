@@ -1,4 +1,4 @@
-// JSON tensors on the wire (DESIGN.md §3, docs/tensor-format.md): exact round trips, shortest
+// JSON tensors on the wire (docs/tensor-format.md): exact round trips, shortest
 // output, bundles, references, NDJSON, limits, and every error message with its position.
 #include <doctest/doctest.h>
 

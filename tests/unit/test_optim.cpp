@@ -24,8 +24,8 @@ using test::error_of;
 namespace {
 
 // Agreement with PyTorch, in float32 ulps. The optimizers run PyTorch's float32 operations in PyTorch's
-// order, with its fused multiply-adds (optimizer.cpp), and reproduce torch.optim's bits: 0 ulps, measured
-// against Debian's PyTorch 1.13 (AVX2 kernels) on x86-64. A libm whose pow() rounds differently from glibc's
+// order, with its fused multiply-adds (optimizer.cpp), and reproduce torch.optim's bits: 0 ulps against
+// Debian's PyTorch 1.13 (AVX2 kernels) on x86-64. A libm whose pow() rounds differently from glibc's
 // could move a bias correction by an ulp; then this is the number to revisit, knowing that one ulp
 // already hides real differences (computing addcmul without the fma is 1-2 ulps off after a few steps).
 constexpr int64_t kOptimizerUlps = 0;

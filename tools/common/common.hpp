@@ -1,4 +1,4 @@
-// What every attnkit tool shares (DESIGN.md §5): the error boundary (exit 0 ok, 1 bad input,
+// What every attnkit tool shares (docs/architecture.md, Adding a tool): the error boundary (exit 0 ok, 1 bad input,
 // 2 usage), the shared option groups, and output that is written whole or not at all.
 #pragma once
 #include <functional>

@@ -11,15 +11,21 @@
 #include <unistd.h>
 
 #include "attnkit/io/svg_heatmap.hpp"
+#include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::decode {
 
+namespace {
+
+constexpr EnumName<InputFormat> kInputFormatNames[] = {
+    {InputFormat::Auto, "auto"}, {InputFormat::Text, "text"}, {InputFormat::Ndjson, "ndjson"}};
+
+}  // namespace
+
 InputFormat parse_input_format(std::string_view name) {
-  if (name == "auto") return InputFormat::Auto;
-  if (name == "text") return InputFormat::Text;
-  if (name == "ndjson") return InputFormat::Ndjson;
-  fail("unknown input format \"{}\" (expected auto, text or ndjson)", name);
+  if (const std::optional<InputFormat> format = parse_name(kInputFormatNames, name)) return *format;
+  fail("unknown input format \"{}\" (expected {})", name, names_or(kInputFormatNames));
 }
 
 SourceReader::SourceReader(std::istream& in, InputFormat format, std::string name)

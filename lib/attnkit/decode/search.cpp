@@ -6,16 +6,22 @@
 #include <numeric>
 
 #include "attnkit/autograd/var.hpp"
+#include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
 
 namespace attnkit::decode {
 
+namespace {
+
+constexpr EnumName<Strategy> kStrategyNames[] = {
+    {Strategy::Greedy, "greedy"}, {Strategy::Beam, "beam"}, {Strategy::Sample, "sample"}};
+
+}  // namespace
+
 Strategy parse_strategy(std::string_view name) {
-  if (name == "greedy") return Strategy::Greedy;
-  if (name == "beam") return Strategy::Beam;
-  if (name == "sample") return Strategy::Sample;
-  fail("unknown search strategy \"{}\" (expected greedy, beam or sample)", name);
+  if (const std::optional<Strategy> strategy = parse_name(kStrategyNames, name)) return *strategy;
+  fail("unknown search strategy \"{}\" (expected {})", name, names_or(kStrategyNames));
 }
 
 void SearchOptions::validate() const {

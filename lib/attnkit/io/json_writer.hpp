@@ -1,4 +1,4 @@
-// Writing tensors and bundles as JSON (DESIGN.md §3, docs/tensor-format.md).
+// Writing tensors and bundles as JSON (docs/tensor-format.md).
 // Floats are written in the shortest form that reads back to the same float32 (std::to_chars);
 // non-finite values as the strings "NaN", "Infinity", "-Infinity".
 #pragma once

@@ -1,4 +1,4 @@
-// Tensor references: PATH[#NAME[/NAME...]] (DESIGN.md §3).
+// Tensor references: PATH[#NAME[/NAME...]].
 //   x.json            the whole document
 //   run.json#h_n      member h_n of a bundle
 //   ckpt.json#enc/W   a nested member

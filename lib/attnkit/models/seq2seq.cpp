@@ -8,6 +8,7 @@
 #include "attnkit/autograd/layers.hpp"
 #include "attnkit/models/fields.hpp"
 #include "attnkit/nn/state_dict.hpp"
+#include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/models/tokens.hpp"
 
@@ -28,42 +29,34 @@ Var merge_directions(const Var& h_n, int layers, bool bidirectional) {
   return per_layer.size() == 1 ? per_layer[0] : autograd::concat(per_layer, 0);              // [L, N, 2H]
 }
 
+constexpr EnumName<AttentionKind> kAttentionKindNames[] = {{AttentionKind::None, "none"},
+                                                           {AttentionKind::Dot, "dot"},
+                                                           {AttentionKind::ScaledDot, "scaled-dot"},
+                                                           {AttentionKind::General, "general"},
+                                                           {AttentionKind::Additive, "additive"}};
+constexpr EnumName<AttentionStyle> kAttentionStyleNames[] = {{AttentionStyle::Luong, "luong"},
+                                                             {AttentionStyle::Bahdanau, "bahdanau"}};
+
 }  // namespace
 
 AttentionKind parse_attention_kind(std::string_view name) {
-  if (name == "none") return AttentionKind::None;
-  if (name == "dot") return AttentionKind::Dot;
-  if (name == "scaled-dot") return AttentionKind::ScaledDot;
-  if (name == "general") return AttentionKind::General;
-  if (name == "additive") return AttentionKind::Additive;
-  fail("unknown attention \"{}\" (expected none, dot, scaled-dot, general or additive)", name);
+  if (const std::optional<AttentionKind> kind = parse_name(kAttentionKindNames, name)) return *kind;
+  fail("unknown attention \"{}\" (expected {})", name, names_or(kAttentionKindNames));
 }
 
-std::string_view attention_kind_name(AttentionKind kind) {
-  switch (kind) {
-    case AttentionKind::None: return "none";
-    case AttentionKind::Dot: return "dot";
-    case AttentionKind::ScaledDot: return "scaled-dot";
-    case AttentionKind::General: return "general";
-    case AttentionKind::Additive: return "additive";
-  }
-  return "?";
-}
+std::string_view attention_kind_name(AttentionKind kind) { return name_of(kAttentionKindNames, kind); }
 
 AttentionStyle parse_attention_style(std::string_view name) {
-  if (name == "luong") return AttentionStyle::Luong;
-  if (name == "bahdanau") return AttentionStyle::Bahdanau;
-  fail("unknown attention style \"{}\" (expected luong or bahdanau)", name);
+  if (const std::optional<AttentionStyle> style = parse_name(kAttentionStyleNames, name)) return *style;
+  fail("unknown attention style \"{}\" (expected {})", name, names_or(kAttentionStyleNames));
 }
 
-std::string_view attention_style_name(AttentionStyle style) {
-  return style == AttentionStyle::Bahdanau ? "bahdanau" : "luong";
-}
+std::string_view attention_style_name(AttentionStyle style) { return name_of(kAttentionStyleNames, style); }
 
+// The seq2seq model takes every cell but rnn-relu.
 nn::CellKind parse_cell_kind(std::string_view name) {
-  if (name == "rnn") return nn::CellKind::RnnTanh;
-  if (name == "lstm") return nn::CellKind::Lstm;
-  if (name == "gru") return nn::CellKind::Gru;
+  const std::optional<nn::CellKind> cell = parse_name(ops::kCellNames, name);
+  if (cell && *cell != nn::CellKind::RnnRelu) return *cell;
   fail("unknown cell \"{}\" (expected rnn, lstm or gru)", name);
 }
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnkit/models/tokens.hpp"
+#include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::models {
@@ -64,21 +65,15 @@ std::string shown_token(std::string_view s) {
   return nlohmann::json(shown).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+constexpr EnumName<Tokenizer> kTokenizerNames[] = {
+    {Tokenizer::Char, "char"}, {Tokenizer::Space, "space"}, {Tokenizer::Ids, "ids"}};
+
 Tokenizer tokenizer_from_name(std::string_view name) {
-  if (name == "char") return Tokenizer::Char;
-  if (name == "space") return Tokenizer::Space;
-  if (name == "ids") return Tokenizer::Ids;
-  fail("unknown tokenizer {}: expected char, space or ids", shown_token(name));
+  if (const std::optional<Tokenizer> tokenizer = parse_name(kTokenizerNames, name)) return *tokenizer;
+  fail("unknown tokenizer {}: expected {}", shown_token(name), names_or(kTokenizerNames));
 }
 
-std::string_view tokenizer_name(Tokenizer tokenizer) {
-  switch (tokenizer) {
-    case Tokenizer::Char: return "char";
-    case Tokenizer::Space: return "space";
-    case Tokenizer::Ids: return "ids";
-  }
-  return "?";
-}
+std::string_view tokenizer_name(Tokenizer tokenizer) { return name_of(kTokenizerNames, tokenizer); }
 
 std::string tokenize(std::string_view text, Tokenizer tokenizer, std::vector<std::string>& out) {
   out.clear();

@@ -5,6 +5,7 @@
 
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/layers.hpp"
+#include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::nn {
@@ -25,15 +26,19 @@ Tensor sinusoidal_table(int64_t T, int64_t E, int64_t offset) {
   return pe;
 }
 
+namespace {
+
+constexpr EnumName<PositionalKind> kPositionalNames[] = {{PositionalKind::Sinusoidal, "sinusoidal"},
+                                                         {PositionalKind::Learned, "learned"}};
+
+}  // namespace
+
 PositionalKind parse_positional_kind(std::string_view name) {
-  if (name == "sinusoidal") return PositionalKind::Sinusoidal;
-  if (name == "learned") return PositionalKind::Learned;
-  fail("unknown positional encoding \"{}\" (expected sinusoidal or learned)", name);
+  if (const std::optional<PositionalKind> kind = parse_name(kPositionalNames, name)) return *kind;
+  fail("unknown positional encoding \"{}\" (expected {})", name, names_or(kPositionalNames));
 }
 
-std::string_view positional_kind_name(PositionalKind kind) {
-  return kind == PositionalKind::Learned ? "learned" : "sinusoidal";
-}
+std::string_view positional_kind_name(PositionalKind kind) { return name_of(kPositionalNames, kind); }
 
 PositionalEncoding::PositionalEncoding(PositionalKind kind, int64_t embed, int64_t max_positions, Rng& rng,
                                        const std::string& prefix)

@@ -4,6 +4,7 @@
 
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/layers.hpp"
+#include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
 
@@ -11,13 +12,18 @@ namespace attnkit::nn {
 
 using autograd::Var;
 
+namespace {
+
+constexpr EnumName<FfnActivation> kFfnActivationNames[] = {{FfnActivation::Relu, "relu"}, {FfnActivation::Gelu, "gelu"}};
+
+}  // namespace
+
 FfnActivation parse_ffn_activation(std::string_view name) {
-  if (name == "relu") return FfnActivation::Relu;
-  if (name == "gelu") return FfnActivation::Gelu;
-  fail("unknown activation \"{}\" (expected relu or gelu)", name);
+  if (const std::optional<FfnActivation> a = parse_name(kFfnActivationNames, name)) return *a;
+  fail("unknown activation \"{}\" (expected {})", name, names_or(kFfnActivationNames));
 }
 
-std::string_view ffn_activation_name(FfnActivation a) { return a == FfnActivation::Gelu ? "gelu" : "relu"; }
+std::string_view ffn_activation_name(FfnActivation a) { return name_of(kFfnActivationNames, a); }
 
 void TransformerLayerOptions::validate(std::string_view what) const {
   AK_CHECK(d_model >= 1 && heads >= 1 && dim_feedforward >= 1, "{}: d_model {}, heads {} and dim_feedforward {} must be >= 1",

@@ -71,7 +71,7 @@ QkvDims check_qkv(const Tensor& q, const Tensor& k, const Tensor& v, std::string
 // ---- scores and weights materialised: one [br, S] block per query tile ----
 // The block's rows: about 128 K floats (S = 1024: 128 rows), so that the block Q_i K^T writes stays
 // near L2 while each of its rows is softmaxed (in L1) and P V reads it back, and K's packed panels
-// serve enough rows (64, 128 and 256 rows measured alike within the machine's noise, one thread).
+// serve enough rows (64 and 256 rows do about as well).
 int64_t FullWorker::block_rows(const SdpaProblem& p) {
   const int64_t fit = std::max<int64_t>(16, (int64_t{1} << 17) / std::max<int64_t>(p.S, 1));
   return std::min<int64_t>({tile_sizes().query, fit, std::max<int64_t>(p.T, 1)});

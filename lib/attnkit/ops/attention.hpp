@@ -134,7 +134,7 @@ void sdpa_backward_naive(const SdpaProblem& p, const float* row_lse, StridedIn d
 // With several query tiles per head, each head's K^T and its V tiles are packed once into the GEMM
 // kernel's panels (TiledKvPanels: its pack(task) for every task in [0, tasks()) as a stage of its own,
 // after K and V are written and before the workers run, or pack_keys on each block as it is written)
-// instead of once per query tile (V's were 2% of a T = 4096 forward), and each worker packs its query
+// instead of once per query tile, and each worker packs its query
 // tile once instead of once per key tile. The same sums as ops::gemm's register blocks.
 // The row stride, from `floats` on, at which the tiled kernel's P V reads V as it lies instead of packing it:
 // an odd number of cache lines (16 floats), whose rows spread over every cache set. floats itself unless it is an

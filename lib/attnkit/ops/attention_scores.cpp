@@ -245,7 +245,7 @@ void sdpa_backward_from_weights(const SdpaProblem& p, const float* weights, Stri
 // then dvalues[n] += P[n]^T dC[n] (one product per batch row over its T rows of P, kept in Pall [N*T, S]),
 // dq = dQp W_q^T, dW_q = q^T dQp, dk = dKp W_k^T, dW_k = k^T dKp, db = colsum dKp.
 // The row's matrix-vector products are posed as one row of C (M = 1: ops::gemm's dot_rows / axpy_rows paths,
-// nothing packed; as [S, 1] columns they were padded to 16-wide panels and packing took ~14% of a G2P step).
+// nothing packed; as [S, 1] columns they would be padded to 16-wide panels and packed every step).
 // dKp and dv are shared across rows: each thread sums into its own, reduced after.
 void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, const AttentionOptions& o, const Dims& d,
                        const AttentionResult& fwd, const Tensor& dc, AttentionGrads& g) {

@@ -65,7 +65,7 @@ TileSizes tile_sizes() { return g_tiles; }
 // ---- flash-attention style: query tile x key tiles, online softmax ----
 namespace {
 int64_t query_tile(const SdpaProblem& p) { return std::min<int64_t>(g_tiles.query, std::max<int64_t>(p.T, 1)); }
-// Key tiles of 512 against 256: T = 4096 0.972, T = 1024 0.985 (AVX-512, Zen 5; paired runs)
+// Key tiles of 512 where the GEMM's depth block holds them (AVX-512), else 256.
 int64_t key_tile(const SdpaProblem& p) {
   const int64_t key = g_tiles.key > 0 ? g_tiles.key : gemm_panel_shape().max_depth >= 512 ? 512 : 256;
   return std::min<int64_t>(key, std::max<int64_t>(p.S, 1));
@@ -73,8 +73,8 @@ int64_t key_tile(const SdpaProblem& p) {
 
 // The tiled kernel's tasks: query tiles of Br rows, head by head, except that each head's last tile (when the
 // head has several and the tile at least kPieces kSplitRows rows) is cut in kPieces, and those pieces come
-// last: the team's last tasks are short, so its threads finish close together (T = 1024, 8 heads: one thread
-// waited 0.2-0.4 ms for the other's last tile; 15-90 us with quarters). A row's values do not depend on its tile.
+// last: the team's last tasks are short, so its threads finish close together (with whole last tiles one thread
+// would wait for the other's). A row's values do not depend on its tile.
 constexpr int64_t kSplitRows = 32, kPieces = 4;
 struct QueryTask {
   int64_t nh, t0, br;  // head (n * NH + h), first row, rows
@@ -104,8 +104,7 @@ QueryTask query_task(const SdpaProblem& p, int64_t task) {
 int64_t values_row_stride(int64_t floats) { return floats % 16 == 0 && (floats / 16) % 2 == 0 ? floats + 16 : floats; }
 
 // P V reads V as it lies (gemm_in_place) where its rows are an odd number of cache lines apart
-// (values_row_stride) and Dv is whole panels: packing V's panels was half of the projection stage's packing,
-// 1.4% of a T = 1024 forward with K^T's.
+// (values_row_stride) and Dv is whole panels: packing V's panels was half of the projection stage's packing.
 static bool values_in_place(const SdpaProblem& p) {
   const PanelShape s = gemm_panel_shape();
   return s.mr > 0 && p.Dv > 0 && p.Dv % s.nr == 0 && key_tile(p) <= s.max_depth && p.v.row % 16 == 0 &&
@@ -135,7 +134,7 @@ void TiledKvPanels::pack(int64_t task) { pack_head(task / p_.NH, task % p_.NH, 0
 // A panel of K^T only partly in [s_begin, s_end) (a projection task's rows end inside it) is packed whole,
 // every head, by the call that projects its last keys: each call counts the panel's keys it brings, and the
 // one that completes the count packs it (its acquire sees the other calls' keys). Transposing the parts
-// key by key cost 0.8% of a T = 1024 forward.
+// key by key would cost more.
 void TiledKvPanels::pack_keys(int64_t n, int64_t s_begin, int64_t s_end, bool keys, bool values) {
   if (!buf_) return;
   const int64_t nr = gemm_panel_shape().nr;
@@ -200,8 +199,7 @@ struct TiledWorker::Impl {
   std::vector<int64_t> limit;         // [Br] keys [0, limit) pass causal / key length
   std::vector<float> q_panels;        // the query tile Q_i [br, Dk] in the kernel's panels
   // Contexts of 1 MB and more (more than L2 holds) go out with streaming stores: not read into the cache before
-  // they are written (each row a few lines, 10% of the tile stage at N = 16, T = 256); the next stage reads them.
-  // Paired calls: the attention forward 0.985-0.996 (T = 1024, and the encoder layer's at T = 256).
+  // they are written (each row a few lines); the next stage reads them.
   bool stream_out;
 
   Impl(const SdpaProblem& problem, const TiledKvPanels* key_panels, float* probs, int64_t ld, float* tile_max)
@@ -244,7 +242,7 @@ struct TiledWorker::Impl {
     l.head(br).setZero();
     auto Ot = O.topRows(br);  // written by the first key tile's P V (beta 0)
     // Q's panels in balanced blocks (256 rows: 14 of 12 and 8 of 11, not 21 of 12 and a pass of 4 rows whose
-    // products ran at half the rate); a pass takes Fr / mr consecutive blocks
+    // products waste most of the register block); a pass takes Fr / mr consecutive blocks
     const int64_t mr = gemm_panel_shape().mr, per_pass = std::max<int64_t>(1, Fr / std::max<int64_t>(mr, 1));
     if (keys) pack_a_panels(Trans::No, br, p.Dk, Qi, p.q.row, q_panels.data(), RowBlocks::Balanced);
     // pass g: rows [pass_row(g), pass_row(g + 1)), Q's panels from block g * per_pass on
@@ -284,7 +282,7 @@ struct TiledWorker::Impl {
         // keeps exp from overflowing): no row max and no rescale of l and O while every sum stays below 2^100
         // (every exponent below 69). A row without a max yet (the first tile, a row masked so far) takes
         // its tile's. A sum past that, infinite or NaN sends the rows through the exact online softmax below
-        // on their scores computed again (the same bits). Row max and rescale were 2.7% of a T = 4096 forward.
+        // on their scores computed again (the same bits). Row max and rescale would cost time on every tile.
         // kRowChunk rows at a time: their scores (kRowChunk bc floats) stay in L1 through mask, max, exp and sum.
         bool shifted = true;
         for (int64_t r0 = c0; r0 < c0 + cr && shifted; r0 += kRowChunk) {
@@ -341,7 +339,7 @@ struct TiledWorker::Impl {
         else if (panels_pv) gemm_panels_a_in_place(Trans::No, cr, p.Dv, bc, 1.0f, e, ld, keys->values(nh, s0), beta, o, p.Dv);
         else gemm(Trans::No, Trans::No, cr, p.Dv, bc, 1.0f, e, ld, Vj, p.v.row, beta, o, p.Dv, GemmThreads::This);
         // after the last key tile the pass's rows are done: their contexts go out now, while the next passes
-        // compute (written after the last pass, the stores' misses were 0.8% of a T = 1024 forward)
+        // compute (written after the last pass, the stores' misses would stall)
         if (s0 + Bc >= max_limit) write_rows(c0, c0 + cr);
       }
     }
@@ -404,8 +402,8 @@ struct TiledBackward::Impl {
   int team;
   int64_t Br, Bc, ldt, key_tiles, tasks, rows, part_size;
   bool masked, want_dq;
-  // Buffers uninitialised (ScratchPool), each written before it is read: zero-filling them cost a
-  // serial memset before the team (2-3% of a T = 1024 MHA backward on 2 threads).
+  // Buffers uninitialised (ScratchPool), each written before it is read: zero-filling them would cost a
+  // serial memset before the team.
   std::shared_ptr<float> D;        // [N, NH, T] D_t = dout_t . out_t
   std::shared_ptr<float> tiles;    // per thread: [Br, ldt] P, [Br, ldt] dP -> dS
   std::shared_ptr<float> partial;  // per thread beyond the first: [N, NH, T, Dk] partial dQ, zeroed by the row stage

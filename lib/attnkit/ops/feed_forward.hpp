@@ -31,7 +31,7 @@ void linear_fused(const LinearWeights& l, const float* x, int64_t rows, float* y
 // The feed-forward block under inference: y [rows, O2] = add + relu(x [rows, I] W1^T + b1) W2^T + b2 (add [rows, O2]
 // or nullptr), l2.in == l1.out. In tasks of 48 rows over the team, each task's hidden block [48, O1] in its thread's
 // buffer (384 KB at O1 = 2048: L2) and straight into the second product: the whole hidden [rows, O1] (32 MB for a
-// Transformer layer at 16 x 256, d_ff 2048) went out to memory and back between two products (3-6% slower). The
+// Transformer layer at 16 x 256, d_ff 2048) would go out to memory and back between two products. The
 // bits of linear_fused(l1), then linear_fused(l2), on all rows.
 void feed_forward(const LinearWeights& l1, const LinearWeights& l2, const float* x, int64_t rows, float* y,
                   const float* add);

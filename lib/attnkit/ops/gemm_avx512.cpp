@@ -1,6 +1,6 @@
 // attnkit's own sgemm for AVX-512F (gemm_kernel.inc): a 12 x 32 register block (24 accumulators of
 // 16 floats), MC 240, KC 512, NC 3072 (the A block fits a 1 MB L2 of Zen 4, the B block the L3;
-// KC 512 makes K = 512 one block, C written once: 7-14% faster than 384 on a Xeon, docs/benchmarks.md).
+// KC 512 makes K = 512 one block, C written once; docs/benchmarks.md).
 // Compiled with -mavx512f -mfma whatever the build's -march (lib/CMakeLists.txt); ops::gemm calls it
 // only when the processor has AVX-512F (__builtin_cpu_supports).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // _mm512_reduce_add_ps, GCC 12 false positive

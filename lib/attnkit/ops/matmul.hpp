@@ -1,4 +1,4 @@
-// The library's one matrix-multiply entry (DESIGN.md §9): every kernel's GEMM goes through here,
+// The library's one matrix-multiply entry (docs/architecture.md, Floors): every kernel's GEMM goes through here,
 // so the implementation behind it is chosen in one place: attnkit's own BLIS-style kernel
 // (ops/gemm_kernel.inc) in its AVX-512 or AVX2+FMA build, picked at run time from the processor,
 // Eigen's blocked GEMM on processors without AVX2 (ops/gemm_kernels.hpp names them; the
@@ -39,7 +39,8 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
 
 // op(B) [K, N] packed once for many products with it, e.g. a recurrent layer's W_hh at every time
 // step: the panels the kernel that ops::gemm picks would otherwise pack on every call. A derived copy
-// (DESIGN.md §9): build a new one when the weight's values change (its Parameter's version).
+// (docs/architecture.md, Weights: one source of truth): build a new one when the weight's values
+// change (its Parameter's version).
 // Layout: Panels for products of many rows (the kernel's NR-wide panels); Rows for products of one row
 // at a time (a recurrent layer's time step with a batch of one): blocks of 4 panels' columns, each read
 // as one stream. Both give the same bits for any M; each is slower at the other's job.
@@ -80,7 +81,7 @@ bool gemm_packed_matches(int64_t M);
 
 // Operands packed once into the kernel's panels for many products on blocks of them: attention's
 // tiles, where a head's K^T serves every query tile and a query tile every key tile (packing them
-// per product was 8% of a T = 4096 forward). On this thread:
+// per product would repeat the same copy many times). On this thread:
 //   C [M, N] = alpha * A [M, K] * B [K, N] + beta * C   from pa = pack_a_panels(op(A)), pb = pack_b_panels(op(B))
 // A block of rows [i0, ..) is pa + i0 * K (i0 a multiple of mr), of columns [j0, ..) pb + j0 * K (j0 a
 // multiple of nr). Only where gemm_panel_shape().mr > 0 (the own kernels, not Eigen's) and K <=
@@ -93,7 +94,7 @@ PanelShape gemm_panel_shape();
 // Floats of the panels of `rows` rows (or columns) in panels of `panel`: ceil(rows / panel) * panel * K.
 inline int64_t panels_size(int64_t rows, int64_t K, int64_t panel) { return (rows + panel - 1) / panel * panel * K; }
 // RowBlocks::Balanced: A's M rows in ceil(M / mr) near-equal blocks (64 rows: 11, 11, 11, 11, 10, 10)
-// instead of mr-row panels and a short last one (12 x 5 + 4: the 4-row block ran 20% below the others);
+// instead of mr-row panels and a short last one (12 x 5 + 4: a 4-row block wastes most of the register block);
 // such panels serve products of all M rows only (no block [i0, ..) of them), packed and multiplied alike.
 // The bits are the same either way.
 enum class RowBlocks { Panels, Balanced };

@@ -65,13 +65,13 @@ struct ProjBackward {
 // other's packed panels). Each task packs its block of x and its columns of W: a task of R rows and
 // C columns packs R*in + C*in floats for R*C*in multiply-adds, so blocks are as wide as the team
 // allows: whole rows of y when there are two row blocks per thread, else the columns split just
-// enough for that many tasks (1024 x 1536 on 2 threads: 4 tasks of 512 x 768, where 512 x 384
-// blocks of Q, K and V apart packed 60% more and spent 12% of the forward packing).
+// enough for that many tasks (1024 x 1536 on 2 threads: 4 tasks of 512 x 768; 512 x 384 blocks of
+// Q, K and V apart would pack more of the weight and of x again).
 //
 // With the weight pre-packed (`packed`, MhaWeights::packed) a task packs only its rows
 // of x, so tasks are blocks of whole rows: guided shares of the register blocks (threads.hpp), big first,
-// down to 2 blocks last (1024 rows on 2 threads: 264, 192, 144, .. 24 rows). Eight equal blocks of 128 rows
-// left one thread waiting 0.3-0.5 ms at the stage's end whenever the other ran a few percent slower.
+// down to 2 blocks last (1024 rows on 2 threads: 264, 192, 144, .. 24 rows). With equal blocks one thread
+// waits at the stage's end whenever the other runs a little slower.
 struct LinearJob {
   const float* x;
   int64_t rows, ldx;
@@ -133,12 +133,12 @@ Stage backward_stage(std::vector<ProjBackward> jobs);
 // Runs the stages in order in ONE OpenMP team: within a stage threads take tasks from a shared
 // counter; between stages they meet at a StepBarrier (spins kStageSpin, then sleeps). One team per
 // forward rather than one per kernel: libgomp's barriers and idle pool threads spin for
-// milliseconds, and on cores shared with other work that spinning made a 2-thread forward slower
-// than a 1-thread one (T = 1024: 96 ms against 59 ms; with OMP_WAIT_POLICY=passive 59 ms).
+// milliseconds, and on cores shared with other work that spinning can make a 2-thread forward
+// slower than a 1-thread one.
 // A task that throws (a GEMM's workspace allocation) does not escape the region: the first
 // exception is kept, the remaining tasks are skipped, and it is rethrown after the team ends.
-// A stage's last tasks end within a fraction of a millisecond of each other (guided shares); on a VM a
-// sleeper woke 50-100 us after the notify, which cost the notifier 40 us: a waiter spins 200 us first
+// A stage's last tasks end within a fraction of a millisecond of each other (guided shares), and waking a
+// sleeper costs both the notifier and the sleeper tens of microseconds: a waiter spins kStageSpin first
 // (a few barriers a forward).
 void run_stages(const std::vector<Stage>& stages, int team);
 

@@ -133,7 +133,7 @@ inline __attribute__((always_inline)) void lstm_block(const CellStep& s, int64_t
 
 // Inference (no records): each row's full blocks in one loop, lstm_block inlined without its records,
 // so the step's pointers are loaded and the optional outputs tested once a row (called block by block,
-// with every record tested each time, the cell was 4.8% of an LSTM N=64's samples). The same
+// with every record tested each time, the tests cost a visible share of an LSTM step). The same
 // arithmetic in the same order: the same bits.
 void lstm_rows_plain(const CellStep& s) {
   const int64_t H = s.hidden, full_end = s.unit_begin + (s.unit_end - s.unit_begin) / kUnitBlock * kUnitBlock;

@@ -100,8 +100,8 @@ RecurrentPacked pack_recurrent_direction(CellKind cell, int64_t H, const Tensor&
   }
   // dst[k, col_of[row]] = src[row, k]: transposed a band of 16 rows at a time, so the reads run along 16 rows and
   // the writes fill 16 neighbouring columns (a whole unit block) of each dst row; one row (or one column) at a
-  // time strode through dst by G*H floats per element and cost 2-3% of a training step (its weights are repacked
-  // after every optimizer step).
+  // time strides through dst by G*H floats per element, and the weights are repacked after every optimizer
+  // step.
   auto transpose_into = [&](const Tensor& src, int64_t K, Tensor& dst) {  // src [G*H, K] -> dst [K, G*H]
     constexpr int64_t kBand = 16;
     for (int64_t r0 = 0; r0 < GH; r0 += kBand) {

@@ -90,8 +90,8 @@ int recurrent_team_size(int threads, int64_t N, int64_t H, int G, int64_t min_ma
 // A float scratch buffer of the time loops (64-byte aligned, uninitialised): up to 4 MB it is this
 // thread's buffer for `slot` (0..2), kept from call to call (the latency case would otherwise map and
 // fault fresh pages every call); larger ones come from the recycling ScratchPool
-// (tensor/scratch_pool.hpp: the 52 MB pre-activations of N=64 T=100 H=512 mapped afresh cost 10% of a
-// forward in page zeroing).
+// (tensor/scratch_pool.hpp: tens of MB of pre-activations mapped afresh would cost a forward its page
+// zeroing).
 class RecurrentScratch {
  public:
   RecurrentScratch(size_t floats, int slot);

@@ -33,8 +33,8 @@ namespace {
 // The steps of a job that runs beside others (run_side_by_side) as tickets: ticket i * chunks + k is chunk k
 // of step i (FusedSteps: a run of units, its products and its cell). The job's thread takes them in order;
 // a thread whose own job is done takes them too (one helper at a time), so the two threads end together
-// instead of one waiting for the other: the row parts of N = 64, T = 100, H = 512 ended 1-3 ms (of 65) apart,
-// which part later changing from process to process (host noise on one vCPU). A chunk's values do not
+// instead of one waiting for the other: equal row parts do not end together on shared cores, and which
+// part is late changes from process to process. A chunk's values do not
 // depend on the thread that computes it.
 struct ChunkTickets {
   alignas(64) std::atomic<int64_t> next{0};  // the next ticket to take
@@ -88,14 +88,14 @@ struct DirectionJob {
 };
 
 // run at once. On cores shared with other work a descheduled thread costs the others a wait at the
-// region's end (milliseconds: a 0.3 ms loop took 8 ms), or its steps run on another core (StepClaims).
+// region's end (milliseconds, longer than a small loop), or its steps run on another core (StepClaims).
 // So such a loop reports how its team fared; after a bad run the next small-step loops of the
 // process run on one thread (its work is the same and gives the same bits), for a number of calls
 // that doubles with every bad run in a row (2 .. 256: a single hiccup on an idle machine costs
 // little, steady load soon keeps the loops on one thread), then the team is tried again.
 // A team run is bad too when it took longer than the last one-thread run of the same work: where
-// the cores are far apart (a VM's vCPUs: 240 ns one way), handing the state over at every step
-// costs more than half a step saves (N = 1, H = 128: 2.1 us a step on two threads, 1.6 on one).
+// the cores are far apart (a VM's vCPUs), handing the state over at every step can cost more than
+// half a small step saves.
 // Before the first team run of a step size, one loop runs on one thread to measure that.
 struct TeamWatch {
   // Watched: steps of [2^14, 2^18) multiply-adds per thread, the ones a team runs since StepClaims
@@ -136,11 +136,11 @@ TeamWatch team_watch;
 
 // A time step that computes its own input product x_t W_ih beside h_prev W_hh, a few columns at a
 // time, each followed at once by the cell on their units. The hoisted projection (one GEMM before the
-// loop) wrote N*T*G*H pre-activations (52 MB at N = 64, T = 100, H = 512) that every step read back from
+// loop) wrote N*T*G*H pre-activations (tens of MB for a big batch) that every step read back from
 // memory, its rows 800 KB apart, and the cell again from L2; here a step's x_t and h_prev are packed
 // once and each chunk of columns goes from the micro-kernel to the cell in L2 (64 KB of products: 512
-// columns at 32 rows, N = 64 on two threads, ran 2% faster than chunks of 64 columns in L1, whose cell
-// ran one 16-unit block a row a call). The same products in the same order (x_t W_ih stored, then +
+// columns at 32 rows, rather than chunks of 64 columns in L1, whose cell would run one 16-unit block a
+// row a call). The same products in the same order (x_t W_ih stored, then +
 // h_prev W_hh): the same bits.
 // Taken from kMinRows rows on (fewer: a step's input product of few rows runs below the hoisted GEMM's
 // rate), when both weights are one block of the panel kernel (D, H <= max_depth), and not when one
@@ -158,7 +158,7 @@ struct FusedSteps {
           (!parts.input[c].has_panels() || !parts.columns[c].has_panels()))
         return;
     // Whole panels of columns, at least 64, and about kChunkFloats products unless that is past H; a team over
-    // the units (a small batch) keeps the least (N = 16, H = 256 on two threads ran 4-10% slower with more).
+    // the units (a small batch) keeps the least (more columns a chunk leave the team's threads unevenly loaded).
     auto fits = [&](int64_t units) { return (G_ * units) % ps.nr == 0 && G_ * units >= 64; };
     const int64_t products = parts.units.size() > 1 ? 0 : kChunkFloats;
     chunk_units_ = kUnitBlock;
@@ -352,7 +352,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
 
   if (ahead) {
     // One row (N = 1): the steps on this thread, x W_ih in chunks of kChunk steps' rows on a second one, ahead
-    // of them (the hoisted projection was 28% of N = 1, T = 100, D = H = 128 on one thread). A chunk goes to
+    // of them (the hoisted projection is a large share of a one-row forward). A chunk goes to
     // whichever thread claims it first: the steps' thread takes one itself rather than wait for a late
     // helper, and waits only for a chunk the helper is computing. The rows' values do not depend on the chunks.
     constexpr int64_t kChunk = 8;
@@ -577,9 +577,8 @@ RecurrentResult recurrent_stack_forward(const RecurrentWeights& weights, const R
     const int G = gate_count(config.cell);
     int team = side_by_side ? 1 : recurrent_team_size(threads, N, H, G, options.min_macs_per_thread);
     // A batch of many rows and no cache to fill: the team's threads each run the layer alone on their
-    // own rows (row_parts), meeting only at the end (so no TeamWatch either). A team over the units met
-    // at every step (1.7% of the time waiting) and packed every step's x_t and h_prev on both threads:
-    // N = 64, T = 100, D = H = 512 ran 3% faster so. The same sums either way (FusedSteps from kMinRows).
+    // own rows (row_parts), meeting only at the end (so no TeamWatch either). A team over the units meets
+    // at every step and packs every step's x_t and h_prev on both threads. The same sums either way (FusedSteps from kMinRows).
     const bool split_rows = dirs == 1 && team >= 2 && N >= team * FusedSteps::kMinRows && !options.keep_cache &&
                             !options.trace;
     const int64_t per_thread = N * H * G * H / std::max(team, 1);
@@ -589,7 +588,7 @@ RecurrentResult recurrent_stack_forward(const RecurrentWeights& weights, const R
     // several steps (not a decoder's one step a call); and not if a recent team run went badly (TeamWatch).
     if (small_steps && (T < TeamWatch::kMinSteps || !team_watch.use_team(N * H * G * H))) team = 1;
     // One row: the team is this thread for the steps and another projecting ahead of them (its units split
-    // over two threads was slower on a VM's far-apart vCPUs: the state crosses cores every step).
+    // over two threads would send the state across cores every step, slow where cores are far apart).
     const bool ahead = small_steps && team > 1 && N == 1 && dirs == 1 && !options.keep_cache && !options.trace;
     for (DirectionJob& j : jobs) {
       j.watch_team = small_steps && team > 1;

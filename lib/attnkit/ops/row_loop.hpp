@@ -8,12 +8,10 @@
 
 namespace attnkit::ops::detail {
 
-// Below this many elements a team costs more than it saves. Measured 2026-12-01 on the shared
-// 2-core machine under load (load average 14; layer_norm forward/backward and cross_entropy
-// forward, 1 vs 2 threads, best of 7): 2 threads were never faster, from [8, 512] (8 us vs 14 ms
-// waiting for a descheduled thread) to [256, 32000] (ln fwd 30.5 vs 30.0 ms, ce fwd 23.4 vs
-// 24.1 ms). The team is kept for big exp-bound rows on a quiet machine (a vocabulary-sized
-// cross-entropy), behind a high threshold; re-measure on a quiet machine before lowering it.
+// Below this many elements a team costs more than it saves: these row loops are memory-bound, and
+// on cores shared with other work a second thread mostly waits to be scheduled.
+// The team is kept for big exp-bound rows (a vocabulary-sized cross-entropy), behind a high
+// threshold.
 constexpr int64_t kParallelMinWork = int64_t{1} << 18;
 
 // Threads for `rows` rows of `cols` elements each: min(num_threads(), rows) above the

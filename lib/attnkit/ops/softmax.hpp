@@ -3,7 +3,7 @@
 //   log_softmax(x)_j = x_j - m - log(sum_k exp(x_k - m))
 // Subtracting the row max keeps every exp() in (0, 1], so inputs of +-1e4 (or any finite size)
 // stay finite. A row whose entries are all -inf (every key masked) gives zeros from softmax and
-// -inf from log_softmax, never NaN (attnkit's fully-masked-row rule, DESIGN.md §4).
+// -inf from log_softmax, never NaN (attnkit's fully-masked-row rule).
 //
 // Backward (beside each forward; adds into dx, like every backward), per row of C entries:
 //   softmax      y = softmax(x)       dx += y * (dy - sum_j dy_j y_j)

@@ -64,12 +64,10 @@ inline vf clamp_high(vf t, float hi) {
 // (t below about -87.68, -inf included) the result is 0; 2^-126 (n = -126) is the smallest normal float, and
 // p * 2^-126 rounds correctly into the subnormals. t is clamped first to [-100, 88] (n in [-145, 127]); NaN
 // passes both clamps and stays NaN. With AVX-512 only to 88: vscalefps's mask zeroes every n <= -127, -inf's
-// (whose r is NaN) included, so the low clamp changed no result and cost 12% of the loop (0.320 -> 0.281 TSC
-// cycles a float, Zen 5).
-// With AVX-512: P by Horner's rule and p = 1 + r (1 + r P), the fewest operations (Zen 5: 0.354 -> 0.318 TSC
-// cycles a float; the loops' independent iterations hide the chain), and 2^n by one vscalefps (zeroed where
-// n <= -127). Else P by Estrin's scheme (with AVX2, Horner's chain left the loop waiting on latency: 13.8 TSC
-// cycles per 8 floats against 10.2-10.6), p = (r^2 P + r) + 1 (without FMA the other form rounds to 1.12 ulp),
+// (whose r is NaN) included, so the low clamp would change no result and only cost time.
+// With AVX-512: P by Horner's rule and p = 1 + r (1 + r P), the fewest operations (the loops' independent
+// iterations hide the chain), and 2^n by one vscalefps (zeroed where
+// n <= -127). Else P by Estrin's scheme (with AVX2, Horner's chain leaves the loop waiting on latency), p = (r^2 P + r) + 1 (without FMA the other form rounds to 1.12 ulp),
 // and 2^n made from n's bits (vscalefps gives these bits for the same p).
 inline vf expv(vf t) {
   constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;

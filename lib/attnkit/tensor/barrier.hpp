@@ -17,8 +17,8 @@ namespace attnkit {
 
 class StepBarrier {
  public:
-  // spin: how long a waiter spins before it sleeps (waking a sleeper took 40 us of the waker's time and
-  // 50-100 us until the sleeper ran on a VM; a stage of milliseconds affords a longer spin than a time step)
+  // spin: how long a waiter spins before it sleeps (waking a sleeper costs the waker tens of microseconds
+  // and the sleeper more until it runs; a stage of milliseconds affords a longer spin than a time step)
   explicit StepBarrier(int n, std::chrono::microseconds spin = std::chrono::microseconds(20)) : n_(n), spin_(spin) {}
   void resize(int n) { n_ = n; }  // before anyone waits
   void wait() {
@@ -63,8 +63,8 @@ class StepBarrier {
 // thread claims its own pieces (part c belongs to thread c: its weights stay in that core's cache);
 // while it waits for a round to complete, it takes the pieces nobody has claimed once it has waited
 // a few microseconds (an owner on an idle machine claims its piece within a fraction of that, so
-// nothing moves; a descheduled owner's pieces run elsewhere instead of every round waiting for it:
-// with a barrier a 0.5 ms loop took 10-20 ms on shared cores).
+// nothing moves; a descheduled owner's pieces run elsewhere instead of every round waiting for it,
+// as every round would at a barrier on shared cores).
 //
 //   StepClaims claims(parts);
 //   #pragma omp parallel: for (j = 0; j <= rounds; ++j) {
@@ -89,7 +89,7 @@ class StepClaims {
   }
   // After piece (c, round) ran (also when it failed: the others must not wait for it forever). A plain
   // store to the part's own line: the thread goes on at once (a locked add on one shared counter
-  // stalled it for the line's round trip between cores, 0.2-0.3 us a step on a VM).
+  // would stall it for the line's round trip between cores, every step).
   void finish(int c, int64_t round) {
     slots_[c].done.store(round + 1, std::memory_order_release);
     // No fence before this look (it would cost the stall the store avoids): a waiter that went to

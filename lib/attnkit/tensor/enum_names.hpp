@@ -1,7 +1,8 @@
 // The names of an enum's values in one table, for printing and for parsing them back:
 //   inline constexpr EnumName<Layer> kLayerNames[] = {{Layer::Conv, "conv"}, {Layer::Rnn, "rnn"}};
 //   name_of(kLayerNames, Layer::Rnn) -> "rnn"; parse_name(kLayerNames, "rnn") -> Layer::Rnn;
-//   names_of(kLayerNames) -> "conv, rnn" (for messages listing what is accepted).
+//   names_of(kLayerNames) -> "conv, rnn" and names_or(kLayerNames) -> "conv or rnn" (for messages
+//   listing what is accepted).
 // The table holds every value of the enum: a value without a name is a bug (AK_ASSERT).
 #pragma once
 #include <cstddef>
@@ -41,6 +42,17 @@ std::string names_of(const EnumName<E> (&table)[N], std::string_view separator =
   std::string out;
   for (size_t i = 0; i < N; ++i) {
     if (i) out += separator;
+    out += table[i].name;
+  }
+  return out;
+}
+
+// The names in table order as alternatives: "a", "a or b", "a, b or c".
+template <typename E, size_t N>
+std::string names_or(const EnumName<E> (&table)[N]) {
+  std::string out;
+  for (size_t i = 0; i < N; ++i) {
+    if (i) out += i + 1 == N ? " or " : ", ";
     out += table[i].name;
   }
   return out;

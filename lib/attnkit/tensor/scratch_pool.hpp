@@ -1,15 +1,14 @@
 // ScratchPool (INTERNAL, include from .cpp files only): big float scratch buffers, recycled between
 // calls. A fresh buffer of megabytes costs the kernel's zeroing of every page on its first touch (and
-// glibc hands freed ones back to the system): 4,100 page faults per MHA forward + backward at T = 1024
-// (perf: 5-6% of its time), 10% of an LSTM N=64 T=100 H=512 forward for its 52 MB of pre-activations,
-// the FFN hidden of a Transformer layer every call. A training step frees its buffers after the
+// glibc hands freed ones back to the system): thousands of page faults per MHA forward + backward,
+// an LSTM forward's tens of MB of pre-activations, the FFN hidden of a Transformer layer every call. A training step frees its buffers after the
 // backward and the next step asks for the same sizes again; an inference loop does the same per call.
 // Up to kKeep freed buffers, kBytes in all, wait for a request they fit (at most twice its size; the
 // smallest that fits serves it);
 // buffers under 256 KB are not kept. Contents are uninitialised. The price: up to kBytes stay resident
 // between calls (as ONNX Runtime's arena keeps its own). kBytes holds the probabilities an MHA training
-// step keeps at T = 4096 (516 MiB, ops::MhaOptions::saved_probs_budget): fresh, their pages cost 0.5 s
-// of faults every step, as long as the step itself. Thread-safe; a buffer returns to the pool
+// step keeps at T = 4096 (516 MiB, ops::MhaOptions::saved_probs_budget): fresh, their pages' faults
+// would cost about as much as the step itself. Thread-safe; a buffer returns to the pool
 // when its last shared_ptr goes.
 #pragma once
 #include <cstddef>
@@ -29,7 +28,7 @@ class ScratchPool {
   // Which of `count` free buffers (their sizes in floats) a request for `floats` takes: the smallest that
   // fits (at least `floats`, at most twice), the first of equals; -1 if none. Not the first that fits:
   // that one may be the bigger buffer a later request of the same step needs, which then comes fresh
-  // (an MHA training step's second call took the backward's 8.4 MB panels for its 6.3 MB gradients).
+  // (an MHA training step's gradients would take the backward's bigger panels).
   static std::ptrdiff_t best_fit(const int64_t* sizes, size_t count, int64_t floats);
 
  private:

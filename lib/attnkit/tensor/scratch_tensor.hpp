@@ -1,7 +1,7 @@
 // ScratchTensor: a shaped float buffer from the recycling ScratchPool (tensor/scratch_pool.hpp),
 // uninitialised: for big per-call buffers that a kernel writes whole before anything reads them. A
 // recurrent layer's training cache is one (91 MB at N=64 T=100 H=512): as Tensors, their zero-fill and
-// first-touch page faults were ~5% of a training step's CPU, one thread working while the other waited.
+// first-touch page faults would run on one thread while the other waited.
 // Copies share the buffer; it returns to the pool when the last copy goes.
 #pragma once
 #include <cstdint>

@@ -26,9 +26,8 @@ Tensor::Tensor(Shape shape, std::vector<float> data) : shape_(std::move(shape)),
            attnkit::shape_str(shape_), shape_numel(shape_), data_.size());
 }
 
-// Buffers of big Tensor::uninitialized tensors freed recently, for the next ones: a forward's output [N, T, H] was
-// zero-filled on one thread while the other waited (0.4-0.6 ms of a 65 ms LSTM forward at N = 64, T = 100,
-// H = 512; 0.7% of a T = 1024 self-attention). At most kKept buffers and kKeptBytes in all (memory a library
+// Buffers of big Tensor::uninitialized tensors freed recently, for the next ones: a forward's output [N, T, H] would
+// otherwise be zero-filled by page faults on one thread while the other waits. At most kKept buffers and kKeptBytes in all (memory a library
 // user would otherwise get back), the oldest dropped first.
 namespace {
 constexpr size_t kMinFloats = size_t(1) << 18;  // 1 MB

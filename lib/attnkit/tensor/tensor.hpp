@@ -63,9 +63,9 @@ class Tensor {
   void give_back() noexcept;  // data_ to uninitialized()'s kept buffers, if it came from there
   Shape shape_;
   std::vector<float> data_;
-  // data_ came from uninitialized(): freed, it is kept for the next one. Only those: a reader's or a copy's
-  // freed buffers kept too held up to 128 MB that the next malloc could have reused (the JSON reader's peak
-  // memory 70 -> 118 MB; its writer, whose temporary was kept, 15% slower on fresh pages).
+  // data_ came from uninitialized(): freed, it is kept for the next one. Only those: keeping a reader's or a copy's
+  // freed buffers too would hold memory that the next malloc could reuse (raising the JSON reader's peak
+  // memory, and leaving its writer's temporaries on fresh pages).
   bool recyclable_ = false;
 };
 

@@ -10,8 +10,8 @@ int num_threads();
 
 // Below this many floating-point operations a team costs more than it saves: starting and joining one
 // takes microseconds on a quiet machine, and on a loaded one the second thread may wait a scheduler
-// quantum (milliseconds) to run. (Decoding one token of a 6+6-layer d 512 Transformer forked 12 tiny
-// attention teams and ran at 4-5 tokens/s with 2 threads against 27-72 with 1.)
+// quantum (milliseconds) to run. (Decoding one token of a 6+6-layer Transformer would fork a dozen tiny
+// attention teams, each paying that.)
 constexpr int64_t kMinParallelFlops = int64_t{1} << 21;
 
 // The team for `tasks` independent tasks of `work` in all: min(num_threads(), tasks), or 1 below `min_work`
@@ -21,8 +21,8 @@ int team_for(int64_t tasks, double work, double min_work = double(kMinParallelFl
 
 // Guided shares for tasks taken from a shared counter: `units` of work, task b takes max(min_units,
 // ceil(left / (2 team))) of the units left, so tasks shrink toward the end and a team finishes together
-// whatever each thread's speed (equal tasks of a millisecond left one thread waiting 0.4 ms at a stage's
-// end when the other ran 7% slower). The split depends on the arguments alone.
+// whatever each thread's speed (with equal tasks one thread waits at a stage's end whenever the other
+// runs a little slower). The split depends on the arguments alone.
 // guided_start: the first unit of task b (b = guided_tasks(..): units).
 int64_t guided_tasks(int64_t units, int team, int64_t min_units);
 int64_t guided_start(int64_t units, int team, int64_t min_units, int64_t b);

@@ -10,6 +10,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::train {
@@ -310,21 +311,19 @@ void Adam::load_state(const io::Value& state) {
   state_ = std::move(loaded);
 }
 
+namespace {
+
+constexpr EnumName<OptimizerKind> kOptimizerNames[] = {
+    {OptimizerKind::Sgd, "sgd"}, {OptimizerKind::Adam, "adam"}, {OptimizerKind::AdamW, "adamw"}};
+
+}  // namespace
+
 OptimizerKind parse_optimizer_kind(std::string_view name) {
-  if (name == "sgd") return OptimizerKind::Sgd;
-  if (name == "adam") return OptimizerKind::Adam;
-  if (name == "adamw") return OptimizerKind::AdamW;
-  fail("unknown optimizer \"{}\" (expected sgd, adam or adamw)", name);
+  if (const std::optional<OptimizerKind> kind = parse_name(kOptimizerNames, name)) return *kind;
+  fail("unknown optimizer \"{}\" (expected {})", name, names_or(kOptimizerNames));
 }
 
-std::string_view optimizer_kind_name(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::Sgd: return "sgd";
-    case OptimizerKind::Adam: return "adam";
-    case OptimizerKind::AdamW: return "adamw";
-  }
-  return "?";
-}
+std::string_view optimizer_kind_name(OptimizerKind kind) { return name_of(kOptimizerNames, kind); }
 
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, std::vector<Parameter*> params, double lr) {
   switch (kind) {

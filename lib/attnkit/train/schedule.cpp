@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::train {
@@ -12,25 +13,19 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
+constexpr EnumName<ScheduleKind> kScheduleNames[] = {{ScheduleKind::Constant, "constant"},
+                                                     {ScheduleKind::Step, "step"},
+                                                     {ScheduleKind::Cosine, "cosine"},
+                                                     {ScheduleKind::Noam, "noam"}};
+
 }  // namespace
 
 ScheduleKind parse_schedule_kind(std::string_view name) {
-  if (name == "constant") return ScheduleKind::Constant;
-  if (name == "step") return ScheduleKind::Step;
-  if (name == "cosine") return ScheduleKind::Cosine;
-  if (name == "noam") return ScheduleKind::Noam;
-  fail("unknown lr schedule '{}' (expected constant, step, cosine or noam)", name);
+  if (const std::optional<ScheduleKind> kind = parse_name(kScheduleNames, name)) return *kind;
+  fail("unknown lr schedule '{}' (expected {})", name, names_or(kScheduleNames));
 }
 
-std::string_view schedule_name(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::Constant: return "constant";
-    case ScheduleKind::Step: return "step";
-    case ScheduleKind::Cosine: return "cosine";
-    case ScheduleKind::Noam: return "noam";
-  }
-  return "?";
-}
+std::string_view schedule_name(ScheduleKind kind) { return name_of(kScheduleNames, kind); }
 
 void validate(const ScheduleOptions& o) {
   const std::string_view name = schedule_name(o.kind);
