@@ -1,5 +1,6 @@
 // seq2seq-train: train a recurrent encoder-decoder (with or without attention) on a built-in task or on
 // TSV / JSONL files; checkpoints that resume exactly (docs/seq2seq-train.md).
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -8,6 +9,9 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
+#include "attnkit/io/atomic_file.hpp"
 #include "attnkit/models/seq2seq.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
@@ -23,6 +27,48 @@ volatile std::sig_atomic_t g_signal = 0;
 extern "C" void on_signal(int sig) { g_signal = sig; }
 // SIGINT / SIGTERM: the run finishes its step, saves and exits 130 / 143; the handler is reset after the first
 // signal, so a second Ctrl-C stops at once (the checkpoint on disk is still a complete one).
+// Refuses (exit 1, naming the option) a destination that cannot be written, before any training: a
+// temporary file is made beside it and removed (what the atomic write at the end will need), and a file
+// that exists must open for appending (the metrics file is appended to).
+void check_destination(const char* option, const std::string& path) {
+  if (path.empty()) return;
+  try {
+    io::AtomicFileWriter probe(path);  // not committed: its temporary is removed, `path` is untouched
+    std::ifstream exists(path);
+    if (exists.good()) {
+      exists.close();
+      std::ofstream f(path, std::ios::app | std::ios::binary);
+      AK_CHECK(f.good(), "{}: cannot open for appending", path);
+    }
+  } catch (const Error& e) {
+    fail("{} {}: {}", option, path, e.what());
+  }
+}
+
+// The metrics file's lines for --plot; a torn file (a last line without its newline, a line that is not a
+// JSON object with a step) is refused, naming the file and the line.
+std::vector<std::string> read_metrics_for_plot(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  AK_CHECK(f.good(), "--plot: {}: cannot read the metrics", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  std::vector<std::string> lines;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = text.find('\n', at);
+    const size_t n = lines.size() + 1;
+    AK_CHECK(end != std::string::npos, "--plot: {}: line {} has no newline (a torn metrics file)", path, n);
+    std::string line = text.substr(at, end - at);
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    AK_CHECK(j.is_object() && j.contains("step") && j["step"].is_number(),
+             "--plot: {}: line {} is not a metrics line (a torn or foreign metrics file)", path, n);
+    lines.push_back(std::move(line));
+    at = end + 1;
+  }
+  return lines;
+}
+
 void catch_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -50,7 +96,7 @@ int main(int argc, char** argv) {
       "  seq2seq-train --task dates --model lstm --attention additive --hidden 32 --train-size 200 --epochs 2 \\\n"
       "      --save-every 5 --save d.json --metrics d.jsonl --plot d.svg\n"
       "  seq2seq-train --task copy --model transformer --layers 2 --d-model 32 --heads 4 --ff 64 --schedule noam \\\n"
-      "      --warmup 40 --lr 1 --steps 50 --save t.json\n"
+      "      --warmup 40 --lr 0.005 --steps 50 --save t.json\n"
       "  tensor randn --shape 2x5x32 > x.json; lstm-run x.json --weights model.json#encoder\n");
   std::string task, train_path, valid_path, model_name, attention = "none", optimizer = "adam",
                                                        schedule = "constant", save_path, resume_path, metrics_path,
@@ -110,7 +156,7 @@ int main(int argc, char** argv) {
                         ->check(tools::non_negative())
                         ->capture_default_str();
   app.add_option("--batch", batch, "Batch size")->check(tools::positive())->capture_default_str();
-  app.add_option("--lr", lr, "Learning rate (noam: its multiplier)")->check(tools::non_negative())->capture_default_str();
+  app.add_option("--lr", lr, "Peak learning rate (every schedule: the rate reached after --warmup)")->check(tools::non_negative())->capture_default_str();
   app.add_option("--optimizer", optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
   app.add_option("--schedule", schedule, "Learning-rate schedule")
       ->check(CLI::IsMember({"constant", "cosine", "noam"}))
@@ -142,6 +188,9 @@ int main(int argc, char** argv) {
     if (!valid_path.empty() && train_path.empty()) throw UsageError("--valid goes with --train");
     if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn|transformer");
     set_num_threads(threads);
+    check_destination("--save", save_path);
+    check_destination("--metrics", metrics_path);
+    check_destination("--plot", plot_path);
 
     train::DataSpec spec;
     if (!task.empty()) {
@@ -218,9 +267,15 @@ int main(int argc, char** argv) {
     o.schedule.warmup_steps = warmup;
     if (o.schedule.kind == train::ScheduleKind::Cosine) o.schedule.t_max = 0;  // the run's length
     if (o.schedule.kind == train::ScheduleKind::Noam) {
-      o.schedule.d_model = transformer ? d_model : hidden;
       if (warmup == 0) throw UsageError("--schedule noam needs --warmup N (N >= 1)");
+      // --lr is the peak, as under the other schedules: with d = 1 and factor sqrt(W) the formula
+      // factor * d^-0.5 * min(s^-0.5, s * W^-1.5) becomes min(sqrt(W / s), s / W), 1 at s = W.
+      o.schedule.d_model = 1;
+      o.schedule.factor = std::sqrt(static_cast<double>(warmup));
     }
+    if (lr < 1e-5)
+      std::cerr << "seq2seq-train: warning: the peak learning rate --lr " << lr
+                << " is below 1e-05: the model will barely learn\n";
     o.label_smoothing = static_cast<float>(label_smoothing);
     o.clip = clip;
     o.seed = seed;
@@ -244,6 +299,27 @@ int main(int argc, char** argv) {
     std::unique_ptr<train::Trainer> trainer = resume_path.empty()
                                                   ? std::make_unique<train::Trainer>(o, std::move(data))
                                                   : train::Trainer::resume(resume_path, o, std::move(data));
+    // --steps is the run's total counted from its start (with --resume: from the first part's step 0); at or
+    // below the checkpoint's step nothing is trained: said here, and the summary has no train_loss.
+    if (trainer->step() >= trainer->total_steps()) {
+      if (resume_path.empty()) std::cerr << "seq2seq-train: --steps " << trainer->total_steps() << ": nothing trained\n";
+      else
+        std::cerr << "seq2seq-train: nothing trained: the checkpoint " << resume_path << " is at step "
+                  << trainer->step() << " and --steps " << trainer->total_steps()
+                  << " is the total counted from the start of the run (give --steps above " << trainer->step()
+                  << " to train on)\n";
+    }
+    // A fresh run starts a new metrics history (a resumed one appends to its own).
+    if (resume_path.empty() && !metrics_path.empty()) {
+      std::ifstream old(metrics_path, std::ios::binary);
+      if (old.good() && old.peek() != std::ifstream::traits_type::eof()) {
+        old.close();
+        std::ofstream f(metrics_path, std::ios::trunc | std::ios::binary);
+        AK_CHECK(f.good(), "--metrics {}: cannot open for writing", metrics_path);
+        std::cerr << "seq2seq-train: --metrics " << metrics_path
+                  << ": emptied: a fresh run starts a new history (--resume appends to it)\n";
+      }
+    }
     std::vector<std::string> lines;
     train::TrainSummary summary;
     try {
@@ -256,10 +332,7 @@ int main(int argc, char** argv) {
     if (!plot_path.empty()) {
       // the whole history when the metrics file has it (earlier parts of a resumed run), else this run's lines
       if (!metrics_path.empty()) {
-        std::ifstream f(metrics_path);
-        std::vector<std::string> all;
-        for (std::string l; std::getline(f, l);) all.push_back(l);
-        if (!all.empty()) lines = std::move(all);
+        lines = read_metrics_for_plot(metrics_path);
       }
       io::write_file_atomic(plot_path, train::loss_plot_svg(lines, metrics_path.empty() ? save_path : metrics_path));
     }
@@ -270,7 +343,7 @@ int main(int argc, char** argv) {
                 << '\n';
       return 128 + sig;
     }
-    std::cout << summary.to_json() << '\n';
+    tools::emit(tools::OutputOptions{}, summary.to_json());  // a failed write of the summary: exit 1
     return 0;
   });
 }

@@ -89,7 +89,7 @@ struct Evaluation {
 struct TrainSummary {
   int64_t step = 0;             // steps done in all
   int64_t start_step = 0;       // where this run started (0, or the checkpoint's step)
-  double train_loss = 0;        // mean loss over the last logging window (NaN-free)
+  double train_loss = 0;        // mean loss over the last logging window (NaN-free); not in to_json() without steps
   std::optional<Evaluation> valid;
   int64_t parameters = 0;       // number of learned values
   std::string checkpoint;
