@@ -1,5 +1,6 @@
 // seq2seq-train: train a recurrent encoder-decoder (with or without attention) on a built-in task or on
 // TSV / JSONL files; checkpoints that resume exactly (docs/seq2seq-train.md).
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -9,6 +10,7 @@
 
 #include <unistd.h>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "attnkit/io/atomic_file.hpp"
@@ -215,6 +217,27 @@ int main(int argc, char** argv) {
     train::TrainingData data = train::load_training_data(spec);
     for (const train::Corpus* c : {&data.train, &data.valid})
       if (c->bad_lines > 0) std::cerr << "seq2seq-train: " << c->bad_lines_summary() << '\n';
+    if (vocab_path.empty() && !data.valid.examples.empty()) {
+      // The vocabularies are built from the training data: validation tokens outside them read as <unk>.
+      int64_t missing = 0;
+      std::vector<std::string> shown;  // the first few distinct ones
+      auto scan = [&](const std::vector<std::string>& tokens, const train::Vocab& vocab, const char* side) {
+        for (const std::string& t : tokens)
+          if (!vocab.contains(t)) {
+            ++missing;
+            const std::string named = fmt::format("\"{}\" ({})", t, side);
+            if (shown.size() < 5 && std::find(shown.begin(), shown.end(), named) == shown.end()) shown.push_back(named);
+          }
+      };
+      for (const train::Example& ex : data.valid.examples) {
+        scan(ex.src, data.src_vocab, "source");
+        scan(ex.tgt, data.tgt_vocab, "target");
+      }
+      if (missing > 0)
+        std::cerr << "seq2seq-train: " << data.valid.name << ": " << missing
+                  << " tokens are not in the training data's vocabulary (read as <unk>), e.g. "
+                  << fmt::format("{}", fmt::join(shown, ", ")) << '\n';
+    }
     if (!vocab_path.empty())
       for (const train::Corpus* c : {&data.train, &data.valid}) {
         const train::EncodedCorpus e = train::encode(*c, data.src_vocab, data.tgt_vocab);

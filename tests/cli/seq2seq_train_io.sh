@@ -57,4 +57,12 @@ if [[ -w /dev/full ]]; then
   expect_error 1 "/dev/full: write failed" seq2seq-train "${tiny[@]}" --steps 2 --save f.json --metrics /dev/full
 fi
 
+# --- validation tokens missing from the training data's vocabulary are reported (count and examples)
+printf 'abc\tcba\nab\tba\n' > tr.tsv
+printf 'abz\tzba\nxy\tyx\n' > va.tsv
+seq2seq-train --train tr.tsv --valid va.tsv --model gru --hidden 4 --embed 4 --steps 1 --threads 1 --save v.json \
+  > /dev/null 2> err.txt || fail "unknown validation tokens exited $?"
+grep -qF 'va.tsv: 6 tokens are not in the training data'"'"'s vocabulary (read as <unk>), e.g. "z" (source), "z" (target), "x" (source), "y" (source), "y" (target)' err.txt ||
+  fail "unknown validation tokens not reported: $(cat err.txt)"
+
 finish seq2seq_train_io
