@@ -71,6 +71,38 @@ std::vector<std::string> read_metrics_for_plot(const std::string& path) {
   return lines;
 }
 
+// Before a fresh model is allocated: its parameters estimated from the options (in double, so that no size
+// overflows), times 4 floats each (the value, its gradient, Adam's two moments), must fit in kMaxTrainingBytes.
+constexpr double kMaxTrainingBytes = 8.0 * 1024 * 1024 * 1024;
+
+void refuse_oversized(const train::TrainerOptions& o, double src_vocab, double tgt_vocab, CLI::App& app) {
+  double params = 0;
+  if (o.family == "transformer") {
+    const double d = double(o.transformer.d_model), ff = double(o.transformer.ff);
+    const double enc = 4 * d * d + 2 * d * ff + 9 * d + ff, dec = 8 * d * d + 2 * d * ff + 15 * d + ff;
+    params = double(o.transformer.encoder_layers) * enc + double(o.transformer.decoder_layers) * dec +
+             (src_vocab + tgt_vocab) * d + tgt_vocab * (d + 1);
+  } else {
+    const models::Seq2SeqConfig& c = o.model;
+    const double g = c.cell == nn::CellKind::Lstm ? 4 : c.cell == nn::CellKind::Gru ? 3 : 1;
+    const double dirs = c.bidirectional ? 2 : 1, E = double(c.embed), H = double(c.hidden), Hd = H * dirs;
+    for (int l = 0; l < c.layers; ++l) {
+      params += dirs * g * H * ((l == 0 ? E : Hd) + H + 2);
+      params += g * Hd * ((l == 0 ? E + Hd : Hd) + Hd + 2);
+    }
+    params += 3 * Hd * Hd + Hd + (src_vocab + tgt_vocab) * E + tgt_vocab * (Hd + 1);
+  }
+  const double bytes = params * 4 * sizeof(float);
+  if (bytes <= kMaxTrainingBytes) return;
+  std::string sizes;
+  for (const char* name : {"--layers", "--hidden", "--embed", "--d-model", "--ff"})
+    if (app.get_option(name)->count() > 0) sizes += fmt::format(" {} {}", name, app.get_option(name)->as<std::string>());
+  throw UsageError(fmt::format(
+      "the model would have about {:.3g} parameters: {:.3g} bytes ({:.1f} GiB) with gradients and optimizer state, "
+      "more than the limit of 8 GiB (from{})",
+      params, bytes, bytes / 1024 / 1024 / 1024, sizes.empty() ? " the defaults" : sizes));
+}
+
 void catch_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -319,6 +351,8 @@ int main(int argc, char** argv) {
         std::cerr << '\r' << train::progress_line(p) << "\x1b[K" << std::flush;
       };
 
+    if (resume_path.empty()) refuse_oversized(o, static_cast<double>(data.src_vocab.size()),
+                                              static_cast<double>(data.tgt_vocab.size()), app);
     std::unique_ptr<train::Trainer> trainer = resume_path.empty()
                                                   ? std::make_unique<train::Trainer>(o, std::move(data))
                                                   : train::Trainer::resume(resume_path, o, std::move(data));
