@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "attnkit/io/atomic_file.hpp"
+#include "attnkit/io/tensor_file.hpp"
+#include "attnkit/models/fields.hpp"
 #include "attnkit/models/seq2seq.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
@@ -101,6 +103,37 @@ void refuse_oversized(const train::TrainerOptions& o, double src_vocab, double t
       "the model would have about {:.3g} parameters: {:.3g} bytes ({:.1f} GiB) with gradients and optimizer state, "
       "more than the limit of 8 GiB (from{})",
       params, bytes, bytes / 1024 / 1024 / 1024, sizes.empty() ? " the defaults" : sizes));
+}
+
+// --resume: the options the checkpoint was trained with (its "training" section's "options") that the command
+// line does not give are set as if given; one given with another value is refused unless --override.
+// A checkpoint saved without them keeps today's behaviour: the command line gives the data and the rates.
+void restore_options(CLI::App& app, const std::string& path, const std::vector<std::string>& names, bool override) {
+  const io::Value v = io::read_value_file(path);
+  const io::Value* training = v.is_bundle() ? v.find("training") : nullptr;
+  const io::Value* saved = training && training->is_bundle() ? training->find("options") : nullptr;
+  if (!saved || !saved->is_bundle()) {
+    std::cerr << "seq2seq-train: " << path
+              << ": saved without its training options: the data, rates and schedule come from this command line\n";
+    return;
+  }
+  const models::Fields fields(*saved, path + ": training: options");
+  for (const std::string& name : names) {
+    const std::optional<std::string> value = fields.text_if(name);
+    if (!value) continue;
+    CLI::Option* opt = app.get_option(name);
+    if (opt->count() > 0) {
+      std::string given = opt->as<std::string>();
+      if (name == "--skip-bad-lines") given = "true";
+      if (given != *value && !override)
+        throw UsageError(fmt::format("{} {}: the checkpoint {} was trained with {} {}; give --override to change it",
+                                     name, given, path, name, *value));
+      continue;
+    }
+    if (name == "--skip-bad-lines" && *value == "false") continue;
+    opt->add_result(*value);
+    opt->run_callback();
+  }
 }
 
 void catch_stop_signals() {
@@ -217,7 +250,18 @@ int main(int argc, char** argv) {
   task_opt->excludes(train_opt);
   save_opt->required();
 
+  bool override_options = false;
+  app.add_flag("--override", override_options,
+               "With --resume: let options given again change the checkpoint's training configuration");
+  // The training configuration a checkpoint stores and --resume restores (the run's length, its outputs and
+  // the model's shape aside: the checkpoint's config holds the model).
+  const std::vector<std::string> restored = {
+      "--task", "--train", "--valid", "--tokenizer", "--target-tokenizer", "--skip-bad-lines", "--max-len",
+      "--vocab-size", "--min-len", "--train-size", "--valid-size", "--vocab", "--optimizer", "--lr", "--schedule",
+      "--warmup", "--label-smoothing", "--clip", "--dropout", "--teacher-forcing", "--batch", "--seed"};
+
   return tools::run(app, argc, argv, [&]() -> int {
+    if (!resume_path.empty()) restore_options(app, resume_path, restored, override_options);
     if (task.empty() && train_path.empty()) throw UsageError("give --task NAME or --train FILE");
     if (!valid_path.empty() && train_path.empty()) throw UsageError("--valid goes with --train");
     if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn|transformer");
@@ -338,6 +382,12 @@ int main(int argc, char** argv) {
     o.save_path = save_path;
     o.metrics_path = metrics_path;
     o.epochs = epochs;
+    for (const std::string& name : restored) {
+      CLI::Option* opt = app.get_option(name);
+      std::string value = opt->count() > 0 ? opt->as<std::string>() : opt->get_default_str();
+      if (name == "--skip-bad-lines") value = skip_bad_lines ? "true" : "false";
+      if (!value.empty()) o.command_options.emplace_back(name, value);
+    }
     o.save_every = save_every;
     catch_stop_signals();
     o.stop_requested = [] { return g_signal != 0; };
