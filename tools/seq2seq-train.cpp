@@ -1,5 +1,7 @@
 // seq2seq-train: train a recurrent encoder-decoder (with or without attention) on a built-in task or on
 // TSV / JSONL files; checkpoints that resume exactly (docs/seq2seq-train.md).
+#include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -8,6 +10,12 @@
 
 #include <unistd.h>
 
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "attnkit/io/atomic_file.hpp"
+#include "attnkit/io/tensor_file.hpp"
+#include "attnkit/models/fields.hpp"
 #include "attnkit/models/seq2seq.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
@@ -23,6 +31,111 @@ volatile std::sig_atomic_t g_signal = 0;
 extern "C" void on_signal(int sig) { g_signal = sig; }
 // SIGINT / SIGTERM: the run finishes its step, saves and exits 130 / 143; the handler is reset after the first
 // signal, so a second Ctrl-C stops at once (the checkpoint on disk is still a complete one).
+// Refuses (exit 1, naming the option) a destination that cannot be written, before any training: a
+// temporary file is made beside it and removed (what the atomic write at the end will need), and a file
+// that exists must open for appending (the metrics file is appended to).
+void check_destination(const char* option, const std::string& path) {
+  if (path.empty()) return;
+  try {
+    io::AtomicFileWriter probe(path);  // not committed: its temporary is removed, `path` is untouched
+    std::ifstream exists(path);
+    if (exists.good()) {
+      exists.close();
+      std::ofstream f(path, std::ios::app | std::ios::binary);
+      AK_CHECK(f.good(), "{}: cannot open for appending", path);
+    }
+  } catch (const Error& e) {
+    fail("{} {}: {}", option, path, e.what());
+  }
+}
+
+// The metrics file's lines for --plot; a torn file (a last line without its newline, a line that is not a
+// JSON object with a step) is refused, naming the file and the line.
+std::vector<std::string> read_metrics_for_plot(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  AK_CHECK(f.good(), "--plot: {}: cannot read the metrics", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  std::vector<std::string> lines;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = text.find('\n', at);
+    const size_t n = lines.size() + 1;
+    AK_CHECK(end != std::string::npos, "--plot: {}: line {} has no newline (a torn metrics file)", path, n);
+    std::string line = text.substr(at, end - at);
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    AK_CHECK(j.is_object() && j.contains("step") && j["step"].is_number(),
+             "--plot: {}: line {} is not a metrics line (a torn or foreign metrics file)", path, n);
+    lines.push_back(std::move(line));
+    at = end + 1;
+  }
+  return lines;
+}
+
+// Before a fresh model is allocated: its parameters estimated from the options (in double, so that no size
+// overflows), times 4 floats each (the value, its gradient, Adam's two moments), must fit in kMaxTrainingBytes.
+constexpr double kMaxTrainingBytes = 8.0 * 1024 * 1024 * 1024;
+
+void refuse_oversized(const train::TrainerOptions& o, double src_vocab, double tgt_vocab, CLI::App& app) {
+  double params = 0;
+  if (o.family == "transformer") {
+    const double d = double(o.transformer.d_model), ff = double(o.transformer.ff);
+    const double enc = 4 * d * d + 2 * d * ff + 9 * d + ff, dec = 8 * d * d + 2 * d * ff + 15 * d + ff;
+    params = double(o.transformer.encoder_layers) * enc + double(o.transformer.decoder_layers) * dec +
+             (src_vocab + tgt_vocab) * d + tgt_vocab * (d + 1);
+  } else {
+    const models::Seq2SeqConfig& c = o.model;
+    const double g = c.cell == nn::CellKind::Lstm ? 4 : c.cell == nn::CellKind::Gru ? 3 : 1;
+    const double dirs = c.bidirectional ? 2 : 1, E = double(c.embed), H = double(c.hidden), Hd = H * dirs;
+    for (int l = 0; l < c.layers; ++l) {
+      params += dirs * g * H * ((l == 0 ? E : Hd) + H + 2);
+      params += g * Hd * ((l == 0 ? E + Hd : Hd) + Hd + 2);
+    }
+    params += 3 * Hd * Hd + Hd + (src_vocab + tgt_vocab) * E + tgt_vocab * (Hd + 1);
+  }
+  const double bytes = params * 4 * sizeof(float);
+  if (bytes <= kMaxTrainingBytes) return;
+  std::string sizes;
+  for (const char* name : {"--layers", "--hidden", "--embed", "--d-model", "--ff"})
+    if (app.get_option(name)->count() > 0) sizes += fmt::format(" {} {}", name, app.get_option(name)->as<std::string>());
+  throw UsageError(fmt::format(
+      "the model would have about {:.3g} parameters: {:.3g} bytes ({:.1f} GiB) with gradients and optimizer state, "
+      "more than the limit of 8 GiB (from{})",
+      params, bytes, bytes / 1024 / 1024 / 1024, sizes.empty() ? " the defaults" : sizes));
+}
+
+// --resume: the options the checkpoint was trained with (its "training" section's "options") that the command
+// line does not give are set as if given; one given with another value is refused unless --override.
+// A checkpoint saved without them keeps today's behaviour: the command line gives the data and the rates.
+void restore_options(CLI::App& app, const std::string& path, const std::vector<std::string>& names, bool override) {
+  const io::Value v = io::read_value_file(path);
+  const io::Value* training = v.is_bundle() ? v.find("training") : nullptr;
+  const io::Value* saved = training && training->is_bundle() ? training->find("options") : nullptr;
+  if (!saved || !saved->is_bundle()) {
+    std::cerr << "seq2seq-train: " << path
+              << ": saved without its training options: the data, rates and schedule come from this command line\n";
+    return;
+  }
+  const models::Fields fields(*saved, path + ": training: options");
+  for (const std::string& name : names) {
+    const std::optional<std::string> value = fields.text_if(name);
+    if (!value) continue;
+    CLI::Option* opt = app.get_option(name);
+    if (opt->count() > 0) {
+      std::string given = opt->as<std::string>();
+      if (name == "--skip-bad-lines") given = "true";
+      if (given != *value && !override)
+        throw UsageError(fmt::format("{} {}: the checkpoint {} was trained with {} {}; give --override to change it",
+                                     name, given, path, name, *value));
+      continue;
+    }
+    if (name == "--skip-bad-lines" && *value == "false") continue;
+    opt->add_result(*value);
+    opt->run_callback();
+  }
+}
+
 void catch_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -51,7 +164,7 @@ int main(int argc, char** argv) {
       "  seq2seq-train --task dates --model lstm --attention additive --hidden 32 --train-size 200 --epochs 2 \\\n"
       "      --save-every 5 --log-every 2 --save d.json --metrics d.jsonl --plot d.svg\n"
       "  seq2seq-train --task copy --model transformer --layers 2 --d-model 32 --heads 4 --ff 64 --schedule noam \\\n"
-      "      --warmup 40 --lr 1 --steps 50 --save t.json\n"
+      "      --warmup 40 --lr 0.005 --steps 50 --save t.json\n"
       "  tensor randn --shape 2x5x32 > x.json; lstm-run x.json --weights model.json#encoder\n");
   std::string task, train_path, valid_path, model_name, attention = "none", optimizer = "adam",
                                                        schedule = "constant", save_path, resume_path, metrics_path,
@@ -111,7 +224,7 @@ int main(int argc, char** argv) {
                         ->check(tools::non_negative())
                         ->capture_default_str();
   app.add_option("--batch", batch, "Batch size")->check(tools::positive())->capture_default_str();
-  app.add_option("--lr", lr, "Learning rate (noam: its multiplier)")->check(tools::non_negative())->capture_default_str();
+  app.add_option("--lr", lr, "Peak learning rate (every schedule: the rate reached after --warmup)")->check(tools::non_negative())->capture_default_str();
   app.add_option("--optimizer", optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
   app.add_option("--schedule", schedule, "Learning-rate schedule")
       ->check(CLI::IsMember({"constant", "cosine", "noam"}))
@@ -140,11 +253,25 @@ int main(int argc, char** argv) {
   task_opt->excludes(train_opt);
   save_opt->required();
 
+  bool override_options = false;
+  app.add_flag("--override", override_options,
+               "With --resume: let options given again change the checkpoint's training configuration");
+  // The training configuration a checkpoint stores and --resume restores (the run's length, its outputs and
+  // the model's shape aside: the checkpoint's config holds the model).
+  const std::vector<std::string> restored = {
+      "--task", "--train", "--valid", "--tokenizer", "--target-tokenizer", "--skip-bad-lines", "--max-len",
+      "--vocab-size", "--min-len", "--train-size", "--valid-size", "--vocab", "--optimizer", "--lr", "--schedule",
+      "--warmup", "--label-smoothing", "--clip", "--dropout", "--teacher-forcing", "--batch", "--seed"};
+
   return tools::run(app, argc, argv, [&]() -> int {
+    if (!resume_path.empty()) restore_options(app, resume_path, restored, override_options);
     if (task.empty() && train_path.empty()) throw UsageError("give --task NAME or --train FILE");
     if (!valid_path.empty() && train_path.empty()) throw UsageError("--valid goes with --train");
     if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn|transformer");
     set_num_threads(threads);
+    check_destination("--save", save_path);
+    check_destination("--metrics", metrics_path);
+    check_destination("--plot", plot_path);
 
     train::DataSpec spec;
     if (!task.empty()) {
@@ -169,6 +296,27 @@ int main(int argc, char** argv) {
     train::TrainingData data = train::load_training_data(spec);
     for (const train::Corpus* c : {&data.train, &data.valid})
       if (c->bad_lines > 0) std::cerr << "seq2seq-train: " << c->bad_lines_summary() << '\n';
+    if (vocab_path.empty() && !data.valid.examples.empty()) {
+      // The vocabularies are built from the training data: validation tokens outside them read as <unk>.
+      int64_t missing = 0;
+      std::vector<std::string> shown;  // the first few distinct ones
+      auto scan = [&](const std::vector<std::string>& tokens, const train::Vocab& vocab, const char* side) {
+        for (const std::string& t : tokens)
+          if (!vocab.contains(t)) {
+            ++missing;
+            const std::string named = fmt::format("\"{}\" ({})", t, side);
+            if (shown.size() < 5 && std::find(shown.begin(), shown.end(), named) == shown.end()) shown.push_back(named);
+          }
+      };
+      for (const train::Example& ex : data.valid.examples) {
+        scan(ex.src, data.src_vocab, "source");
+        scan(ex.tgt, data.tgt_vocab, "target");
+      }
+      if (missing > 0)
+        std::cerr << "seq2seq-train: " << data.valid.name << ": " << missing
+                  << " tokens are not in the training data's vocabulary (read as <unk>), e.g. "
+                  << fmt::format("{}", fmt::join(shown, ", ")) << '\n';
+    }
     if (!vocab_path.empty())
       for (const train::Corpus* c : {&data.train, &data.valid}) {
         const train::EncodedCorpus e = train::encode(*c, data.src_vocab, data.tgt_vocab);
@@ -221,9 +369,15 @@ int main(int argc, char** argv) {
     o.schedule.warmup_steps = warmup;
     if (o.schedule.kind == train::ScheduleKind::Cosine) o.schedule.t_max = 0;  // the run's length
     if (o.schedule.kind == train::ScheduleKind::Noam) {
-      o.schedule.d_model = transformer ? d_model : hidden;
       if (warmup == 0) throw UsageError("--schedule noam needs --warmup N (N >= 1)");
+      // --lr is the peak, as under the other schedules: with d = 1 and factor sqrt(W) the formula
+      // factor * d^-0.5 * min(s^-0.5, s * W^-1.5) becomes min(sqrt(W / s), s / W), 1 at s = W.
+      o.schedule.d_model = 1;
+      o.schedule.factor = std::sqrt(static_cast<double>(warmup));
     }
+    if (lr < 1e-5)
+      std::cerr << "seq2seq-train: warning: the peak learning rate --lr " << lr
+                << " is below 1e-05: the model will barely learn\n";
     o.label_smoothing = static_cast<float>(label_smoothing);
     o.clip = clip;
     o.seed = seed;
@@ -231,6 +385,12 @@ int main(int argc, char** argv) {
     o.save_path = save_path;
     o.metrics_path = metrics_path;
     o.epochs = epochs;
+    for (const std::string& name : restored) {
+      CLI::Option* opt = app.get_option(name);
+      std::string value = opt->count() > 0 ? opt->as<std::string>() : opt->get_default_str();
+      if (name == "--skip-bad-lines") value = skip_bad_lines ? "true" : "false";
+      if (!value.empty()) o.command_options.emplace_back(name, value);
+    }
     o.save_every = save_every;
     catch_stop_signals();
     o.stop_requested = [] { return g_signal != 0; };
@@ -244,9 +404,32 @@ int main(int argc, char** argv) {
         std::cerr << '\r' << train::progress_line(p, tools::stderr_columns()) << "\x1b[K" << std::flush;
       };
 
+    if (resume_path.empty()) refuse_oversized(o, static_cast<double>(data.src_vocab.size()),
+                                              static_cast<double>(data.tgt_vocab.size()), app);
     std::unique_ptr<train::Trainer> trainer = resume_path.empty()
                                                   ? std::make_unique<train::Trainer>(o, std::move(data))
                                                   : train::Trainer::resume(resume_path, o, std::move(data));
+    // --steps is the run's total counted from its start (with --resume: from the first part's step 0); at or
+    // below the checkpoint's step nothing is trained: said here, and the summary has no train_loss.
+    if (trainer->step() >= trainer->total_steps()) {
+      if (resume_path.empty()) std::cerr << "seq2seq-train: --steps " << trainer->total_steps() << ": nothing trained\n";
+      else
+        std::cerr << "seq2seq-train: nothing trained: the checkpoint " << resume_path << " is at step "
+                  << trainer->step() << " and --steps " << trainer->total_steps()
+                  << " is the total counted from the start of the run (give --steps above " << trainer->step()
+                  << " to train on)\n";
+    }
+    // A fresh run starts a new metrics history (a resumed one appends to its own).
+    if (resume_path.empty() && !metrics_path.empty()) {
+      std::ifstream old(metrics_path, std::ios::binary);
+      if (old.good() && old.peek() != std::ifstream::traits_type::eof()) {
+        old.close();
+        std::ofstream f(metrics_path, std::ios::trunc | std::ios::binary);
+        AK_CHECK(f.good(), "--metrics {}: cannot open for writing", metrics_path);
+        std::cerr << "seq2seq-train: --metrics " << metrics_path
+                  << ": emptied: a fresh run starts a new history (--resume appends to it)\n";
+      }
+    }
     std::vector<std::string> lines;
     train::TrainSummary summary;
     try {
@@ -259,10 +442,7 @@ int main(int argc, char** argv) {
     if (!plot_path.empty()) {
       // the whole history when the metrics file has it (earlier parts of a resumed run), else this run's lines
       if (!metrics_path.empty()) {
-        std::ifstream f(metrics_path);
-        std::vector<std::string> all;
-        for (std::string l; std::getline(f, l);) all.push_back(l);
-        if (!all.empty()) lines = std::move(all);
+        lines = read_metrics_for_plot(metrics_path);
       }
       io::write_file_atomic(plot_path, train::loss_plot_svg(lines, metrics_path.empty() ? save_path : metrics_path));
       if (train::loss_plot_steps(lines) == 1)
@@ -276,7 +456,7 @@ int main(int argc, char** argv) {
                 << '\n';
       return 128 + sig;
     }
-    std::cout << summary.to_json() << '\n';
+    tools::emit(tools::OutputOptions{}, summary.to_json());  // a failed write of the summary: exit 1
     return 0;
   });
 }

@@ -15,7 +15,7 @@ walk() {
   run "make_data.sh 2000 1 > train.tsv; head -n 2 train.tsv    # source TAB target: 10 tokens from 1..10"
   run "printf '1 2 3 4 5 6 7 8 9 10\t1 2 3 4 5 6 7 8 9 10\n' > one.tsv"
   run "seq2seq-train --train train.tsv --valid one.tsv --tokenizer space --model transformer --layers 2 \\
-    --d-model 32 --heads 4 --ff 64 --schedule noam --warmup 400 --lr 0.5 --steps 600 --batch 32 \\
+    --d-model 32 --heads 4 --ff 64 --schedule noam --warmup 400 --lr 0.00442 --steps 600 --batch 32 \\
     --threads 1 --log-every 100 --save copy.json --metrics copy.jsonl > summary.json"
   # greedy decoding of 1..10 (the validation line) after each 100 steps: exact_match 1 from step 300 on
   run_figures "grep -o '\"exact_match\":[0-9.]*,\"grad_norm\"' copy.jsonl | cut -d, -f1 | tail -n 3"

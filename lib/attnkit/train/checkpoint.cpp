@@ -44,6 +44,11 @@ void Trainer::save(const std::string& path) const {
   t.set("tgt_tokenizer", text_value(tokenizer_name(data_.train.tgt_tokenizer)));
   t.set("dropout", real_value(options_.dropout));
   t.set("teacher_forcing", real_value(options_.teacher_forcing));
+  if (!options_.command_options.empty()) {
+    io::Value given;
+    for (const auto& [name, value] : options_.command_options) given.set(name, text_value(value));
+    t.set("options", std::move(given));
+  }
   v.set("training", std::move(t));
   io::Value rng;
   rng.set("state", text_value(std::to_string(rng_.state().state)));

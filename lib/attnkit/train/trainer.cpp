@@ -2,7 +2,12 @@
 
 #include <chrono>
 #include <cmath>
-#include <fstream>
+#include <cerrno>
+#include <cstring>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -21,13 +26,29 @@ namespace {
 // A non-finite value as the messages write it: NaN, inf, -inf (fmt would say "-nan").
 std::string shown(float x) { return std::isnan(x) ? "NaN" : fmt::format("{}", x); }
 
+// One whole line or nothing: a write that fails part way is cut back to the file's earlier length, so that the
+// file never ends in half a line.
 void append_line(const std::string& path, const std::string& line) {
   if (path.empty()) return;
-  std::ofstream f(path, std::ios::app | std::ios::binary);
-  AK_CHECK(f.good(), "{}: cannot open for appending", path);
-  f << line << '\n';
-  f.flush();
-  AK_CHECK(f.good(), "{}: write failed", path);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  AK_CHECK(fd >= 0, "{}: cannot open for appending ({})", path, std::strerror(errno));
+  struct stat st {};
+  const bool sized = ::fstat(fd, &st) == 0;
+  const std::string text = line + '\n';
+  size_t done = 0;
+  int error = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = n < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (error != 0 && done > 0 && sized && S_ISREG(st.st_mode)) (void)::ftruncate(fd, st.st_size);
+  ::close(fd);
+  AK_CHECK(error == 0, "{}: write failed ({})", path, std::strerror(error));
 }
 
 }  // namespace
@@ -36,7 +57,7 @@ std::string TrainSummary::to_json() const {
   nlohmann::json j;
   j["step"] = step;
   j["start_step"] = start_step;
-  j["train_loss"] = train_loss;
+  if (step > start_step) j["train_loss"] = train_loss;  // no step taken: no training loss
   if (valid) {
     j["valid_loss"] = valid->loss;
     j["token_accuracy"] = valid->token_accuracy;

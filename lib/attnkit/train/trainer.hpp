@@ -75,6 +75,10 @@ struct TrainerOptions {
   // Operations. schedule.t_max == 0 with a cosine schedule: the run's length (steps, or epochs' steps).
   int64_t epochs = 0;           // > 0: train up to this many epochs (steps = epochs * batches per epoch)
   int64_t save_every = 0;       // > 0: a checkpoint every this many steps too (the last one is always saved)
+  // The training configuration as the command line gave it (option name -> value text: the data source,
+  // optimizer, rate and schedule, ...), saved in the checkpoint's "training" section as "options" so that
+  // --resume can restore it; empty: none saved.
+  std::vector<std::pair<std::string, std::string>> command_options;
   std::function<bool()> stop_requested;  // polled after each step: true saves a checkpoint and stops
   std::function<void(const Progress&)> progress;  // called after each step
 };
@@ -89,7 +93,7 @@ struct Evaluation {
 struct TrainSummary {
   int64_t step = 0;             // steps done in all
   int64_t start_step = 0;       // where this run started (0, or the checkpoint's step)
-  double train_loss = 0;        // mean loss over the last logging window (NaN-free)
+  double train_loss = 0;        // mean loss over the last logging window (NaN-free); not in to_json() without steps
   std::optional<Evaluation> valid;
   int64_t parameters = 0;       // number of learned values
   std::string checkpoint;
