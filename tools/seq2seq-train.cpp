@@ -389,6 +389,7 @@ int main(int argc, char** argv) {
       CLI::Option* opt = app.get_option(name);
       std::string value = opt->count() > 0 ? opt->as<std::string>() : opt->get_default_str();
       if (name == "--skip-bad-lines") value = skip_bad_lines ? "true" : "false";
+      if (name == "--teacher-forcing" && o.family == "transformer") continue;  // a recurrent option
       if (!value.empty()) o.command_options.emplace_back(name, value);
     }
     o.save_every = save_every;
