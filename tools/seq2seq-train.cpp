@@ -106,7 +106,8 @@ void refuse_oversized(const train::TrainerOptions& o, double src_vocab, double t
 }
 
 // --resume: the options the checkpoint was trained with (its "training" section's "options") that the command
-// line does not give are set as if given; one given with another value is refused unless --override.
+// line does not give are set as if given; one given with another value is refused unless --override (the
+// vocabulary options excepted, below).
 // A checkpoint saved without them keeps today's behaviour: the command line gives the data and the rates.
 void restore_options(CLI::App& app, const std::string& path, const std::vector<std::string>& names, bool override) {
   const io::Value v = io::read_value_file(path);
@@ -123,6 +124,10 @@ void restore_options(CLI::App& app, const std::string& path, const std::vector<s
     if (!value) continue;
     CLI::Option* opt = app.get_option(name);
     if (opt->count() > 0) {
+      // The vocabulary options are judged by what they give: the checkpoint's vocabulary is compared with
+      // the one they build (the same tokens from another file, the checkpoint itself, go on; others are
+      // refused naming the difference).
+      if (name == "--vocab" || name == "--vocab-size") continue;
       std::string given = opt->as<std::string>();
       if (name == "--skip-bad-lines") given = "true";
       if (given != *value && !override)

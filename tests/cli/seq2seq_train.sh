@@ -110,14 +110,12 @@ head -c 3000 m.json > truncated.json
 expect_error 1 "truncated.json" seq2seq-train "${common[@]}" --steps 300 --resume truncated.json --save x.json
 expect_error 1 "vocabulary differs" seq2seq-train --task reverse --vocab-size 7 --min-len 2 --max-len 4 \
   --train-size 64 --valid-size 16 --model lstm --attention dot --hidden 24 --embed 12 --steps 300 --resume m.json \
-  --override --save m.json
+  --save m.json
 expect_error 1 "cannot continue as lstm with attention dot, embed 12, hidden 32" seq2seq-train --task reverse \
   --vocab-size 5 --min-len 2 --max-len 4 --train-size 64 --valid-size 16 --hidden 32 --steps 300 --resume m.json \
-  --override --save m.json
-# without --override, an option that differs from the checkpoint's is a usage error
-expect_error 2 "give --override" seq2seq-train --task reverse --vocab-size 7 --min-len 2 --max-len 4 \
-  --train-size 64 --valid-size 16 --model lstm --attention dot --hidden 24 --embed 12 --steps 300 --resume m.json \
   --save m.json
+# an option that differs from the checkpoint's training options is a usage error without --override
+expect_error 2 "give --override" seq2seq-train --lr 0.123 --steps 300 --resume m.json --save m.json
 cmp -s m.json keep.json || fail "a refused resume changed the checkpoint"
 [[ ! -e x.json ]] || fail "a failed run left x.json"
 
