@@ -12,6 +12,7 @@
 #include "attnkit/io/json_writer.hpp"
 #include "attnkit/io/reference.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/with_source.hpp"
 
 namespace attnkit::tools {
 
@@ -39,16 +40,8 @@ struct InputOptions {
 CLI::Validator non_negative();
 CLI::Validator positive();
 
-// Runs `load` (a weights loader) and puts the reference in front of any attnkit::Error it throws,
-// so that a refused weights file is named: "lstm-run: w.json: missing weight weight_hh_l1 ...".
-template <typename Load>
-auto with_source(const std::string& ref, Load&& load) -> decltype(load()) {
-  try {
-    return load();
-  } catch (const Error& e) {
-    throw Error(ref + ": " + e.what());
-  }
-}
+// with_source(ref, load): a refused weights file named in the message (tensor/with_source.hpp).
+using attnkit::with_source;
 
 // Weights follow the rule of every input: a NaN is refused with its position unless allow_nan
 // (--allow-nan); infinities pass. Walks nested bundles: "w.json#enc/W: tensor of shape ...".

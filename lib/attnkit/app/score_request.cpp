@@ -10,23 +10,10 @@
 #include "attnkit/ops/attention_scores.hpp"
 #include "attnkit/ops/mha.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/with_source.hpp"
 
 namespace attnkit::app {
 
-namespace {
-
-// Runs `load` (a weights loader) with the reference in front of any attnkit::Error it throws, so
-// that a refused weights file is named: "attn-score: w.json: ...".
-template <typename Load>
-auto with_source(const std::string& ref, Load&& load) -> decltype(load()) {
-  try {
-    return load();
-  } catch (const Error& e) {
-    throw Error(ref + ": " + e.what());
-  }
-}
-
-}  // namespace
 
 ScoreResult run_score(const ScoreRequest& request, ScoreInputs& from) {
   const std::string &query = request.query, &keys = request.keys, &values = request.values, &self = request.self;
