@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
                  "to a 0/1 tensor [T, S] / [N, T, S] / [N, NH, T, S] with 1 = ATTEND, 0 = masked")->type_name("causal|causal-lower-right|REF");
   app.add_option("--key-lengths", request.key_lengths, "Valid keys per batch element, [N] integers (padded batches)")->type_name("REF");
   auto* heads_opt = app.add_option("--heads", request.heads, "Multi-head attention with NH heads (needs --weights, or --split-heads)")
-      ->check(tools::positive());
+      ->transform(tools::positive());
   app.add_flag("--split-heads", request.split_heads, "Multi-head without projections: split Q, K, V into NH equal parts (needs --heads)")
       ->needs(heads_opt);
   app.add_flag("--need-weights", request.need_weights, "Multi-head: add \"weights\" averaged over heads [.., T, S]");

@@ -82,33 +82,33 @@ int main(int argc, char** argv) {
   double lr = 3e-3;
   uint64_t seed = 0;
   app.add_option("--n", sizes.n, "Sequence length of the analytic table and the gradient path")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->transform(tools::whole_range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--d", sizes.d, "Model size (channels, hidden size, attention size)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->transform(tools::whole_range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
-  app.add_option("--k", sizes.k, "Convolution kernel size (>= 2)")->check(CLI::Range(int64_t{2}, int64_t{1} << 20))->capture_default_str();
+  app.add_option("--k", sizes.k, "Convolution kernel size (>= 2)")->transform(tools::whole_range(int64_t{2}, int64_t{1} << 20))->capture_default_str();
   app.add_option("--r", sizes.r, "Restricted self-attention: keys per query (>= 2)")
-      ->check(CLI::Range(int64_t{2}, int64_t{1} << 30))
+      ->transform(tools::whole_range(int64_t{2}, int64_t{1} << 30))
       ->capture_default_str();
-  app.add_option("--batch", sizes.batch, "Sequences per forward in --measure")->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+  app.add_option("--batch", sizes.batch, "Sequences per forward in --measure")->transform(tools::whole_range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
   app.add_flag("--measure", measure, "Time each layer type over --sweep (and weigh its peak memory)");
   app.add_option("--sweep", sweep_text, "Sequence lengths to measure, comma-separated")->capture_default_str();
   app.add_option("--layers", layers_text,
                  "Layer types to measure / train, comma-separated: conv, conv-stack, rnn, lstm, attention, "
                  "attention-tiled, local-attention (default: all to measure; the gradient path and --learn have their own)");
-  app.add_option("--repeats", repeats, "Timed runs per layer and n (median and min..max reported)")->check(CLI::Range(1, 1000))->capture_default_str();
+  app.add_option("--repeats", repeats, "Timed runs per layer and n (median and min..max reported)")->transform(tools::whole_range(1, 1000))->capture_default_str();
   app.add_flag("--no-memory", no_memory, "Skip the peak-memory measurement");
   app.add_flag("--gradient-path", gradient, "Gradient norm of the last output against distance, at initialisation");
   app.add_option("--path-d", path_d, "Model size of the gradient path (exact Jacobian norms up to 64)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
+      ->transform(tools::whole_range(int64_t{1}, int64_t{1} << 16))
       ->capture_default_str();
   app.add_flag("--learn", learn, "Train each layer type on the recall task for each --learn-n");
   app.add_option("--learn-n", learn_n_text, "Sequence lengths of the recall task, comma-separated (>= 2)")->capture_default_str();
-  app.add_option("--learn-steps", learn_steps, "Training steps per run (the same budget for each)")->check(CLI::Range(1, 1000000))->capture_default_str();
-  app.add_option("--learn-d", learn_d, "Model size of the learning runs")->check(CLI::Range(int64_t{1}, int64_t{1} << 16))->capture_default_str();
-  app.add_option("--learn-batch", learn_batch, "Batch of the learning runs")->check(CLI::Range(int64_t{1}, int64_t{1} << 16))->capture_default_str();
-  app.add_option("--lr", lr, "Adam's learning rate in the learning runs")->check(tools::positive())->capture_default_str();
+  app.add_option("--learn-steps", learn_steps, "Training steps per run (the same budget for each)")->transform(tools::whole_range(1, 1000000))->capture_default_str();
+  app.add_option("--learn-d", learn_d, "Model size of the learning runs")->transform(tools::whole_range(int64_t{1}, int64_t{1} << 16))->capture_default_str();
+  app.add_option("--learn-batch", learn_batch, "Batch of the learning runs")->transform(tools::whole_range(int64_t{1}, int64_t{1} << 16))->capture_default_str();
+  app.add_option("--lr", lr, "Adam's learning rate in the learning runs")->transform(tools::positive())->capture_default_str();
   tools::add_threads_option(app, threads);
   app.add_option("--format", format, "json, or table (aligned text)")->check(CLI::IsMember({"json", "table"}))->capture_default_str();
   app.add_flag("--pretty", pretty, "Indent the JSON");
@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
   app.add_option("--plot", plot_path, "Also draw time against n (log-log), the gradient curves and the accuracies")
       ->type_name("FILE.svg");
   app.add_option("--seed", seed, "Seed of the inputs, the weights and the learning data")
-      ->check(tools::non_negative())
+      ->transform(tools::non_negative())
       ->capture_default_str();
 
   return tools::run(app, argc, argv, [&]() -> int {

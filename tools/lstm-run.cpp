@@ -57,12 +57,12 @@ int main(int argc, char** argv) {
                "batch_first=False); h0, c0, h_n, c_n stay [layers*dirs, N, H]");
   app.add_flag("--trace", trace, "Add the first layer's per-step values (a, i, f, o, g, c, h / r, z, n, h)");
   auto* init_opt = app.add_flag("--init", init, "Make random weights, U(-1/sqrt(H), 1/sqrt(H)) as PyTorch");
-  app.add_option("--input-size", input_size, "--init: input size D")->check(tools::positive());
-  app.add_option("--hidden-size", hidden_size, "--init: hidden size H")->check(tools::positive());
-  app.add_option("--layers", layers, "--init: number of layers")->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--input-size", input_size, "--init: input size D")->transform(tools::positive());
+  app.add_option("--hidden-size", hidden_size, "--init: hidden size H")->transform(tools::positive());
+  app.add_option("--layers", layers, "--init: number of layers")->transform(tools::whole_range(1, 64))->capture_default_str();
   app.add_flag("--bidirectional", bidirectional, "--init: two directions");
   app.add_option("--seed", seed, "--init: seed (the same seed gives the same weights everywhere)")
-      ->check(tools::non_negative())
+      ->transform(tools::non_negative())
       ->capture_default_str();
   auto* save_opt = app.add_option("--save-weights", save_path, "Write the weights (atomically) to FILE; - for standard output (without INPUT)")->type_name("FILE");
   app.add_option("--save-layout", save_layout_text, "Layout of --save-weights (default: --layout)")

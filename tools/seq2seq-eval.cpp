@@ -39,16 +39,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--strategy", strategy, "Search")->check(CLI::IsMember({"greedy", "beam"}))->capture_default_str();
   auto* beam_opt = app.add_option("--beam", o.search.beam, "Beam: hypotheses kept per source (the best is scored)")
-                       ->check(tools::positive())
+                       ->transform(tools::positive())
                        ->capture_default_str();
   auto* lp_opt = app.add_option("--length-penalty", o.search.length_penalty,
                                 "Beam: GNMT alpha; hypotheses ranked by score / ((5 + len) / 6)^alpha")
-                     ->check(tools::non_negative())
+                     ->transform(tools::non_negative())
                      ->capture_default_str();
-  app.add_option("--max-len", o.search.max_len, "Output tokens at most (default: 2 x source length + 10)")->check(tools::positive());
-  app.add_option("--batch", o.batch, "Sources decoded together")->check(tools::positive())->capture_default_str();
+  app.add_option("--max-len", o.search.max_len, "Output tokens at most (default: 2 x source length + 10)")->transform(tools::positive());
+  app.add_option("--batch", o.batch, "Sources decoded together")->transform(tools::positive())->capture_default_str();
   app.add_option("--show", o.show, "Report the first N wrong predictions (source, prediction, closest reference)")
-      ->check(tools::non_negative())
+      ->transform(tools::non_negative())
       ->capture_default_str();
   app.add_option("--format", format, "JSON, or a readable table")->check(CLI::IsMember({"json", "table"}))->capture_default_str();
   app.add_flag("--pretty", out.pretty, "Indent the JSON");

@@ -191,19 +191,19 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"char", "space", "ids"}));
   app.add_flag("--skip-bad-lines", skip_bad_lines, "Files: skip (and count) bad lines instead of failing");
   app.add_option("--max-len", max_len, "Files: longest sequence accepted; tasks: longest sequence generated")
-      ->check(tools::non_negative());
-  app.add_option("--vocab-size", vocab_size, "Task: tokens 0 .. N-1 (copy, reverse, sort)")->check(tools::positive())->capture_default_str();
-  app.add_option("--min-len", min_len, "Task: shortest sequence")->check(tools::positive())->capture_default_str();
-  app.add_option("--train-size", train_size, "Task: training examples")->check(tools::positive())->capture_default_str();
-  app.add_option("--valid-size", valid_size, "Task: held-out examples")->check(tools::non_negative())->capture_default_str();
+      ->transform(tools::non_negative());
+  app.add_option("--vocab-size", vocab_size, "Task: tokens 0 .. N-1 (copy, reverse, sort)")->transform(tools::positive())->capture_default_str();
+  app.add_option("--min-len", min_len, "Task: shortest sequence")->transform(tools::positive())->capture_default_str();
+  app.add_option("--train-size", train_size, "Task: training examples")->transform(tools::positive())->capture_default_str();
+  app.add_option("--valid-size", valid_size, "Task: held-out examples")->transform(tools::non_negative())->capture_default_str();
   auto* model_opt = app.add_option("--model", model_name, "Cell of encoder and decoder, or transformer")
                         ->check(CLI::IsMember({"lstm", "gru", "rnn", "transformer"}));
   app.add_option("--attention", attention, "Luong attention's score, or none (the fixed context)")
       ->check(CLI::IsMember({"none", "dot", "scaled-dot", "general", "additive"}))
       ->capture_default_str();
-  app.add_option("--hidden", hidden, "Hidden size per direction")->check(tools::positive())->capture_default_str();
-  app.add_option("--embed", embed, "Embedding size")->check(tools::positive())->capture_default_str();
-  app.add_option("--layers", layers, "Layers of encoder and decoder")->check(CLI::Range(1, 16))->capture_default_str();
+  app.add_option("--hidden", hidden, "Hidden size per direction")->transform(tools::positive())->capture_default_str();
+  app.add_option("--embed", embed, "Embedding size")->transform(tools::positive())->capture_default_str();
+  app.add_option("--layers", layers, "Layers of encoder and decoder")->transform(tools::whole_range(1, 16))->capture_default_str();
   app.add_flag("--bidirectional", bidirectional, "Bidirectional encoder (the decoder's hidden size doubles)");
   std::string attention_style = "luong";
   double dropout = 0.0, teacher_forcing = 1.0;
@@ -221,36 +221,36 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   int64_t heads = 4, d_model = 128, ff = 512;
   bool norm_first = false;
-  app.add_option("--heads", heads, "Transformer: attention heads (divide --d-model)")->check(tools::positive())->capture_default_str();
-  app.add_option("--d-model", d_model, "Transformer: model size")->check(tools::positive())->capture_default_str();
-  app.add_option("--ff", ff, "Transformer: feed-forward size")->check(tools::positive())->capture_default_str();
+  app.add_option("--heads", heads, "Transformer: attention heads (divide --d-model)")->transform(tools::positive())->capture_default_str();
+  app.add_option("--d-model", d_model, "Transformer: model size")->transform(tools::positive())->capture_default_str();
+  app.add_option("--ff", ff, "Transformer: feed-forward size")->transform(tools::positive())->capture_default_str();
   app.add_flag("--norm-first", norm_first, "Transformer: pre-LN layers (default post-LN, the paper's)");
   auto* steps_opt = app.add_option("--steps", steps, "Total optimizer steps (with --resume: up to this total)")
-                        ->check(tools::non_negative())
+                        ->transform(tools::whole_range(0, train::kMaxSteps))
                         ->capture_default_str();
-  app.add_option("--batch", batch, "Batch size")->check(tools::positive())->capture_default_str();
-  app.add_option("--lr", lr, "Peak learning rate (every schedule: the rate reached after --warmup)")->check(tools::non_negative())->capture_default_str();
+  app.add_option("--batch", batch, "Batch size")->transform(tools::positive())->capture_default_str();
+  app.add_option("--lr", lr, "Peak learning rate (every schedule: the rate reached after --warmup)")->transform(tools::non_negative())->capture_default_str();
   app.add_option("--optimizer", optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
   app.add_option("--schedule", schedule, "Learning-rate schedule")
       ->check(CLI::IsMember({"constant", "cosine", "noam"}))
       ->capture_default_str();
-  app.add_option("--warmup", warmup, "Linear warmup steps")->check(tools::non_negative())->capture_default_str();
+  app.add_option("--warmup", warmup, "Linear warmup steps")->transform(tools::non_negative())->capture_default_str();
   app.add_option("--label-smoothing", label_smoothing, "Label smoothing in [0, 1)")->check(CLI::Range(0.0, 0.999))->capture_default_str();
-  app.add_option("--clip", clip, "Max gradient norm (0: no clipping)")->check(tools::non_negative())->capture_default_str();
+  app.add_option("--clip", clip, "Max gradient norm (0: no clipping)")->transform(tools::non_negative())->capture_default_str();
   app.add_option("--seed", seed, "Seed of the task, the initialisation and the data order")
-      ->check(tools::non_negative())
+      ->transform(tools::non_negative())
       ->capture_default_str();
   tools::add_threads_option(app, threads);
   auto* save_opt = app.add_option("--save", save_path, "Checkpoint to write (atomically): JSON, or .safetensors / .npz by extension")->type_name("MODEL.json");
   app.add_option("--resume", resume_path, "Continue this checkpoint (.json, .safetensors, .npz) up to --steps")->type_name("MODEL.json");
   app.add_option("--metrics", metrics_path, "Append one JSON line per logged step")->type_name("FILE.jsonl");
-  app.add_option("--log-every", log_every, "Steps between metrics lines (and validations)")->check(tools::positive())->capture_default_str();
+  app.add_option("--log-every", log_every, "Steps between metrics lines (and validations)")->transform(tools::positive())->capture_default_str();
   // operations: epochs, periodic checkpoints, a plot, a given vocabulary
   int64_t epochs = 0, save_every = 0;
   std::string plot_path, vocab_path;
   auto* epochs_opt = app.add_option("--epochs", epochs, "Train this many epochs in all (instead of --steps)")
-                         ->check(tools::positive());
-  app.add_option("--save-every", save_every, "Also save the checkpoint every N steps")->check(tools::positive());
+                         ->transform(tools::whole_range(1, train::kMaxSteps));
+  app.add_option("--save-every", save_every, "Also save the checkpoint every N steps")->transform(tools::positive());
   app.add_option("--plot", plot_path, "Draw training and validation loss against step (SVG)")->type_name("FILE.svg");
   app.add_option("--vocab", vocab_path, "Vocabulary file: one token per line, or JSON (docs/seq2seq-train.md)")
       ->type_name("FILE");
@@ -410,6 +410,13 @@ int main(int argc, char** argv) {
         std::cerr << '\r' << train::progress_line(p, tools::stderr_columns()) << "\x1b[K" << std::flush;
       };
 
+    if (epochs > 0) {  // the trainer's own check, said as a usage error before any work
+      const int64_t examples = static_cast<int64_t>(data.train.size());
+      const int64_t per_epoch = std::max<int64_t>((examples + batch - 1) / batch, 1);
+      if (epochs > train::kMaxSteps / per_epoch)
+        throw UsageError(fmt::format("--epochs {}: {} batches an epoch make more than {} steps; at most {} epochs",
+                                     epochs, per_epoch, train::kMaxSteps, train::kMaxSteps / per_epoch));
+    }
     if (resume_path.empty()) refuse_oversized(o, static_cast<double>(data.src_vocab.size()),
                                               static_cast<double>(data.tgt_vocab.size()), app);
     std::unique_ptr<train::Trainer> trainer = resume_path.empty()

@@ -53,13 +53,13 @@ int main(int argc, char** argv) {
   double mean = 0, std_dev = 1, low = 0, high = 1;
   auto* randn_cmd = app.add_subcommand("randn", "Normal N(mean, std^2) samples from a portable seeded generator");
   randn_cmd->add_option("--shape", shape_text, "Shape, e.g. 2,3 or 2x3")->required();
-  randn_cmd->add_option("--seed", seed, "Seed (the same seed gives the same numbers everywhere)")->check(tools::non_negative())->capture_default_str();
+  randn_cmd->add_option("--seed", seed, "Seed (the same seed gives the same numbers everywhere)")->transform(tools::non_negative())->capture_default_str();
   randn_cmd->add_option("--mean", mean, "Mean")->capture_default_str();
   randn_cmd->add_option("--std", std_dev, "Standard deviation")->capture_default_str();
   tools::describe(*randn_cmd, randn_cmd->get_description(), "  tensor randn --shape 2,3 --seed 7\n");
   auto* rand_cmd = app.add_subcommand("rand", "Uniform [low, high) samples from a portable seeded generator");
   rand_cmd->add_option("--shape", shape_text, "Shape, e.g. 2,3 or 2x3")->required();
-  rand_cmd->add_option("--seed", seed, "Seed")->check(tools::non_negative())->capture_default_str();
+  rand_cmd->add_option("--seed", seed, "Seed")->transform(tools::non_negative())->capture_default_str();
   rand_cmd->add_option("--low", low, "Lower bound")->capture_default_str();
   rand_cmd->add_option("--high", high, "Upper bound")->capture_default_str();
   tools::describe(*rand_cmd, rand_cmd->get_description(), "  tensor rand --shape 4 --seed 1 --low -1 --high 1\n");
@@ -114,8 +114,8 @@ int main(int argc, char** argv) {
   auto* diff_cmd = app.add_subcommand("diff", "Compare two tensors or bundles; exit 0 equal within tolerance, 1 differ, 2 trouble");
   diff_cmd->add_option("A", ref, "First reference")->required();
   diff_cmd->add_option("B", ref_b, "Second reference (the expected values)")->required();
-  diff_cmd->add_option("--rtol", rtol, "Relative tolerance: |a - b| <= atol + rtol * |b|")->check(tools::non_negative())->capture_default_str();
-  diff_cmd->add_option("--atol", atol, "Absolute tolerance")->check(tools::non_negative())->capture_default_str();
+  diff_cmd->add_option("--rtol", rtol, "Relative tolerance: |a - b| <= atol + rtol * |b|")->transform(tools::non_negative())->capture_default_str();
+  diff_cmd->add_option("--atol", atol, "Absolute tolerance")->transform(tools::non_negative())->capture_default_str();
   diff_cmd->add_flag("-q,--quiet", quiet, "Print nothing, only set the exit status");
   tools::describe(*diff_cmd, diff_cmd->get_description(), "  tensor linspace 0 1 --shape 5 > a.json && tensor arange 0 1.1 0.25 | tensor diff a.json - --rtol 1e-4 --atol 1e-6\n");
 

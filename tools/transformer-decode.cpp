@@ -47,19 +47,19 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "text", "ndjson"}))
       ->capture_default_str();
   app.add_option("--batch", batch, "Sources decoded together; each batch's results are written when it is done")
-      ->check(tools::positive())
+      ->transform(tools::positive())
       ->capture_default_str();
   app.add_option("--strategy", strategy, "Search")->check(CLI::IsMember({"greedy", "beam", "sample"}))->capture_default_str();
-  auto* beam_opt = app.add_option("--beam", beam, "Beam: hypotheses kept per source")->check(tools::positive())->capture_default_str();
+  auto* beam_opt = app.add_option("--beam", beam, "Beam: hypotheses kept per source")->transform(tools::positive())->capture_default_str();
   auto* lp_opt = app.add_option("--length-penalty", length_penalty,
                                 "Beam: GNMT alpha; hypotheses ranked by score / ((5 + len) / 6)^alpha")
-                     ->check(tools::non_negative())
+                     ->transform(tools::non_negative())
                      ->capture_default_str();
   auto* nbest_opt = app.add_option("--n-best", n_best, "Beam: the K best hypotheses (<= --beam); sample: K samples, "
                                                        "best first; written as \"n_best\"")
-                        ->check(tools::positive());
-  app.add_option("--max-len", max_len, "Output tokens at most (default: 2 x source length + 10)")->check(tools::positive());
-  app.add_option("--min-len", min_len, "No <eos> before this many tokens (every strategy)")->check(tools::non_negative());
+                        ->transform(tools::positive());
+  app.add_option("--max-len", max_len, "Output tokens at most (default: 2 x source length + 10)")->transform(tools::positive());
+  app.add_option("--min-len", min_len, "No <eos> before this many tokens (every strategy)")->transform(tools::non_negative());
   auto* temp_opt = app.add_option("--temperature", temperature, "Sample: p ~ exp(log p / T)")
                        ->check(CLI::Validator(
                            [](std::string& s) -> std::string {
@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
                              return s + " is not a number > 0 and < 1e30";
                            },
                            "T > 0"));
-  auto* topk_opt = app.add_option("--top-k", top_k, "Sample: only the K most likely tokens")->check(tools::positive());
+  auto* topk_opt = app.add_option("--top-k", top_k, "Sample: only the K most likely tokens")->transform(tools::positive());
   auto* topp_opt = app.add_option("--top-p", top_p, "Sample: only the most likely tokens whose probability reaches P")
                        ->check(CLI::Validator(
                            [](std::string& s) -> std::string {
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
                            },
                            "P in (0, 1]"));
   auto* seed_opt = app.add_option("--seed", seed, "Sample: seed (the same seed gives the same samples)")
-                      ->check(tools::non_negative())
+                      ->transform(tools::non_negative())
                       ->capture_default_str();
   app.add_flag("--no-cache", no_cache, "Recompute the whole prefix at every step (the slow reference)");
   auto* att_opt = app.add_flag("--attention", attention, "Add each output step's cross-attention weights (\"attention\")");

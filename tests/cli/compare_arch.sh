@@ -70,10 +70,10 @@ python3 -c "import json; a, b = (json.load(open(f)) for f in ('g1.json', 'g2.jso
   fail "gradient path not deterministic"
 
 # --- bad values: exit 2 (usage) before any work, nothing on stdout, no plot left behind
-expect_error 2 "--n: Value 0 not in range" compare-arch --n 0
-expect_error 2 "--k: Value 1 not in range" compare-arch --k 1
-expect_error 2 "--r: Value 1 not in range" compare-arch --r 1
-expect_error 2 "--d: Value -3 not in range" compare-arch --d -3
+expect_error 2 "--n: 0 is out of range, expected 1 to 1099511627776" compare-arch --n 0
+expect_error 2 "--k: 1 is out of range, expected 2 to 1048576" compare-arch --k 1
+expect_error 2 "--r: 1 is out of range, expected 2 to 1073741824" compare-arch --r 1
+expect_error 2 "--d: -3 is out of range, expected 1 to 1048576" compare-arch --d -3
 expect_error 2 '--sweep "16,x": "x" is not an integer >= 1' compare-arch --measure --sweep 16,x
 expect_error 2 '--sweep "": "" is not an integer >= 1' compare-arch --measure --sweep ''
 expect_error 2 '--sweep "16,0": "0" is not an integer >= 1' compare-arch --measure --sweep 16,0

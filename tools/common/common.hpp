@@ -36,9 +36,14 @@ struct InputOptions {
 
 // Number checks with readable messages ("--rtol: -1 is negative, expected a number >= 0"; infinity and NaN
 // are refused too); a seed takes non_negative() in every tool (never wrapped round to 2^64 - 1);
-// use them instead of CLI::NonNegativeNumber / CLI::PositiveNumber, which print DBL_MAX in full.
+// use them instead of CLI::NonNegativeNumber / CLI::PositiveNumber, which print DBL_MAX in full. Attach them
+// with ->transform(): a whole number written 1e9 reaches a whole-number option as 1000000000, and one
+// too large for it is refused with the bound ("--epochs: 1e30 is more than 9223372036854775807, ...").
 CLI::Validator non_negative();
 CLI::Validator positive();
+// A whole number from lo to hi (1e3 taken as 1000), attached with ->transform(): "--n: 2.5 is not a whole
+// number, expected 1 to 1099511627776"; use it instead of CLI::Range for whole-number options.
+CLI::Validator whole_range(int64_t lo, int64_t hi);
 
 // with_source(ref, load): a refused weights file named in the message (tensor/with_source.hpp).
 using attnkit::with_source;

@@ -74,7 +74,8 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
     : options_(options), data_(std::move(data)) {
   AK_CHECK(options_.family == "recurrent" || options_.family == "transformer",
            "trainer: model family \"{}\" (expected recurrent or transformer)", options_.family);
-  AK_CHECK(options_.steps >= 0, "trainer: steps {} must be >= 0", options_.steps);
+  AK_CHECK(options_.steps >= 0 && options_.steps <= kMaxSteps, "trainer: steps {} must be from 0 to {}", options_.steps,
+           kMaxSteps);
   AK_CHECK(options_.batch_size >= 1, "trainer: batch size {} must be >= 1", options_.batch_size);
   AK_CHECK(options_.log_every >= 1, "trainer: log_every {} must be >= 1", options_.log_every);
   AK_CHECK(options_.clip >= 0 && std::isfinite(options_.clip), "trainer: clip {} must be >= 0", options_.clip);
@@ -101,8 +102,9 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
   bo.seed = options_.seed;
   batcher_ = std::make_unique<Batcher>(train_enc_, bo);
   if (options_.epochs > 0) {
-    AK_CHECK(options_.epochs <= (int64_t{1} << 40) / batcher_->batches_per_epoch(), "trainer: {} epochs is too many",
-             options_.epochs);
+    AK_CHECK(options_.epochs <= kMaxSteps / batcher_->batches_per_epoch(),
+             "trainer: {} epochs of {} batches is more than {} steps: at most {} epochs", options_.epochs,
+             batcher_->batches_per_epoch(), kMaxSteps, kMaxSteps / batcher_->batches_per_epoch());
     options_.steps = options_.epochs * batcher_->batches_per_epoch();
   }
   if (options_.schedule.kind == ScheduleKind::Cosine && options_.schedule.t_max == 0)

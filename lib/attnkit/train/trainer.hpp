@@ -44,6 +44,10 @@ struct Progress {
   double seconds = 0;       // since the run started
 };
 
+// The most optimizer steps one run may take (--steps, or --epochs times the batches of an epoch): 2^40,
+// far past any run, and small enough that step counts and schedules stay exact in a double.
+constexpr int64_t kMaxSteps = int64_t{1} << 40;
+
 struct TrainerOptions {
   models::Seq2SeqConfig model;  // src_vocab / tgt_vocab are set from the data's vocabularies
   // The model family: "recurrent" (`model` above) or "transformer" (`transformer`, vocabularies set likewise).
