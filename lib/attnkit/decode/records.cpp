@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "attnkit/io/svg_heatmap.hpp"
+#include "attnkit/models/json_line.hpp"
 #include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 
@@ -53,6 +54,8 @@ bool SourceReader::next(std::string& text) {
              line_);
     AK_CHECK(j.is_object() && j.contains("src") && j["src"].is_string(),
              "{}: line {}: expected an object with a string \"src\"", name_, line_);
+    const std::string key = models::repeated_key(line);
+    AK_CHECK(key.empty(), "{}: line {}: an object with the key \"{}\" twice", name_, line_, key);
     text = j["src"].get<std::string>();
     AK_CHECK(text.find_first_not_of(" \t") != std::string::npos, "{}: line {}: empty source", name_, line_);
     return true;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attnkit/io/json_reader.hpp"
+#include "attnkit/models/json_line.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::train {
@@ -52,6 +53,8 @@ std::string split_jsonl(std::string_view line, std::string& src, std::string& tg
     return "invalid JSON: " + parser_message(e);
   }
   if (!j.is_object()) return "expected a JSON object {\"src\": ..., \"tgt\": ...}";
+  if (const std::string key = models::repeated_key(line); !key.empty())
+    return fmt::format("an object with the key \"{}\" twice", key);
   for (const char* key : {"src", "tgt"}) {
     auto it = j.find(key);
     if (it == j.end()) return fmt::format("missing \"{}\"", key);

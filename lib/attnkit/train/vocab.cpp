@@ -12,7 +12,13 @@ VocabOrder default_order(Tokenizer tokenizer) {
   return tokenizer == Tokenizer::Ids ? VocabOrder::Numeric : VocabOrder::Frequency;
 }
 
+namespace {
+// A UTF-8 byte-order mark before the first token or the JSON is no part of them (as with data files).
+std::string_view without_bom(std::string_view text) { return text.substr(0, 3) == "\xEF\xBB\xBF" ? text.substr(3) : text; }
+}  // namespace
+
 Vocab parse_vocab(std::string_view text, std::string_view name) {
+  text = without_bom(text);
   const size_t start = text.find_first_not_of(" \t\r\n");
   if (start != std::string_view::npos && text[start] == '{')
     return Vocab::from_value(io::parse_json(text, name), name);
@@ -42,6 +48,7 @@ Vocab parse_vocab(std::string_view text, std::string_view name) {
 }
 
 VocabPair parse_vocab_pair(std::string_view text, std::string_view name) {
+  text = without_bom(text);
   const size_t start = text.find_first_not_of(" \t\r\n");
   if (start == std::string_view::npos || text[start] != '{') {
     Vocab v = parse_vocab(text, name);
