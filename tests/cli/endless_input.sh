@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A device or an endless stream given as a tensor, weights or a checkpoint is refused at the first bytes
+# A device or an endless stream given as a tensor, weights, a checkpoint or a text file is refused at the first bytes
 # that cannot start its format (exit 1, the parser's message naming it, nothing on stdout), never read
 # to its end: each run has a generous timeout, and a tool that reads on until memory runs out fails it.
 set -uo pipefail
@@ -34,5 +34,17 @@ quick 1 "zero.safetensors" seq2seq-train --task copy --steps 1 --save out.json -
 # an endless stream of text that is no JSON, and one that breaks off inside a record
 quick 1 "<stdin>:1:1: expected a JSON value, found 'y'" tensor show - < <(yes)
 quick 1 "<stdin>:1:3: expected" tensor show - < <(printf '[1'; cat /dev/zero)
+
+# text files: training data, a vocabulary, a test set (the first NUL byte), a model config (its JSON rules)
+printf 'ab\tba\nbc\tcb\n' > d.tsv
+nul='/dev/zero: byte 0 is a NUL byte: not a text file'
+quick 1 "$nul" seq2seq-train --train /dev/zero --model lstm --steps 1 --save out.json
+quick 1 "$nul" seq2seq-train --train d.tsv --vocab /dev/zero --model lstm --steps 1 --save out.json
+quick 1 "<stdin>: byte 0 is a NUL byte" seq2seq-train --train - --model lstm --steps 1 --save out.json < /dev/zero
+quick 1 ": byte 6 is a NUL byte: not a text file" seq2seq-train --train d.tsv --valid <(printf 'ab\tba\n'; cat /dev/zero) --model lstm --steps 1 --save out.json
+seq2seq-train --train d.tsv --model lstm --hidden 4 --embed 4 --steps 1 --save m.json > /dev/null || fail "training exited $?"
+quick 1 "$nul" seq2seq-eval m.json /dev/zero
+quick 1 "/dev/zero:1:1: expected a JSON value, found byte 0x00" transformer-decode /dev/zero --weights x.json --src '1 2'
+[[ ! -e out.json ]] || fail "a refused input left a checkpoint"
 
 finish endless_input

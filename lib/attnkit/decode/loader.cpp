@@ -24,7 +24,7 @@ void tensor_names(const io::Value& v, const std::string& prefix, std::vector<std
 }  // namespace
 
 LoadedModel load_exported(const std::string& config_path, const std::string& weights_path) {
-  const io::Value config = io::parse_json(io::read_text(config_path), config_path);
+  const io::Value config = io::parse_json(io::read_json_text(config_path), config_path);
   AK_CHECK(config.is_bundle(), "{}: a model config must be a JSON object", config_path);
   const models::Fields f(config, config_path);
   LoadedModel m;

@@ -207,4 +207,22 @@ std::string read_text(const std::string& path, const std::function<void(std::str
   return text;
 }
 
+std::string read_plain_text(const std::string& path) {
+  const std::string name = path == "-" ? "<stdin>" : path;
+  return read_text(path, [&](std::string_view so_far, size_t from) {
+    const size_t nul = so_far.find('\0', from);
+    AK_CHECK(nul == std::string_view::npos, "{}: byte {} is a NUL byte: not a text file", name, nul);
+  });
+}
+
+std::string read_json_text(const std::string& path) {
+  const std::string name = path == "-" ? "<stdin>" : path;
+  return read_text(path, [&](std::string_view so_far, size_t from) {
+    const size_t at = json_impossible_at(so_far, from);
+    if (at == std::string_view::npos) return;
+    (void)parse_json(so_far.substr(0, at + 1), name);  // the parser's message for it
+    fail("{}: byte {} cannot be part of a JSON document", name, at);
+  });
+}
+
 }  // namespace attnkit::io

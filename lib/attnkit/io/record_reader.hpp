@@ -17,6 +17,13 @@ namespace attnkit::io {
 // or an endless stream is refused at its first impossible bytes instead of being read to its end.
 std::string read_text(const std::string& path, const std::function<void(std::string_view text, size_t from)>& check = {});
 
+// read_text for a text file that is not JSON (training data, a vocabulary, a text): the first NUL byte ends the
+// reading ("data.tsv: byte 0 is a NUL byte: not a text file"), so /dev/zero or a binary file is refused at once.
+std::string read_plain_text(const std::string& path);
+// read_text for one JSON document (a model config): its first impossible byte (json_impossible_at) ends the
+// reading with the parser's message.
+std::string read_json_text(const std::string& path);
+
 // Where input stops being possibly JSON, checked as it arrives: the first byte of text[from..] that is a
 // control character other than tab, LF and CR (JSON holds none, in strings or out), or, when the bytes
 // before `from` were blank, a first non-blank byte that starts no JSON value; npos when there is none.

@@ -137,7 +137,7 @@ Corpus parse_corpus(std::string_view text, std::string_view name, const DataOpti
 }
 
 Corpus read_corpus(const std::string& path, const DataOptions& options) {
-  const std::string text = io::read_text(path);
+  const std::string text = io::read_plain_text(path);
   return parse_corpus(text, path == "-" ? "<stdin>" : path, options);
 }
 

@@ -75,11 +75,11 @@ VocabPair vocab_pair_of(const io::Value& doc, std::string_view name) {
 
 VocabPair read_vocab_pair(const std::string& path) {
   if (io::is_binary_format(path)) return vocab_pair_of(io::read_value_file(path), path);  // a checkpoint
-  return parse_vocab_pair(io::read_text(path), path == "-" ? "<stdin>" : path);
+  return parse_vocab_pair(io::read_plain_text(path), path == "-" ? "<stdin>" : path);
 }
 
 
-Vocab read_vocab(const std::string& path) { return parse_vocab(io::read_text(path), path == "-" ? "<stdin>" : path); }
+Vocab read_vocab(const std::string& path) { return parse_vocab(io::read_plain_text(path), path == "-" ? "<stdin>" : path); }
 
 // --- VocabBuilder ---
 
