@@ -17,6 +17,7 @@
 #include "attnkit/io/tensor_file.hpp"
 #include "attnkit/models/fields.hpp"
 #include "attnkit/models/seq2seq.hpp"
+#include "attnkit/models/size_estimate.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "attnkit/train/report.hpp"
@@ -73,26 +74,20 @@ std::vector<std::string> read_metrics_for_plot(const std::string& path) {
   return lines;
 }
 
-// Before a fresh model is allocated: its parameters estimated from the options (in double, so that no size
-// overflows), times 4 floats each (the value, its gradient, Adam's two moments), must fit in kMaxTrainingBytes.
+// Before a fresh model is allocated: its parameters counted from the options (models/size_estimate.hpp), times
+// 4 floats each (the value, its gradient, Adam's two moments), must fit in kMaxTrainingBytes.
 constexpr double kMaxTrainingBytes = 8.0 * 1024 * 1024 * 1024;
 
-void refuse_oversized(const train::TrainerOptions& o, double src_vocab, double tgt_vocab, CLI::App& app) {
+void refuse_oversized(const train::TrainerOptions& o, int64_t src_vocab, int64_t tgt_vocab, CLI::App& app) {
   double params = 0;
   if (o.family == "transformer") {
-    const double d = double(o.transformer.d_model), ff = double(o.transformer.ff);
-    const double enc = 4 * d * d + 2 * d * ff + 9 * d + ff, dec = 8 * d * d + 2 * d * ff + 15 * d + ff;
-    params = double(o.transformer.encoder_layers) * enc + double(o.transformer.decoder_layers) * dec +
-             (src_vocab + tgt_vocab) * d + tgt_vocab * (d + 1);
+    models::TransformerConfig c = o.transformer;
+    c.src_vocab = src_vocab, c.tgt_vocab = tgt_vocab;
+    params = models::parameter_count(c);
   } else {
-    const models::Seq2SeqConfig& c = o.model;
-    const double g = c.cell == nn::CellKind::Lstm ? 4 : c.cell == nn::CellKind::Gru ? 3 : 1;
-    const double dirs = c.bidirectional ? 2 : 1, E = double(c.embed), H = double(c.hidden), Hd = H * dirs;
-    for (int l = 0; l < c.layers; ++l) {
-      params += dirs * g * H * ((l == 0 ? E : Hd) + H + 2);
-      params += g * Hd * ((l == 0 ? E + Hd : Hd) + Hd + 2);
-    }
-    params += 3 * Hd * Hd + Hd + (src_vocab + tgt_vocab) * E + tgt_vocab * (Hd + 1);
+    models::Seq2SeqConfig c = o.model;
+    c.src_vocab = src_vocab, c.tgt_vocab = tgt_vocab;
+    params = models::parameter_count(c);
   }
   const double bytes = params * 4 * sizeof(float);
   if (bytes <= kMaxTrainingBytes) return;
@@ -109,6 +104,19 @@ void refuse_oversized(const train::TrainerOptions& o, double src_vocab, double t
 // line does not give are set as if given; one given with another value is refused unless --override (the
 // vocabulary options excepted, below).
 // A checkpoint saved without them keeps today's behaviour: the command line gives the data and the rates.
+// A value given again on resume is the checkpoint's when the texts agree, or when both are numbers of the same
+// value (--lr 0.010 is --lr 0.01, --steps 1e3 is 1000).
+bool same_option_value(const std::string& given, const std::string& saved) {
+  if (given == saved) return true;
+  const auto number = [](const std::string& text, double& x) {
+    char* end = nullptr;
+    x = std::strtod(text.c_str(), &end);
+    return !text.empty() && end == text.c_str() + text.size() && std::isfinite(x);
+  };
+  double a = 0, b = 0;
+  return number(given, a) && number(saved, b) && a == b;
+}
+
 void restore_options(CLI::App& app, const std::string& path, const std::vector<std::string>& names, bool override) {
   const io::Value v = io::read_value_file(path);
   const io::Value* training = v.is_bundle() ? v.find("training") : nullptr;
@@ -130,7 +138,7 @@ void restore_options(CLI::App& app, const std::string& path, const std::vector<s
       if (name == "--vocab" || name == "--vocab-size") continue;
       std::string given = opt->as<std::string>();
       if (name == "--skip-bad-lines") given = "true";
-      if (given != *value && !override)
+      if (!same_option_value(given, *value) && !override)
         throw UsageError(fmt::format("{} {}: the checkpoint {} was trained with {} {}; give --override to change it",
                                      name, given, path, name, *value));
       continue;
@@ -417,8 +425,7 @@ int main(int argc, char** argv) {
         throw UsageError(fmt::format("--epochs {}: {} batches an epoch make more than {} steps; at most {} epochs",
                                      epochs, per_epoch, train::kMaxSteps, train::kMaxSteps / per_epoch));
     }
-    if (resume_path.empty()) refuse_oversized(o, static_cast<double>(data.src_vocab.size()),
-                                              static_cast<double>(data.tgt_vocab.size()), app);
+    if (resume_path.empty()) refuse_oversized(o, data.src_vocab.size(), data.tgt_vocab.size(), app);
     std::unique_ptr<train::Trainer> trainer = resume_path.empty()
                                                   ? std::make_unique<train::Trainer>(o, std::move(data))
                                                   : train::Trainer::resume(resume_path, o, std::move(data));

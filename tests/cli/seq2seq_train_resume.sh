@@ -28,6 +28,9 @@ expect_error 2 "--task copy: the checkpoint h.json was trained with --task rever
 [[ ! -e x.json ]] || fail "a refused option left a checkpoint"
 seq2seq-train --resume h.json --steps 20 --lr 0.02 --override --save o.json > /dev/null || fail "--override exited $?"
 seq2seq-train "${c[@]}" --resume h.json --steps 20 --save same.json > /dev/null || fail "the same options given again exited $?"
+# the same number written another way is the same option
+seq2seq-train --resume h.json --steps 20 --lr 0.010 --clip 5e-1 --save same2.json > /dev/null 2> err.txt ||
+  fail "--lr 0.010 for a checkpoint of --lr 0.01 was refused: $(cat err.txt)"
 # a checkpoint saved without its options resumes as before (the command line gives them), with a note
 python3 - <<'PY'
 import json

@@ -11,7 +11,7 @@ expect_error 2 "GiB) with gradients and optimizer state, more than the limit of 
   timeout 20 seq2seq-train "${base[@]}" --model lstm --layers 16 --hidden 8192
 expect_error 2 "more than the limit of 8 GiB (from --d-model 65536 --ff 262144)" \
   timeout 20 seq2seq-train "${base[@]}" --model transformer --d-model 65536 --ff 262144
-expect_error 2 "the model would have about 1.2e+13 parameters" timeout 20 seq2seq-train "${base[@]}" --model gru --hidden 1000000
+expect_error 2 "the model would have about 6e+12 parameters" timeout 20 seq2seq-train "${base[@]}" --model gru --hidden 1000000
 expect_error 2 "more than the limit of 8 GiB (from --embed 1000000000)" \
   timeout 20 seq2seq-train "${base[@]}" --model lstm --embed 1000000000
 [[ ! -e m.json ]] || fail "a refused model size left a checkpoint"
