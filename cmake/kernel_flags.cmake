@@ -12,6 +12,11 @@ function(attnkit_kernel_file_flags lib)
   # epilogue (alpha * acc, then + bias) rounds as the separate passes it replaces do.
   set_source_files_properties(${lib}/attnkit/ops/gemm_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-ffp-contract=off")
   set_source_files_properties(${lib}/attnkit/ops/gemm_avx512.cpp PROPERTIES COMPILE_OPTIONS "-mavx512f;-mfma;-ffp-contract=off")
+  # The int8 / bfloat16 kernels (ops/quantized.hpp), one build per instruction set, picked at run time; the bf16
+  # kernels' fused multiply-adds are written out, in the reference loop's order (std::fma), so all agree bit for bit.
+  set_source_files_properties(${lib}/attnkit/ops/quantized_avx2.cpp PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-ffp-contract=off")
+  set_source_files_properties(${lib}/attnkit/ops/quantized_avx512.cpp PROPERTIES COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vnni;-mfma;-ffp-contract=off")
+  set_source_files_properties(${lib}/attnkit/ops/quantized.cpp PROPERTIES COMPILE_OPTIONS "-ffp-contract=off")
   # LayerNorm: its sums run several rows in lockstep (detail::fixed_sums); with contraction GCC fused c * c + acc
   # in one form of that loop and not in another, so a row's bits depended on its place in the batch, and the
   # output's fused x * w + b on whether Eigen's peeled scalar head or its vector body computed an element

@@ -1,0 +1,283 @@
+#include "attnkit/ops/quantized.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include <omp.h>
+
+#include "attnkit/tensor/error.hpp"
+#include "attnkit/tensor/scratch_pool.hpp"
+#include "attnkit/tensor/threads.hpp"
+
+namespace attnkit::ops {
+
+namespace {
+
+constexpr int64_t kBlock = 16;  // output channels a packed block
+
+int64_t blocks_of(int64_t n) { return (n + kBlock - 1) / kBlock; }
+
+bool cpu_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool cpu_avx512_vnni() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+bool cpu_avx512f() { return __builtin_cpu_supports("avx512f"); }
+
+void check_sizes(const char* what, int64_t n, int64_t k) {
+  AK_CHECK(n >= 1 && k >= 1, "{}: weights [{}, {}] must have N >= 1 and K >= 1", what, n, k);
+  // |acc| <= K 127^2 must fit int32
+  AK_CHECK(k <= 133000, "{}: K = {} is more than 133000, the most an int32 sum of int8 products holds", what, k);
+}
+
+void pack_q8(Q8Matrix& m) {
+  m.k4 = (m.k + 3) / 4 * 4;
+  const int64_t nb = blocks_of(m.n);
+  m.packed.assign(static_cast<size_t>(nb * kBlock * m.k4), 0);
+  m.sums.assign(static_cast<size_t>(nb * kBlock), 0);
+  for (int64_t r = 0; r < m.n; ++r) {
+    const int64_t b = r / kBlock, j = r % kBlock;
+    int32_t sum = 0;
+    for (int64_t c = 0; c < m.k; ++c) {
+      const int8_t v = m.q[static_cast<size_t>(r * m.k + c)];
+      m.packed[static_cast<size_t>(((b * (m.k4 / 4) + c / 4) * kBlock + j) * 4 + c % 4)] = v;
+      sum += v;
+    }
+    m.sums[static_cast<size_t>(r)] = sum;
+  }
+}
+
+// The team for `blocks` blocks of work `flops`, and its share: thread t takes [lo, hi).
+template <typename Body>
+void over_blocks(int64_t blocks, double flops, Body&& body) {
+  const int team = team_for(blocks, flops);
+  if (team <= 1) return body(int64_t{0}, blocks);
+#pragma omp parallel num_threads(team)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t lo = blocks * t / nt, hi = blocks * (t + 1) / nt;
+    if (lo < hi) body(lo, hi);
+  }
+}
+
+void q8_reference(const Q8Matrix& w, const int8_t* a, int64_t m, int64_t b0, int64_t b1, int32_t* acc, int64_t n16) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t r = b0 * kBlock; r < std::min(b1 * kBlock, w.n); ++r) {
+      int32_t s = 0;
+      for (int64_t c = 0; c < w.k; ++c) s += int32_t{a[i * w.k4 + c]} * int32_t{w.q[static_cast<size_t>(r * w.k + c)]};
+      acc[i * n16 + r] = s;
+    }
+}
+
+void bf16_reference(const Bf16Matrix& w, const float* x, int64_t m, int64_t ldx, int64_t b0, int64_t b1, float* y,
+                    int64_t ldy) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t r = b0 * kBlock; r < std::min(b1 * kBlock, w.n); ++r) {
+      float s = 0;
+      for (int64_t c = 0; c < w.k; ++c) s = std::fma(x[i * ldx + c], from_bf16(w.w[static_cast<size_t>(r * w.k + c)]), s);
+      y[i * ldy + r] = s;
+    }
+}
+
+LowpKernel resolve(LowpKernel kernel, LowpKernel automatic, bool (*available)(LowpKernel), const char* what) {
+  if (kernel == LowpKernel::Auto) return automatic;
+  AK_CHECK(available(kernel), "{}: the {} kernel does not run on this processor", what, lowp_kernel_name(kernel));
+  return kernel;
+}
+
+}  // namespace
+
+bool q8_kernel_available(LowpKernel kernel) {
+  switch (kernel) {
+    case LowpKernel::Auto:
+    case LowpKernel::Reference: return true;
+    case LowpKernel::Avx2: return cpu_avx2();
+    case LowpKernel::Avx512: return cpu_avx512_vnni();
+  }
+  return false;
+}
+
+bool bf16_kernel_available(LowpKernel kernel) {
+  switch (kernel) {
+    case LowpKernel::Auto:
+    case LowpKernel::Reference: return true;
+    case LowpKernel::Avx2: return cpu_avx2();
+    case LowpKernel::Avx512: return cpu_avx512f();
+  }
+  return false;
+}
+
+LowpKernel q8_kernel_auto() {
+  static const LowpKernel k = cpu_avx512_vnni() ? LowpKernel::Avx512 : cpu_avx2() ? LowpKernel::Avx2 : LowpKernel::Reference;
+  return k;
+}
+
+LowpKernel bf16_kernel_auto() {
+  static const LowpKernel k = cpu_avx512f() ? LowpKernel::Avx512 : cpu_avx2() ? LowpKernel::Avx2 : LowpKernel::Reference;
+  return k;
+}
+
+std::string_view lowp_kernel_name(LowpKernel kernel) {
+  switch (kernel) {
+    case LowpKernel::Auto: return "auto";
+    case LowpKernel::Reference: return "reference";
+    case LowpKernel::Avx2: return "avx2";
+    case LowpKernel::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+// --- int8 ---
+
+Q8Matrix quantize_q8(const float* w, int64_t n, int64_t k) {
+  check_sizes("quantize_q8", n, k);
+  Q8Matrix m;
+  m.n = n, m.k = k;
+  m.scale.resize(static_cast<size_t>(n));
+  m.q.resize(static_cast<size_t>(n * k));
+  for (int64_t r = 0; r < n; ++r) {
+    float amax = 0;
+    for (int64_t c = 0; c < k; ++c) {
+      AK_CHECK(std::isfinite(w[r * k + c]), "quantize_q8: weight [{}, {}] is {}", r, c, w[r * k + c]);
+      amax = std::max(amax, std::fabs(w[r * k + c]));
+    }
+    const float s = amax / 127.0f;
+    m.scale[static_cast<size_t>(r)] = s;
+    for (int64_t c = 0; c < k; ++c) {
+      const float v = s > 0 ? std::nearbyint(w[r * k + c] / s) : 0.0f;
+      m.q[static_cast<size_t>(r * k + c)] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+    }
+  }
+  pack_q8(m);
+  return m;
+}
+
+Q8Matrix q8_from_stored(std::vector<int8_t> q, std::vector<float> scale, int64_t n, int64_t k) {
+  check_sizes("int8 weights", n, k);
+  AK_CHECK(static_cast<int64_t>(q.size()) == n * k && static_cast<int64_t>(scale.size()) == n,
+           "int8 weights: {} values and {} scales for [{}, {}]", q.size(), scale.size(), n, k);
+  for (int8_t v : q) AK_CHECK(v != -128, "int8 weights: -128 is outside the symmetric range [-127, 127]");
+  for (float s : scale) AK_CHECK(std::isfinite(s) && s >= 0, "int8 weights: a scale of {} (scales are finite, >= 0)", s);
+  Q8Matrix m;
+  m.n = n, m.k = k, m.q = std::move(q), m.scale = std::move(scale);
+  pack_q8(m);
+  return m;
+}
+
+void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x + i * ldx;
+    float amax = 0;
+    for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(row[c]));
+    const float s = amax / 127.0f;
+    t[i] = s;
+    const float inv = s > 0 ? 1.0f / s : 0.0f;
+    int8_t* out = a + i * k4;
+    for (int64_t c = 0; c < k; ++c) out[c] = static_cast<int8_t>(std::clamp(std::nearbyint(row[c] * inv), -127.0f, 127.0f));
+    std::fill(out + k, out + k4, int8_t{0});
+  }
+}
+
+void q8_accumulate(const Q8Matrix& w, const int8_t* a, int64_t m, int32_t* acc, LowpKernel kernel) {
+  kernel = resolve(kernel, q8_kernel_auto(), q8_kernel_available, "int8 linear");
+  const int64_t nb = blocks_of(w.n), n16 = nb * kBlock;
+  over_blocks(nb, 2.0 * double(m) * double(w.n) * double(w.k), [&](int64_t b0, int64_t b1) {
+    switch (kernel) {
+      case LowpKernel::Avx512: return detail::lowp_avx512::q8_blocks(w.packed.data(), w.sums.data(), w.k4, a, m, b0, b1, acc, n16);
+      case LowpKernel::Avx2: return detail::lowp_avx2::q8_blocks(w.packed.data(), w.sums.data(), w.k4, a, m, b0, b1, acc, n16);
+      default: return q8_reference(w, a, m, b0, b1, acc, n16);
+    }
+  });
+}
+
+void q8_linear(const Q8Matrix& w, const float* x, int64_t m, int64_t ldx, const float* bias, float* y, int64_t ldy,
+               LowpKernel kernel) {
+  if (m <= 0) return;
+  const int64_t n16 = blocks_of(w.n) * kBlock;
+  // Scratch from the recycling pool: a fresh buffer's page faults would cost more than the product itself
+  // (tensor/scratch_pool.hpp); int8 and int32 values in float-sized storage.
+  const std::shared_ptr<float> a_buf = ScratchPool::get((m * w.k4 + 3) / 4), t_buf = ScratchPool::get(m),
+                               acc_buf = ScratchPool::get(m * n16);
+  int8_t* a = reinterpret_cast<int8_t*>(a_buf.get());
+  float* t = t_buf.get();
+  int32_t* acc = reinterpret_cast<int32_t*>(acc_buf.get());
+  q8_quantize_rows(x, m, w.k, ldx, w.k4, a, t);
+  q8_accumulate(w, a, m, acc, kernel);
+  const float* scale = w.scale.data();
+  for (int64_t i = 0; i < m; ++i) {
+    const int32_t* __restrict row = acc + i * n16;
+    float* __restrict out = y + i * ldy;
+    const float ti = t[i];
+    if (bias)
+      for (int64_t r = 0; r < w.n; ++r) out[r] = static_cast<float>(row[r]) * (ti * scale[r]) + bias[r];
+    else
+      for (int64_t r = 0; r < w.n; ++r) out[r] = static_cast<float>(row[r]) * (ti * scale[r]);
+  }
+}
+
+// --- bfloat16 ---
+
+uint16_t to_bf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);  // nearest, ties to even (finite x)
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float from_bf16(uint16_t b) {
+  const uint32_t bits = uint32_t{b} << 16;
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+static void pack_bf16(Bf16Matrix& m) {
+  const int64_t nb = blocks_of(m.n);
+  m.packed.assign(static_cast<size_t>(nb * kBlock * m.k), 0);
+  for (int64_t r = 0; r < m.n; ++r)
+    for (int64_t c = 0; c < m.k; ++c)
+      m.packed[static_cast<size_t>(((r / kBlock) * m.k + c) * kBlock + r % kBlock)] = m.w[static_cast<size_t>(r * m.k + c)];
+}
+
+Bf16Matrix quantize_bf16(const float* w, int64_t n, int64_t k) {
+  check_sizes("quantize_bf16", n, k);
+  Bf16Matrix m;
+  m.n = n, m.k = k;
+  m.w.resize(static_cast<size_t>(n * k));
+  for (int64_t i = 0; i < n * k; ++i) {
+    AK_CHECK(std::isfinite(w[i]), "quantize_bf16: weight [{}, {}] is {}", i / k, i % k, w[i]);
+    m.w[static_cast<size_t>(i)] = to_bf16(w[i]);
+  }
+  pack_bf16(m);
+  return m;
+}
+
+Bf16Matrix bf16_from_stored(std::vector<uint16_t> w, int64_t n, int64_t k) {
+  check_sizes("bfloat16 weights", n, k);
+  AK_CHECK(static_cast<int64_t>(w.size()) == n * k, "bfloat16 weights: {} values for [{}, {}]", w.size(), n, k);
+  for (uint16_t b : w) AK_CHECK((b & 0x7F80u) != 0x7F80u, "bfloat16 weights: a NaN or infinity (bits {:#06x})", b);
+  Bf16Matrix m;
+  m.n = n, m.k = k, m.w = std::move(w);
+  pack_bf16(m);
+  return m;
+}
+
+void bf16_linear(const Bf16Matrix& w, const float* x, int64_t m, int64_t ldx, const float* bias, float* y, int64_t ldy,
+                 LowpKernel kernel) {
+  if (m <= 0) return;
+  kernel = resolve(kernel, bf16_kernel_auto(), bf16_kernel_available, "bfloat16 linear");
+  over_blocks(blocks_of(w.n), 2.0 * double(m) * double(w.n) * double(w.k), [&](int64_t b0, int64_t b1) {
+    switch (kernel) {
+      case LowpKernel::Avx512: return detail::lowp_avx512::bf16_blocks(w.packed.data(), w.k, w.n, x, m, ldx, b0, b1, y, ldy);
+      case LowpKernel::Avx2: return detail::lowp_avx2::bf16_blocks(w.packed.data(), w.k, w.n, x, m, ldx, b0, b1, y, ldy);
+      default: return bf16_reference(w, x, m, ldx, b0, b1, y, ldy);
+    }
+  });
+  if (bias)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t r = 0; r < w.n; ++r) y[i * ldy + r] += bias[r];
+}
+
+}  // namespace attnkit::ops

@@ -1,0 +1,132 @@
+// The int8 and bfloat16 kernels of ops/quantized.hpp for AVX-512 (int8: VNNI's vpdpbusd, u8 x s8 -> s32 in
+// groups of 4; bf16: widened to float32 in registers). Compiled with -mavx512f -mavx512bw -mavx512vnni whatever
+// the build's -march (cmake/kernel_flags.cmake); called only when the processor has them.
+// _mm512_setzero_* and _mm512_cvtepu16_epi32: GCC 12 false positives on their undefined first operand
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "attnkit/ops/quantized.hpp"
+
+namespace attnkit::ops::detail::lowp_avx512 {
+
+namespace {
+
+constexpr int64_t kRowChunk = 64;
+
+// acc[i0 + r, 16 (b + j) ..] for R rows and B blocks: sum_g dpbusd(a + 128, q), minus 128 sum_k q.
+template <int R, int B>
+void q8_tile(const int8_t* packed, const int32_t* sums, int64_t k4, const int8_t* a, int64_t i0, int64_t b,
+             int32_t* acc, int64_t n16) {
+  __m512i c[R][B];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < B; ++j) c[r][j] = _mm512_setzero_si512();
+  const int64_t groups = k4 / 4;
+  const __m512i flip = _mm512_set1_epi32(static_cast<int32_t>(0x80808080u));  // a ^ 0x80 = a + 128 as u8
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i w[B];
+    for (int j = 0; j < B; ++j) w[j] = _mm512_loadu_si512(packed + ((b + j) * groups + g) * 64);
+    for (int r = 0; r < R; ++r) {
+      int32_t four;
+      std::memcpy(&four, a + (i0 + r) * k4 + g * 4, sizeof four);
+      const __m512i av = _mm512_xor_si512(_mm512_set1_epi32(four), flip);
+      for (int j = 0; j < B; ++j) c[r][j] = _mm512_dpbusd_epi32(c[r][j], av, w[j]);
+    }
+  }
+  for (int j = 0; j < B; ++j) {
+    const __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(sums + (b + j) * 16), 7);
+    for (int r = 0; r < R; ++r) _mm512_storeu_si512(acc + (i0 + r) * n16 + (b + j) * 16, _mm512_sub_epi32(c[r][j], offset));
+  }
+}
+
+template <int R>
+void q8_rows(const int8_t* packed, const int32_t* sums, int64_t k4, const int8_t* a, int64_t i0, int64_t b0,
+             int64_t b1, int32_t* acc, int64_t n16) {
+  constexpr int B = 4;
+  int64_t b = b0;
+  for (; b + B <= b1; b += B) q8_tile<R, B>(packed, sums, k4, a, i0, b, acc, n16);
+  for (; b < b1; ++b) q8_tile<R, 1>(packed, sums, k4, a, i0, b, acc, n16);
+}
+
+// y[i0 + r, 16 (b + j) ..] = sum_k x[i0 + r, k] w[k, ..] for R rows and B blocks, columns below n.
+template <int R, int B>
+void bf16_tile(const uint16_t* packed, int64_t k, int64_t n, const float* x, int64_t ldx, int64_t i0, int64_t b,
+               float* y, int64_t ldy) {
+  __m512 c[R][B];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < B; ++j) c[r][j] = _mm512_setzero_ps();
+  for (int64_t kk = 0; kk < k; ++kk) {
+    __m512 w[B];
+    for (int j = 0; j < B; ++j) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + ((b + j) * k + kk) * 16));
+      w[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_set1_ps(x[(i0 + r) * ldx + kk]);
+      for (int j = 0; j < B; ++j) c[r][j] = _mm512_fmadd_ps(xv, w[j], c[r][j]);
+    }
+  }
+  for (int j = 0; j < B; ++j) {
+    const int64_t col = (b + j) * 16, left = n - col;
+    const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+    for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(y + (i0 + r) * ldy + col, mask, c[r][j]);
+  }
+}
+
+template <int R>
+void bf16_rows(const uint16_t* packed, int64_t k, int64_t n, const float* x, int64_t ldx, int64_t i0, int64_t b0,
+               int64_t b1, float* y, int64_t ldy) {
+  constexpr int B = R <= 2 ? 4 : 2;
+  int64_t b = b0;
+  for (; b + B <= b1; b += B) bf16_tile<R, B>(packed, k, n, x, ldx, i0, b, y, ldy);
+  for (; b < b1; ++b) bf16_tile<R, 1>(packed, k, n, x, ldx, i0, b, y, ldy);
+}
+
+}  // namespace
+
+void q8_blocks(const int8_t* packed, const int32_t* sums, int64_t k4, const int8_t* a, int64_t m, int64_t b0,
+               int64_t b1, int32_t* acc, int64_t n16) {
+  // Rows in chunks whose activations stay in L2, blocks in groups whose weights stay in L1 / L2 while every
+  // row of the chunk passes over them (one row, decoding: the weights stream once).
+  const int64_t group = std::max<int64_t>(4, 32768 / (16 * k4) / 4 * 4);
+  for (int64_t c0 = 0; c0 < m; c0 += kRowChunk) {
+    const int64_t c1 = std::min(m, c0 + kRowChunk);
+    for (int64_t g = b0; g < b1; g += group) {
+      const int64_t g1 = std::min(b1, g + group);
+      int64_t i = c0;
+      for (; i + 4 <= c1; i += 4) q8_rows<4>(packed, sums, k4, a, i, g, g1, acc, n16);
+      switch (c1 - i) {
+        case 3: q8_rows<3>(packed, sums, k4, a, i, g, g1, acc, n16); break;
+        case 2: q8_rows<2>(packed, sums, k4, a, i, g, g1, acc, n16); break;
+        case 1: q8_rows<1>(packed, sums, k4, a, i, g, g1, acc, n16); break;
+        default: break;
+      }
+    }
+  }
+}
+
+void bf16_blocks(const uint16_t* packed, int64_t k, int64_t n, const float* x, int64_t m, int64_t ldx, int64_t b0,
+                 int64_t b1, float* y, int64_t ldy) {
+  // Rows in chunks whose activations stay in L2, blocks in groups whose weights stay in L1 / L2 while every
+  // row of the chunk passes over them (one row, decoding: the weights stream once).
+  const int64_t group = std::max<int64_t>(4, 32768 / (32 * k) / 4 * 4);
+  for (int64_t c0 = 0; c0 < m; c0 += kRowChunk) {
+    const int64_t c1 = std::min(m, c0 + kRowChunk);
+    for (int64_t g = b0; g < b1; g += group) {
+      const int64_t g1 = std::min(b1, g + group);
+      int64_t i = c0;
+      for (; i + 4 <= c1; i += 4) bf16_rows<4>(packed, k, n, x, ldx, i, g, g1, y, ldy);
+      switch (c1 - i) {
+        case 3: bf16_rows<3>(packed, k, n, x, ldx, i, g, g1, y, ldy); break;
+        case 2: bf16_rows<2>(packed, k, n, x, ldx, i, g, g1, y, ldy); break;
+        case 1: bf16_rows<1>(packed, k, n, x, ldx, i, g, g1, y, ldy); break;
+        default: break;
+      }
+    }
+  }
+}
+
+}  // namespace attnkit::ops::detail::lowp_avx512
