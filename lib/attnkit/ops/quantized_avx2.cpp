@@ -8,12 +8,11 @@
 #include <cstring>
 
 #include "attnkit/ops/quantized.hpp"
+#include "attnkit/ops/quantized_tiles.hpp"
 
 namespace attnkit::ops::detail::lowp_avx2 {
 
 namespace {
-
-constexpr int64_t kRowChunk = 64;
 
 // A block of 16 channels is two halves of 8 (32 bytes of the packed group each).
 template <int R, int B>
@@ -44,15 +43,6 @@ void q8_tile(const int8_t* packed, int64_t k4, const int8_t* a, int64_t i0, int6
     for (int j = 0; j < B; ++j)
       for (int h = 0; h < 2; ++h)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + (i0 + r) * n16 + (b + j) * 16 + h * 8), c[r][j][h]);
-}
-
-template <int R>
-void q8_rows(const int8_t* packed, int64_t k4, const int8_t* a, int64_t i0, int64_t b0, int64_t b1, int32_t* acc,
-             int64_t n16) {
-  constexpr int B = R == 1 ? 4 : R == 2 ? 2 : 1;
-  int64_t b = b0;
-  for (; b + B <= b1; b += B) q8_tile<R, B>(packed, k4, a, i0, b, acc, n16);
-  for (; b < b1; ++b) q8_tile<R, 1>(packed, k4, a, i0, b, acc, n16);
 }
 
 template <int R, int B>
@@ -91,55 +81,21 @@ void bf16_tile(const uint16_t* packed, int64_t k, int64_t n, const float* x, int
   }
 }
 
-template <int R>
-void bf16_rows(const uint16_t* packed, int64_t k, int64_t n, const float* x, int64_t ldx, int64_t i0, int64_t b0,
-               int64_t b1, float* y, int64_t ldy) {
-  constexpr int B = R == 1 ? 4 : R == 2 ? 2 : 1;
-  int64_t b = b0;
-  for (; b + B <= b1; b += B) bf16_tile<R, B>(packed, k, n, x, ldx, i0, b, y, ldy);
-  for (; b < b1; ++b) bf16_tile<R, 1>(packed, k, n, x, ldx, i0, b, y, ldy);
-}
+// Register tiles: R rows x B blocks x 2 halves of accumulators (8 at most of the 16 registers).
+constexpr int blocks_for(int r) { return r == 1 ? 4 : r == 2 ? 2 : 1; }
 
 }  // namespace
 
 void q8_blocks(const int8_t* packed, const int32_t*, int64_t k4, const int8_t* a, int64_t m, int64_t b0, int64_t b1,
                int32_t* acc, int64_t n16) {
-  // Rows in chunks whose activations stay in L2, blocks in groups whose weights stay in L1 / L2 while every
-  // row of the chunk passes over them (one row, decoding: the weights stream once).
-  const int64_t group = std::max<int64_t>(4, 32768 / (16 * k4) / 4 * 4);
-  for (int64_t c0 = 0; c0 < m; c0 += kRowChunk) {
-    const int64_t c1 = std::min(m, c0 + kRowChunk);
-    for (int64_t g = b0; g < b1; g += group) {
-      const int64_t g1 = std::min(b1, g + group);
-      int64_t i = c0;
-      for (; i + 3 <= c1; i += 3) q8_rows<3>(packed, k4, a, i, g, g1, acc, n16);
-      switch (c1 - i) {
-        case 2: q8_rows<2>(packed, k4, a, i, g, g1, acc, n16); break;
-        case 1: q8_rows<1>(packed, k4, a, i, g, g1, acc, n16); break;
-        default: break;
-      }
-    }
-  }
+  lowp_tiles<3, blocks_for>(m, b0, b1, lowp_group(16 * k4),
+                                [&](auto r, auto b, int64_t i, int64_t blk) { q8_tile<decltype(r)::value, decltype(b)::value>(packed, k4, a, i, blk, acc, n16); });
 }
 
 void bf16_blocks(const uint16_t* packed, int64_t k, int64_t n, const float* x, int64_t m, int64_t ldx, int64_t b0,
                  int64_t b1, float* y, int64_t ldy) {
-  // Rows in chunks whose activations stay in L2, blocks in groups whose weights stay in L1 / L2 while every
-  // row of the chunk passes over them (one row, decoding: the weights stream once).
-  const int64_t group = std::max<int64_t>(4, 32768 / (32 * k) / 4 * 4);
-  for (int64_t c0 = 0; c0 < m; c0 += kRowChunk) {
-    const int64_t c1 = std::min(m, c0 + kRowChunk);
-    for (int64_t g = b0; g < b1; g += group) {
-      const int64_t g1 = std::min(b1, g + group);
-      int64_t i = c0;
-      for (; i + 3 <= c1; i += 3) bf16_rows<3>(packed, k, n, x, ldx, i, g, g1, y, ldy);
-      switch (c1 - i) {
-        case 2: bf16_rows<2>(packed, k, n, x, ldx, i, g, g1, y, ldy); break;
-        case 1: bf16_rows<1>(packed, k, n, x, ldx, i, g, g1, y, ldy); break;
-        default: break;
-      }
-    }
-  }
+  lowp_tiles<3, blocks_for>(m, b0, b1, lowp_group(32 * k),
+                                [&](auto r, auto b, int64_t i, int64_t blk) { bf16_tile<decltype(r)::value, decltype(b)::value>(packed, k, n, x, ldx, i, blk, y, ldy); });
 }
 
 }  // namespace attnkit::ops::detail::lowp_avx2
