@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "attnkit/models/model.hpp"
+#include "attnkit/models/tokens.hpp"
 #include "attnkit/train/vocab.hpp"
 
 namespace attnkit::test {
@@ -42,9 +43,10 @@ inline float max_abs_diff(const Tensor& a, const Tensor& b) {
   return d;
 }
 
+// The greedy choice of row r: the best token other than <pad>, <bos>, <unk> (models/tokens.hpp).
 inline int64_t argmax_row(const Tensor& lp, int64_t r) {
   const int64_t V = lp.dim(1);
-  return std::max_element(lp.data() + r * V, lp.data() + (r + 1) * V) - (lp.data() + r * V);
+  return models::best_output_token(lp.data() + r * V, V);
 }
 
 inline std::string check_decoding_contract(models::TranslationModel& model, const std::vector<std::vector<int64_t>>& src,

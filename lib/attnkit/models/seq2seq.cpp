@@ -349,8 +349,7 @@ std::vector<std::vector<int64_t>> Seq2Seq::greedy(const SourceBatch& batch, int6
     const Var step_logits = step(y, h, c, enc, batch.src_lengths, eval);  // [N, 1, V]; kept: value() refers into it
     const Tensor& logits = step_logits.value();                         // [N, 1, V]
     for (int64_t n = 0; n < N; ++n) {
-      const float* row = logits.data() + n * V;
-      const int64_t best = std::max_element(row, row + V) - row;
+      const int64_t best = best_output_token(logits.data() + n * V, V);
       prev[size_t(n)] = best;
       if (done[size_t(n)]) continue;
       if (best == kEos) {

@@ -24,4 +24,14 @@ inline const std::array<std::string, 4>& special_tokens() {
   return names;
 }
 
+// The token a greedy decoder outputs from a row of V scores: the first maximum among the ids other than <pad>,
+// <bos> and <unk>, which no decoder emits (decode's searches mask them to -inf the same way). V > 3.
+inline int64_t best_output_token(const float* row, int64_t V, int64_t pad = kPad, int64_t bos = kBos,
+                                 int64_t unk = kUnk) {
+  int64_t best = -1;
+  for (int64_t v = 0; v < V; ++v)
+    if (v != pad && v != bos && v != unk && (best < 0 || row[v] > row[best])) best = v;
+  return best;
+}
+
 }  // namespace attnkit::models

@@ -238,8 +238,7 @@ std::vector<std::vector<int64_t>> Transformer::greedy(const SourceBatch& batch, 
     const int64_t V = lp.dim(1);
     std::vector<int64_t> keep, next, kept_rows;
     for (size_t r = 0; r < row_of.size(); ++r) {
-      const float* row = lp.data() + int64_t(r) * V;
-      const int64_t best = std::max_element(row, row + V) - row;
+      const int64_t best = best_output_token(lp.data() + int64_t(r) * V, V, config_.pad_id, config_.bos_id);
       if (best == config_.eos_id) continue;  // finished: dropped from the state
       out[size_t(row_of[r])].push_back(best);
       keep.push_back(int64_t(r));
