@@ -1,6 +1,7 @@
 #include "attnkit/train/data_parallel.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "attnkit/autograd/var.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -50,7 +51,9 @@ float ShardedStep::forward_backward(models::TranslationModel& model, const Batch
       out += g.numel();
     }
   }
+  const auto t0 = std::chrono::steady_clock::now();
   comm_.sum_shards(local_.data(), count_, P, deterministic_, sum_.data());
+  reduce_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const float* in = sum_.data();
   for (Parameter* p : params) {
     Tensor& g = p->grad_buffer();

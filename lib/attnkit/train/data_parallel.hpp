@@ -27,6 +27,8 @@ class ShardedStep {
   ShardedStep(Communicator& comm, int64_t shards, bool deterministic, uint64_t seed);
 
   int64_t shards() const { return shards_; }
+  // Wall time spent summing gradients over the processes (in sum_shards), since construction.
+  double reduce_seconds() const { return reduce_seconds_; }
   // Forward and backward of this rank's shards of `batch` (rows of `data`); afterwards every parameter's grad
   // holds the whole batch's gradient, on every rank. Returns the whole batch's loss. Collective.
   float forward_backward(models::TranslationModel& model, const Batch& batch, const EncodedCorpus& data,
@@ -42,6 +44,7 @@ class ShardedStep {
   Communicator& comm_;
   int64_t shards_, first_, count_;  // all shards; this rank's first and how many
   bool deterministic_;
+  double reduce_seconds_ = 0;
   uint64_t seed_;
   std::vector<Rng> rngs_;     // this rank's shards'
   std::vector<float> local_;  // [count_, P]: each shard's weighted gradient

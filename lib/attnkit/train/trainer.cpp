@@ -66,6 +66,11 @@ std::string TrainSummary::to_json() const {
   }
   j["parameters"] = parameters;
   j["checkpoint"] = checkpoint;
+  if (processes > 1) {
+    j["processes"] = processes;
+    j["seconds"] = seconds;
+    j["reduce_seconds"] = reduce_seconds;
+  }
   return j.dump();
 }
 
@@ -200,6 +205,11 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
     if (log) log(line);
   };
   const bool lead = comm_->rank() == 0;  // evaluates and writes
+  auto timed = [&](TrainSummary& summary) {
+    summary.processes = comm_->size();
+    summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    if (sharded_) summary.reduce_seconds = sharded_->reduce_seconds();
+  };
   auto stop = [&] {
     const bool mine = options_.stop_requested && options_.stop_requested();
     return comm_->size() > 1 ? comm_->any(mine) : mine;
@@ -278,6 +288,7 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
       s.interrupted = true;
       s.step = step_;
       if (window_steps_ > 0) s.train_loss = window_loss_ / double(window_steps_);
+      timed(s);
       return s;
     }
   }
@@ -285,9 +296,11 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
   s.step = step_;
   if (stop()) {  // asked to stop during the last step: saved, without the final evaluation
     s.interrupted = true;
+    timed(s);
     return s;
   }
   if (valid_enc_.size() > 0 && lead) s.valid = evaluate(data_.valid);
+  timed(s);
   return s;
 }
 

@@ -109,6 +109,9 @@ struct TrainSummary {
   int64_t parameters = 0;       // number of learned values
   std::string checkpoint;
   bool interrupted = false;     // stop_requested said stop: the checkpoint is saved, no final evaluation
+  int processes = 1;            // > 1: to_json() has "processes", "seconds" and "reduce_seconds"
+  double seconds = 0;           // wall time of run()
+  double reduce_seconds = 0;    // of which summing the gradients over the processes (rank 0's)
   std::string to_json() const;  // one JSON object, no newline
 };
 
