@@ -130,7 +130,7 @@ void restore_options(CLI::App& app, const std::string& path, const std::vector<s
       // refused naming the difference).
       if (name == "--vocab" || name == "--vocab-size") continue;
       std::string given = opt->as<std::string>();
-      if (name == "--skip-bad-lines") given = "true";
+      if (name == "--skip-bad-lines" || name == "--deterministic-reduce") given = "true";
       if (given != *value && !override)
         throw UsageError(fmt::format("{} {}: the checkpoint {} was trained with {} {}; give --override to change it",
                                      name, given, path, name, *value));
@@ -279,7 +279,8 @@ int main(int argc, char** argv) {
   const std::vector<std::string> restored = {
       "--task", "--train", "--valid", "--tokenizer", "--target-tokenizer", "--skip-bad-lines", "--max-len",
       "--vocab-size", "--min-len", "--train-size", "--valid-size", "--vocab", "--optimizer", "--lr", "--schedule",
-      "--warmup", "--label-smoothing", "--clip", "--dropout", "--teacher-forcing", "--batch", "--seed"};
+      "--warmup", "--label-smoothing", "--clip", "--dropout", "--teacher-forcing", "--batch", "--seed",
+      "--deterministic-reduce"};
 
   const int code = tools::run(app, argc, argv, [&]() -> int {
     if (!resume_path.empty()) restore_options(app, resume_path, restored, override_options);
@@ -415,6 +416,7 @@ int main(int argc, char** argv) {
       std::string value = opt->count() > 0 ? opt->as<std::string>() : opt->get_default_str();
       if (name == "--skip-bad-lines") value = skip_bad_lines ? "true" : "false";
       if (name == "--teacher-forcing" && o.family == "transformer") continue;  // a recurrent option
+      if (name == "--deterministic-reduce") value = deterministic_reduce ? "true" : "";  // kept when given
       if (!value.empty()) o.command_options.emplace_back(name, value);
     }
     o.save_every = save_every;

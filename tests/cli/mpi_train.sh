@@ -34,7 +34,7 @@ lstm=(--task copy --vocab-size 7 --min-len 2 --max-len 6 --train-size 64 --valid
       --hidden 12 --embed 6 --batch 8 --lr 0.01 --dropout 0.1 --seed 5 --threads 1 --log-every 5)
 mpi 2 seq2seq-train "${lstm[@]}" --steps 20 --deterministic-reduce --save l2.json --metrics l2.jsonl > out.txt \
   || fail "lstm on 2 processes exited $?"
-seq2seq-train "${lstm[@]}" --steps 20 --grad-shards 2 --save l1.json --metrics l1.jsonl > /dev/null \
+seq2seq-train "${lstm[@]}" --steps 20 --grad-shards 2 --deterministic-reduce --save l1.json --metrics l1.jsonl > /dev/null \
   || fail "lstm on 1 process with 2 shards exited $?"
 [[ $(wc -l < out.txt) == 1 ]] || fail "2 processes printed $(wc -l < out.txt) summaries (rank 0 prints one)"
 cmp -s l1.json l2.json || fail "lstm: the checkpoint of 2 processes differs from that of 1 process with 2 shards"
@@ -46,7 +46,7 @@ transformer=(--task reverse --vocab-size 7 --min-len 2 --max-len 6 --train-size 
              --layers 1 --d-model 16 --heads 2 --ff 32 --batch 8 --lr 0.005 --seed 3 --threads 1 --log-every 5)
 mpi 2 seq2seq-train "${transformer[@]}" --steps 15 --deterministic-reduce --save t2.json --metrics t2.jsonl \
   > /dev/null || fail "transformer on 2 processes exited $?"
-seq2seq-train "${transformer[@]}" --steps 15 --grad-shards 2 --save t1.json --metrics t1.jsonl > /dev/null \
+seq2seq-train "${transformer[@]}" --steps 15 --grad-shards 2 --deterministic-reduce --save t1.json --metrics t1.jsonl > /dev/null \
   || fail "transformer on 1 process with 2 shards exited $?"
 cmp -s t1.json t2.json || fail "transformer: the checkpoint of 2 processes differs from 1 process with 2 shards"
 same_run t1 t2
@@ -72,6 +72,10 @@ mpi 2 seq2seq-train "${lstm[@]}" --steps 10 --deterministic-reduce --save h.json
 seq2seq-train --resume h.json --steps 20 --save r.json --metrics r.jsonl > /dev/null 2> err.txt \
   || fail "resume on 1 process exited $?: $(cat err.txt)"
 same_run l2 r resumed
+# resumed on 2 processes, the checkpoint's --deterministic-reduce comes back with the other options
+mpi 2 seq2seq-train --resume h.json --steps 20 --save r2.json --metrics r2.jsonl > /dev/null 2> err.txt \
+  || fail "resume on 2 processes exited $?: $(cat err.txt)"
+same_run l2 r2 resumed
 # a single-process checkpoint (1 shard) goes on over 2 processes, saying that the shards changed
 seq2seq-train "${lstm[@]}" --steps 10 --save s.json > /dev/null || fail "single-process half exited $?"
 mpi 2 seq2seq-train --resume s.json --steps 20 --save s2.json > /dev/null 2> err.txt \
