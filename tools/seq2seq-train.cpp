@@ -20,6 +20,7 @@
 #include "attnkit/models/size_estimate.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
+#include "attnkit/train/distributed.hpp"
 #include "attnkit/train/report.hpp"
 #include "attnkit/train/trainer.hpp"
 #include "common/common.hpp"
@@ -137,7 +138,7 @@ void restore_options(CLI::App& app, const std::string& path, const std::vector<s
       // refused naming the difference).
       if (name == "--vocab" || name == "--vocab-size") continue;
       std::string given = opt->as<std::string>();
-      if (name == "--skip-bad-lines") given = "true";
+      if (name == "--skip-bad-lines" || name == "--deterministic-reduce") given = "true";
       if (!same_option_value(given, *value) && !override)
         throw UsageError(fmt::format("{} {}: the checkpoint {} was trained with {} {}; give --override to change it",
                                      name, given, path, name, *value));
@@ -266,6 +267,18 @@ int main(int argc, char** argv) {
   task_opt->excludes(train_opt);
   save_opt->required();
 
+  // Data parallelism (docs/distributed.md): mpirun -n K seq2seq-train ... trains one model on K processes.
+  int64_t grad_shards = 0;
+  bool deterministic_reduce = false;
+  app.add_option("--grad-shards", grad_shards,
+                 "Cut each batch into N shards whose gradients are summed (default: one per MPI process; "
+                 "a multiple of them, dividing --batch)")
+      ->check(tools::positive());
+  app.add_flag("--deterministic-reduce", deterministic_reduce,
+               "Sum the shards' gradients in a fixed order: the same bits for every process count");
+  train::Communicator& comm = train::world();  // MPI's world under mpirun, else this process alone
+  const bool lead = comm.rank() == 0;           // prints the summary, writes the checkpoint and metrics
+
   bool override_options = false;
   app.add_flag("--override", override_options,
                "With --resume: let options given again change the checkpoint's training configuration");
@@ -274,14 +287,22 @@ int main(int argc, char** argv) {
   const std::vector<std::string> restored = {
       "--task", "--train", "--valid", "--tokenizer", "--target-tokenizer", "--skip-bad-lines", "--max-len",
       "--vocab-size", "--min-len", "--train-size", "--valid-size", "--vocab", "--optimizer", "--lr", "--schedule",
-      "--warmup", "--label-smoothing", "--clip", "--dropout", "--teacher-forcing", "--batch", "--seed"};
+      "--warmup", "--label-smoothing", "--clip", "--dropout", "--teacher-forcing", "--batch", "--seed",
+      "--deterministic-reduce"};
 
-  return tools::run(app, argc, argv, [&]() -> int {
+  const int code = tools::run(app, argc, argv, [&]() -> int {
     if (!resume_path.empty()) restore_options(app, resume_path, restored, override_options);
     if (task.empty() && train_path.empty()) throw UsageError("give --task NAME or --train FILE");
     if (!valid_path.empty() && train_path.empty()) throw UsageError("--valid goes with --train");
     if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn|transformer");
-    set_num_threads(threads);
+    // Under mpirun each process's threads default to the cores it was given (--bind-to, docs/distributed.md).
+    set_num_threads(threads == 0 && comm.size() > 1 ? train::cores_given() : threads);
+    const int64_t shards = grad_shards > 0 ? grad_shards : comm.size();
+    if (shards % comm.size() != 0)
+      throw UsageError(fmt::format("--grad-shards {} is not a multiple of the {} processes", shards, comm.size()));
+    if (resume_path.empty() && batch % shards != 0)
+      throw UsageError(fmt::format("--batch {} (the global batch) is not a multiple of the {} gradient shards{}", batch,
+                                   shards, grad_shards > 0 ? "" : " (one per process)"));
     check_destination("--save", save_path);
     check_destination("--metrics", metrics_path);
     check_destination("--plot", plot_path);
@@ -403,13 +424,17 @@ int main(int argc, char** argv) {
       std::string value = opt->count() > 0 ? opt->as<std::string>() : opt->get_default_str();
       if (name == "--skip-bad-lines") value = skip_bad_lines ? "true" : "false";
       if (name == "--teacher-forcing" && o.family == "transformer") continue;  // a recurrent option
+      if (name == "--deterministic-reduce") value = deterministic_reduce ? "true" : "";  // kept when given
       if (!value.empty()) o.command_options.emplace_back(name, value);
     }
     o.save_every = save_every;
+    o.communicator = &comm;
+    o.grad_shards = grad_shards;
+    o.deterministic_reduce = deterministic_reduce;
     catch_stop_signals();
     o.stop_requested = [] { return g_signal != 0; };
     // A progress bar on a terminal only (not on a pipe or a file), redrawn at most 5 times a second.
-    const bool bar = isatty(STDERR_FILENO);
+    const bool bar = lead && isatty(STDERR_FILENO);
     double drawn = -1;
     if (bar)
       o.progress = [&](const train::Progress& p) {
@@ -439,8 +464,12 @@ int main(int argc, char** argv) {
                   << " is the total counted from the start of the run (give --steps above " << trainer->step()
                   << " to train on)\n";
     }
+    if (lead && !resume_path.empty() && trainer->grad_shards() != trainer->checkpoint_grad_shards())
+      std::cerr << "seq2seq-train: the checkpoint " << resume_path << " cut each batch into "
+                << trainer->checkpoint_grad_shards() << " gradient shard(s); this run cuts it into "
+                << trainer->grad_shards() << " (the curve goes on within float rounding, not bit for bit)\n";
     // A fresh run starts a new metrics history (a resumed one appends to its own).
-    if (resume_path.empty() && !metrics_path.empty()) {
+    if (lead && resume_path.empty() && !metrics_path.empty()) {
       std::ifstream old(metrics_path, std::ios::binary);
       if (old.good() && old.peek() != std::ifstream::traits_type::eof()) {
         old.close();
@@ -459,6 +488,7 @@ int main(int argc, char** argv) {
       throw;
     }
     if (bar && drawn >= 0) std::cerr << '\n';
+    if (!lead) return summary.interrupted ? 128 + (g_signal != 0 ? int(g_signal) : SIGINT) : 0;
     if (!plot_path.empty()) {
       // the whole history when the metrics file has it (earlier parts of a resumed run), else this run's lines
       if (!metrics_path.empty()) {
@@ -470,7 +500,7 @@ int main(int argc, char** argv) {
                   << " has a single logged step, a dot and no curve (log more often with --log-every)\n";
     }
     if (summary.interrupted) {
-      const int sig = g_signal;
+      const int sig = g_signal != 0 ? g_signal : SIGINT;  // another process may have been the one signalled
       std::cerr << "seq2seq-train: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": stopped after step "
                 << summary.step << "; the checkpoint " << save_path << " continues with --resume " << save_path
                 << '\n';
@@ -479,4 +509,8 @@ int main(int argc, char** argv) {
     tools::emit(tools::OutputOptions{}, summary.to_json());  // a failed write of the summary: exit 1
     return 0;
   });
+  // A process that fails (bad input, a write that failed) ends the others, which may be waiting for it in
+  // a collective; an interrupted run stops on every process at the same step and exits normally.
+  if (code != 0 && code < 128 && comm.size() > 1) comm.abort(code);
+  return code;
 }

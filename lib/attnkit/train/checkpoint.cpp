@@ -44,16 +44,27 @@ void Trainer::save(const std::string& path) const {
   t.set("tgt_tokenizer", text_value(tokenizer_name(data_.train.tgt_tokenizer)));
   t.set("dropout", real_value(options_.dropout));
   t.set("teacher_forcing", real_value(options_.teacher_forcing));
+  if (grad_shards() > 1) t.set("grad_shards", text_value(std::to_string(grad_shards())));
   if (!options_.command_options.empty()) {
     io::Value given;
     for (const auto& [name, value] : options_.command_options) given.set(name, text_value(value));
     t.set("options", std::move(given));
   }
   v.set("training", std::move(t));
-  io::Value rng;
-  rng.set("state", text_value(std::to_string(rng_.state().state)));
-  rng.set("inc", text_value(std::to_string(rng_.state().inc)));
-  v.set("rng", std::move(rng));
+  // With shards, "rng" is shard 0's and "shard_rngs" the others' (gathered by save_checked).
+  auto rng_value = [](const Rng::State& st) {
+    io::Value r;
+    r.set("state", text_value(std::to_string(st.state)));
+    r.set("inc", text_value(std::to_string(st.inc)));
+    return r;
+  };
+  const bool shard_rngs = sharded_ && !shard_states_.empty();
+  v.set("rng", rng_value(shard_rngs ? shard_states_[0] : rng_.state()));
+  if (shard_rngs && shard_states_.size() > 1) {
+    io::Value others;
+    for (size_t s = 1; s < shard_states_.size(); ++s) others.set(std::to_string(s), rng_value(shard_states_[s]));
+    v.set("shard_rngs", std::move(others));
+  }
   models::add_vocabularies(v, data_.src_vocab, data_.tgt_vocab);
   v.set("step", text_value(std::to_string(step_)));
   v.set("optimizer", optimizer_->state());
@@ -131,6 +142,14 @@ std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::st
   if (!o.dropout_given && t.has("dropout")) o.dropout = float(t.real("dropout"));
   if (!o.teacher_forcing_given && t.has("teacher_forcing")) o.teacher_forcing = float(t.real("teacher_forcing"));
   o.family = head.family;
+  // Gradient shards: the checkpoint's, unless given or the processes do not divide them (then one per process).
+  const int64_t saved_shards = t.has("grad_shards") ? t.count("grad_shards") : 1;
+  AK_CHECK(saved_shards >= 1 && saved_shards <= (int64_t{1} << 20), "{}: \"grad_shards\" {} is out of range",
+           t.what(), saved_shards);
+  if (o.grad_shards == 0) {
+    const int processes = o.communicator ? o.communicator->size() : 1;
+    o.grad_shards = saved_shards % processes == 0 ? saved_shards : processes;
+  }
   auto trainer = std::unique_ptr<Trainer>(new Trainer(o, std::move(data), config, tconfig));
   models::load_parameters(*trainer->model_, v, path);
   models::check_checkpoint_complete(*trainer->model_, v, *head.config, path);
@@ -149,13 +168,25 @@ std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::st
                path, p->name);
   trainer->batcher_->load_state(top.member("data_order"), path + ": data_order");
   trainer->step_ = trainer->start_step_ = top.count("step");
-  if (top.has("rng")) {
-    const models::Fields r(top.member("rng"), path + ": rng");
+  trainer->checkpoint_shards_ = saved_shards;
+  auto read_rng = [&](const io::Value& value, const std::string& what) {
+    const models::Fields r(value, what);
     Rng::State st;
     st.state = r.u64("state");
     st.inc = r.u64("inc");
-    trainer->rng_.set_state(st);
+    return st;
+  };
+  std::vector<Rng::State> shard_states;
+  if (top.has("rng")) {
+    shard_states.push_back(read_rng(top.member("rng"), path + ": rng"));
+    trainer->rng_.set_state(shard_states[0]);
   }
+  if (saved_shards > 1 && !shard_states.empty()) {  // every shard's Rng was saved with shard 0's
+    const models::Fields others(top.member("shard_rngs"), path + ": shard_rngs");
+    for (int64_t s = 1; s < saved_shards; ++s)
+      shard_states.push_back(read_rng(others.member(std::to_string(s)), path + ": shard_rngs: " + std::to_string(s)));
+  }
+  if (trainer->sharded_) trainer->sharded_->set_rng_states(shard_states);
   const models::Fields window(top.member("window"), path + ": window");
   trainer->window_loss_ = window.real("loss");
   trainer->window_steps_ = window.count("steps");

@@ -66,6 +66,11 @@ std::string TrainSummary::to_json() const {
   }
   j["parameters"] = parameters;
   j["checkpoint"] = checkpoint;
+  if (processes > 1) {
+    j["processes"] = processes;
+    j["seconds"] = seconds;
+    j["reduce_seconds"] = reduce_seconds;
+  }
   return j.dump();
 }
 
@@ -101,6 +106,13 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
   bo.batch_size = options_.batch_size;
   bo.seed = options_.seed;
   batcher_ = std::make_unique<Batcher>(train_enc_, bo);
+  comm_ = options_.communicator ? options_.communicator : &single_process();
+  const int64_t shards = options_.grad_shards > 0 ? options_.grad_shards : comm_->size();
+  AK_CHECK(options_.batch_size % shards == 0,
+           "trainer: the batch size {} is not a multiple of the {} gradient shards (one per process unless given)",
+           options_.batch_size, shards);
+  if (shards > 1 || comm_->size() > 1)
+    sharded_ = std::make_unique<ShardedStep>(*comm_, shards, options_.deterministic_reduce, options_.seed);
   if (options_.epochs > 0) {
     AK_CHECK(options_.epochs <= kMaxSteps / batcher_->batches_per_epoch(),
              "trainer: {} epochs of {} batches is more than {} steps: at most {} epochs", options_.epochs,
@@ -126,6 +138,8 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData data)
       }()) {}
 
 void Trainer::save_checked(const std::string& path, const std::string& when) const {
+  if (sharded_) shard_states_ = sharded_->rng_states();
+  if (comm_->rank() != 0) return;
   for (const Parameter* p : model_->named_parameters()) {
     const float* x = p->value.data();
     for (int64_t i = 0; i < p->value.numel(); ++i)
@@ -192,19 +206,32 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
     append_line(options_.metrics_path, line);
     if (log) log(line);
   };
-  auto stop = [&] { return options_.stop_requested && options_.stop_requested(); };
+  const bool lead = comm_->rank() == 0;  // evaluates and writes
+  auto timed = [&](TrainSummary& summary) {
+    summary.processes = comm_->size();
+    summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    if (sharded_) summary.reduce_seconds = sharded_->reduce_seconds();
+  };
+  auto stop = [&] {
+    const bool mine = options_.stop_requested && options_.stop_requested();
+    return comm_->size() > 1 ? comm_->any(mine) : mine;
+  };
   while (step_ < options_.steps) {
     const double lr = learning_rate(options_.schedule, step_);
     optimizer_->set_lr(lr);
     optimizer_->zero_grad();
     const Batch b = batcher_->next();
-    auto r = model_->forward(b, lo);
-    const float loss = r.loss.value()[0];
-    if (!std::isfinite(loss)) {
-      autograd::clear_tape();
-      fail("training: the loss is {} at step {} (the last checkpoint is kept)", shown(loss), step_ + 1);
+    float loss = 0;
+    if (sharded_) {
+      loss = sharded_->forward_backward(*model_, b, train_enc_, lo);
+    } else {
+      auto r = model_->forward(b, lo);
+      loss = r.loss.value()[0];
+      if (std::isfinite(loss)) autograd::backward(r.loss);
+      else autograd::clear_tape();
     }
-    autograd::backward(r.loss);
+    if (!std::isfinite(loss))
+      fail("training: the loss is {} at step {} (the last checkpoint is kept)", shown(loss), step_ + 1);
     try {
       ClipOptions co;
       if (options_.clip > 0) {
@@ -234,13 +261,13 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
       j["grad_norm"] = last_norm;
       j["tokens_per_s"] = secs > 0 ? double(window_tokens) / secs : 0.0;
       s.train_loss = window_loss_ / double(window_steps_);
-      if (valid_enc_.size() > 0) {
+      if (valid_enc_.size() > 0 && lead) {
         const Evaluation ev = evaluate(data_.valid);
         j["valid_loss"] = ev.loss;
         j["token_accuracy"] = ev.token_accuracy;
         j["exact_match"] = ev.exact_match;
       }
-      emit(j.dump());
+      if (lead) emit(j.dump());
       if (step_ % options_.log_every == 0) {  // a window ends at multiples of log_every only
         window_loss_ = 0;
         window_steps_ = 0;
@@ -263,6 +290,7 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
       s.interrupted = true;
       s.step = step_;
       if (window_steps_ > 0) s.train_loss = window_loss_ / double(window_steps_);
+      timed(s);
       return s;
     }
   }
@@ -270,9 +298,11 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
   s.step = step_;
   if (stop()) {  // asked to stop during the last step: saved, without the final evaluation
     s.interrupted = true;
+    timed(s);
     return s;
   }
-  if (valid_enc_.size() > 0) s.valid = evaluate(data_.valid);
+  if (valid_enc_.size() > 0 && lead) s.valid = evaluate(data_.valid);
+  timed(s);
   return s;
 }
 

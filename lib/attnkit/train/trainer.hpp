@@ -10,6 +10,8 @@
 //   "optimizer": the optimizer's state (train/optimizer.hpp)
 //   "data_order": the Batcher's state (train/batch.hpp)
 //   "window":    {"loss", "steps"}: the training-loss sum since the last logged multiple of log_every
+//   "shard_rngs": {"1": {"state", "inc"}, ...}: with gradient shards (train/data_parallel.hpp), the Rng of
+//                each shard after shard 0 (whose Rng is "rng"); "training" then has "grad_shards"
 // Files: train/trainer.cpp the loop and evaluation, train/checkpoint.cpp save and resume, train/data_source.cpp
 // the data.
 // Resume: the model, the optimizer state and the data order come back, and the loop continues from "step"
@@ -28,7 +30,9 @@
 #include "attnkit/models/transformer.hpp"
 #include "attnkit/train/batch.hpp"
 #include "attnkit/train/data.hpp"
+#include "attnkit/train/data_parallel.hpp"
 #include "attnkit/train/data_source.hpp"
+#include "attnkit/train/distributed.hpp"
 #include "attnkit/train/optimizer.hpp"
 #include "attnkit/train/schedule.hpp"
 #include "attnkit/train/tasks.hpp"
@@ -84,6 +88,13 @@ struct TrainerOptions {
   // --resume can restore it; empty: none saved.
   std::vector<std::pair<std::string, std::string>> command_options;
   std::function<bool()> stop_requested;  // polled after each step: true saves a checkpoint and stops
+  // Data parallelism (train/data_parallel.hpp, docs/distributed.md): the processes that train together (null:
+  // this one alone) and the shards each global batch is cut into (0: one per process, or on resume the
+  // checkpoint's when the processes divide them). One process and one shard: the plain step. Only rank 0
+  // evaluates, writes metrics and checkpoints; stop_requested on any rank stops them all.
+  Communicator* communicator = nullptr;
+  int64_t grad_shards = 0;
+  bool deterministic_reduce = false;  // shard gradients summed in a fixed order (distributed.hpp)
   std::function<void(const Progress&)> progress;  // called after each step
 };
 
@@ -102,6 +113,9 @@ struct TrainSummary {
   int64_t parameters = 0;       // number of learned values
   std::string checkpoint;
   bool interrupted = false;     // stop_requested said stop: the checkpoint is saved, no final evaluation
+  int processes = 1;            // > 1: to_json() has "processes", "seconds" and "reduce_seconds"
+  double seconds = 0;           // wall time of run()
+  double reduce_seconds = 0;    // of which summing the gradients over the processes (rank 0's)
   std::string to_json() const;  // one JSON object, no newline
 };
 
@@ -130,6 +144,9 @@ class Trainer {
   models::TranslationModel& model() { return *model_; }
   int64_t step() const { return step_; }
   int64_t total_steps() const { return options_.steps; }
+  // The shards each batch is cut into, and (after resume) the checkpoint's.
+  int64_t grad_shards() const { return sharded_ ? sharded_->shards() : 1; }
+  int64_t checkpoint_grad_shards() const { return checkpoint_shards_; }
   // Writes the checkpoint atomically (io::write_file_atomic: temporary, fsync, rename, fsync of the folder).
   void save(const std::string& path) const;
 
@@ -150,8 +167,12 @@ class Trainer {
   // run logs the same means as an uninterrupted one).
   double window_loss_ = 0;
   int64_t window_steps_ = 0;
+  Communicator* comm_ = nullptr;
+  std::unique_ptr<ShardedStep> sharded_;  // with several shards or processes
+  int64_t checkpoint_shards_ = 1;
+  mutable std::vector<Rng::State> shard_states_;  // every shard's Rng, gathered before a save
 
-  // Refuses (naming the step) parameters that are not finite, then saves.
+  // Refuses (naming the step) parameters that are not finite, then saves (rank 0; collective).
   void save_checked(const std::string& path, const std::string& when) const;
 };
 
