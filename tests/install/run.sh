@@ -5,7 +5,10 @@
 #     one, every tool of BUILD/bin (runnable from P/bin, its RUNPATH finding P/lib), the man pages and the
 #     bash completion of every tool when they were built (cmake/docs.cmake), the manuals of docs/ in
 #     share/doc/attnkit;
-#   - examples/consumer built against P with find_package(attnkit CONFIG) and with pkg-config, and run.
+#   - examples/consumer built against P with find_package(attnkit CONFIG) and with pkg-config, and run;
+#   - the programs of examples/cpp (docs/library.md) built against P (one CMake configure) and run: PyTorch's
+#     outputs and gradients matched, the training loop's loss falling, a checkpoint of P/bin/seq2seq-train
+#     decoded as P/bin/transformer-decode decodes it, every tensor format read back bit for bit.
 # The header check (each public header compiled alone, without Eigen or OpenMP) is the build target
 # attnkit_header_check (cmake/install.cmake), built with BUILD.
 # Usage: tests/install/run.sh [BUILD]   (default: build, the release build of scripts/build.sh)
@@ -76,4 +79,39 @@ pkg-config --exists attnkit || fail "pkg-config does not find attnkit in $PKG_CO
 c++ -std=c++17 -O1 "$root/examples/consumer/main.cpp" -o "$work/consumer-pc" $(pkg-config --cflags --libs attnkit) \
   -Wl,-rpath,"$libdir" || fail "building examples/consumer with pkg-config"
 expect_output "$("$work/consumer-pc")" pkg-config
-echo "install test: ok (${#tools[@]} tools, $(wc -l <<<"$got") headers, $soname; consumers built with CMake and pkg-config)"
+
+# the C++ examples of docs/library.md
+cmake -S "$root/examples/cpp" -B "$work/examples" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null \
+  || fail "configuring examples/cpp against $prefix"
+cmake --build "$work/examples" -j2 >/dev/null || fail "building examples/cpp"
+ex="$work/examples"
+# each "max |attnkit - torch| = E" at most 2e-6; `want` lines of them
+within() {
+  local out="$1" want="$2" how="$3"
+  [[ "$(grep -c 'max |attnkit - torch| = ' <<<"$out")" == "$want" ]] || fail "$how printed: $out"
+  awk -F'= ' '/max \|attnkit - torch\|/ { if ($2 + 0 > 2e-6) bad = 1 } END { exit bad }' <<<"$out" || fail "$how: $out"
+}
+data="$root/examples/cpp/data/pytorch.safetensors"
+within "$("$ex/layers" "$data")" 8 "examples/cpp/layers"
+out="$("$ex/backward" "$data")" || fail "examples/cpp/backward: $out"
+within "$out" 2 "examples/cpp/backward"
+grep -q '^forward with and without the tape: equal$' <<<"$out" || fail "examples/cpp/backward: $out"
+out="$("$ex/train")" || fail "examples/cpp/train: $out"
+awk '/validation loss/ { if (!first) first = $NF; last = $NF } END { exit !(NR == 7 && last < first / 10) }' <<<"$out" \
+  || fail "examples/cpp/train: the loss did not fall tenfold: $out"
+mkdir "$work/files"
+out="$("$ex/tensor_files" "$work/files")" || fail "examples/cpp/tensor_files: $out"
+[[ "$(grep -c 'read back bit for bit' <<<"$out")" == 4 ]] || fail "examples/cpp/tensor_files: $out"
+"$prefix/bin/seq2seq-train" --task reverse --vocab-size 6 --min-len 2 --max-len 5 --train-size 64 --valid-size 8 \
+  --model transformer --layers 1 --d-model 16 --heads 2 --ff 32 --steps 100 --batch 16 --threads 1 \
+  --save "$work/reverse.json" >/dev/null || fail "seq2seq-train for examples/cpp/decode"
+out="$("$ex/decode" "$work/reverse.json" "1 2 3" "4 0 5 1")" || fail "examples/cpp/decode: $out"
+for strategy in greedy beam; do
+  for src in "1 2 3" "4 0 5 1"; do
+    text="$("$prefix/bin/transformer-decode" "$work/reverse.json" --threads 1 --strategy "$strategy" --src "$src" \
+      | sed -E 's/.*"text":"([^"]*)".*/\1/')"
+    grep -qxE "$strategy +$src -> $text  \(log p -?[0-9.]+\)" <<<"$out" \
+      || fail "examples/cpp/decode ($strategy, $src) differs from transformer-decode's \"$text\": $out"
+  done
+done
+echo "install test: ok (${#tools[@]} tools, $(wc -l <<<"$got") headers, $soname; consumers built with CMake and pkg-config; examples/cpp built and run)"
