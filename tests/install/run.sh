@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Install test (.ci/run calls it after the release build): `cmake --install BUILD --prefix P` into a
 # temporary prefix, then checks what a user of the library gets:
-#   - libattnkit.so.X.Y.Z with SONAME libattnkit.so.X and the links, the public headers and no internal
+#   - libattnkit.so.X.Y.Z with SONAME libattnkit.so.X (0.Y while X is 0) and the links, the one version of
+#     version.hpp, the library and the CMake package; the public headers and no internal
 #     one, every tool of BUILD/bin (runnable from P/bin, its RUNPATH finding P/lib), the man pages and the
 #     bash completion of every tool when they were built (cmake/docs.cmake), the manuals of docs/ in
 #     share/doc/attnkit;
+#   - find_package(attnkit X.Y) found, find_package(attnkit X.Y+1) refused, and without fmt's CMake package (the
+#     public headers' one dependency) refused with a message naming the package to install;
 #   - examples/consumer built against P with find_package(attnkit CONFIG) and with pkg-config, and run;
 #   - the programs of examples/cpp (docs/library.md) built against P (one CMake configure) and run: PyTorch's
 #     outputs and gradients matched, the training loop's loss falling, a checkpoint of P/bin/seq2seq-train
@@ -29,6 +32,19 @@ real="$(readlink -f "$libdir/libattnkit.so")"
 [[ "$real" =~ libattnkit\.so\.[0-9]+\.[0-9]+\.[0-9]+$ ]] || fail "libattnkit.so is not a link to a versioned library ($real)"
 soname="$(objdump -p "$real" | awk '$1 == "SONAME" { print $2 }')"
 [[ -n "$soname" && -e "$libdir/$soname" ]] || fail "SONAME '$soname' missing or not installed"
+# one version everywhere (semantic versioning, docs/library.md "Versions"): version.hpp, the .so's name and
+# SONAME (libattnkit.so.0.MINOR while MAJOR is 0), the CMake package's version
+version="$(sed -n 's/^#define ATTNKIT_VERSION "\([0-9]*\.[0-9]*\.[0-9]*\)"$/\1/p' "$prefix/include/attnkit/version.hpp")"
+[[ -n "$version" ]] || fail "no ATTNKIT_VERSION \"X.Y.Z\" in $prefix/include/attnkit/version.hpp"
+IFS=. read -r major minor patch <<<"$version"
+grep -q "^#define ATTNKIT_VERSION_MAJOR $major\$" "$prefix/include/attnkit/version.hpp" \
+  && grep -q "^#define ATTNKIT_VERSION_MINOR $minor\$" "$prefix/include/attnkit/version.hpp" \
+  && grep -q "^#define ATTNKIT_VERSION_PATCH $patch\$" "$prefix/include/attnkit/version.hpp" || fail "version.hpp's numbers are not $version"
+[[ "$real" == */libattnkit.so.$version ]] || fail "the library $real is not libattnkit.so.$version"
+if [[ "$major" == 0 ]]; then want_soname="libattnkit.so.0.$minor"; else want_soname="libattnkit.so.$major"; fi
+[[ "$soname" == "$want_soname" ]] || fail "SONAME $soname, expected $want_soname for version $version"
+grep -q "set(PACKAGE_VERSION \"$version\")" "$libdir/cmake/attnkit/attnkitConfigVersion.cmake" \
+  || fail "the CMake package's version is not $version"
 
 # headers: the public ones (every lib/attnkit/**/*.hpp whose first line does not say internal), no other
 expected="$(cd "$root/lib" && for h in $(find attnkit -name '*.hpp' | sort); do head -n 1 "$h" | grep -qiE 'internal' || echo "$h"; done; echo attnkit/version.hpp)"
@@ -72,6 +88,21 @@ cmake -S "$root/examples/consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$
   || fail "configuring examples/consumer against $prefix"
 cmake --build "$work/cmake-build" >/dev/null || fail "building examples/consumer with CMake"
 expect_output "$("$work/cmake-build/consumer")" CMake
+# the package's version and dependencies: another minor version is refused; without fmt's CMake package (the
+# one dependency the public headers have) find_package(attnkit) fails naming the package to install
+mkdir "$work/probe"
+probe() {  # probe VERSION [CMAKE ARGS...]: configure a project whose only line is find_package(attnkit VERSION)
+  local v="$1"; shift
+  printf 'cmake_minimum_required(VERSION 3.18)\nproject(probe LANGUAGES CXX)\nfind_package(attnkit %s CONFIG REQUIRED)\n' "$v" \
+    > "$work/probe/CMakeLists.txt"
+  rm -rf "$work/probe/build"
+  cmake -S "$work/probe" -B "$work/probe/build" -DCMAKE_PREFIX_PATH="$prefix" "$@" 2>&1
+}
+probe "$major.$minor" >/dev/null || fail "find_package(attnkit $major.$minor) failed"
+if out="$(probe "$major.$((minor + 1))")"; then fail "find_package(attnkit $major.$((minor + 1))) accepted version $version"; fi
+grep -q "attnkitConfig.cmake, version: $version" <<<"$out" || fail "find_package(attnkit $major.$((minor + 1))): $out"
+if out="$(probe "$major.$minor" -DCMAKE_DISABLE_FIND_PACKAGE_fmt=ON)"; then fail "find_package(attnkit) passed without fmt"; fi
+grep -q "libfmt-dev" <<<"$out" || fail "find_package(attnkit) without fmt does not name libfmt-dev: $out"
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 pkg-config --exists attnkit || fail "pkg-config does not find attnkit in $PKG_CONFIG_PATH"
 [[ "$(pkg-config --variable=prefix attnkit)" -ef "$prefix" ]] || fail "attnkit.pc's prefix $(pkg-config --variable=prefix attnkit) is not $prefix"

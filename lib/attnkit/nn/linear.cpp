@@ -5,6 +5,7 @@
 
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/nn/state_dict.hpp"
+#include "attnkit/ops/gemm_panels.hpp"
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/tensor/error.hpp"
 
