@@ -94,6 +94,13 @@ TEST_CASE("load_state_dict: a Linear built without an Rng, filled under a prefix
   // not a bundle
   CHECK(error_of([&] { nn::load_state_dict(fresh, io::Value(Tensor({3}))); }) ==
         "load_state_dict: the state is not a bundle of named tensors (a single tensor)");
+  // two parameters of one name: which tensor goes where is not known
+  struct Two : nn::Module {
+    nn::Linear a{5, 3}, b{5, 3};
+    std::vector<Parameter*> named_parameters() override { return {&a.weight, &a.bias, &b.weight, &b.bias}; }
+  } two;
+  CHECK(error_of([&] { nn::load_state_dict(two, nn::state_dict(source)); }) ==
+        "load_state_dict: two parameters of the module are named weight (give its layers prefixes)");
   // a Linear without bias refuses a bias
   nn::Linear no_bias_layer(5, 3, false);
   CHECK(error_of([&] { nn::load_state_dict(no_bias_layer, nn::state_dict(source)); }).find("unexpected tensor: bias") !=

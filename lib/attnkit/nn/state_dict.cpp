@@ -68,7 +68,8 @@ void load_state_dict(Module& m, const io::Value& state, const std::string& prefi
   std::vector<const Tensor*> found;
   for (const Parameter* p : params) {  // check everything first: all or nothing
     const std::string name = prefix + p->name;
-    wanted.insert(name);
+    AK_CHECK(wanted.insert(name).second, "{}: two parameters of the module are named {} (give its layers prefixes)",
+             what, name);
     const auto it = by_name.find(name);
     const Tensor* t = it == by_name.end() ? nullptr : it->second;
     if (t == nullptr) {

@@ -28,6 +28,7 @@ void load_parameters(Module& m, const io::Value& bundle, std::string_view what);
 //   - a parameter with no tensor in `state` (missing), or whose tensor's shape differs (both shapes);
 //   - a tensor of `state` whose name starts with `prefix` and is no parameter's (unexpected; with an
 //     empty prefix every tensor of `state` must be a parameter's).
+//   - two parameters of `m` of one name (layers built without prefixes).
 // Tensors outside the prefix are left alone: `state` may hold a whole model. Nested bundles count as their
 // names joined by '.' ({"linear1": {"weight": ..}} is "linear1.weight"). Loaded parameters are touch()ed.
 void load_state_dict(Module& m, const io::Value& state, const std::string& prefix = "");
