@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "attnkit/ops/gemm_panels.hpp"
 #include "attnkit/ops/matmul.hpp"
 
 using namespace attnkit;

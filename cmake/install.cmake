@@ -1,5 +1,6 @@
 # `cmake --install build --prefix P` (tests/install/run.sh checks all of it):
-#   P/lib/libattnkit.so.X.Y.Z (SONAME libattnkit.so.X) and its links, P/include/attnkit/**.hpp (the public
+#   P/lib/libattnkit.so.X.Y.Z (SONAME libattnkit.so.X; libattnkit.so.0.Y while X is 0) and its links,
+#   P/include/attnkit/**.hpp (the public
 #   headers only), P/bin/<every tool> (RUNPATH $ORIGIN/../lib), P/lib/cmake/attnkit (find_package(attnkit
 #   CONFIG) -> attnkit::attnkit), P/lib/pkgconfig/attnkit.pc (relocatable: its prefix is found from its own
 #   place), the man pages and bash completions of the tools (cmake/docs.cmake), and the manuals of docs/
@@ -34,8 +35,13 @@ set(ATTNKIT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/attnkit)
 install(EXPORT attnkitTargets NAMESPACE attnkit:: DESTINATION ${ATTNKIT_CMAKE_DIR})
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/attnkitConfig.cmake.in
   ${CMAKE_BINARY_DIR}/attnkitConfig.cmake INSTALL_DESTINATION ${ATTNKIT_CMAKE_DIR})
-# 0.x: a minor version may break the interface
-write_basic_package_version_file(${CMAKE_BINARY_DIR}/attnkitConfigVersion.cmake COMPATIBILITY SameMinorVersion)
+# 0.x: a minor version may break the interface, from 1.0 on a major one (docs/library.md, "Versions")
+if(PROJECT_VERSION_MAJOR EQUAL 0)
+  set(_ak_compatibility SameMinorVersion)
+else()
+  set(_ak_compatibility SameMajorVersion)
+endif()
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/attnkitConfigVersion.cmake COMPATIBILITY ${_ak_compatibility})
 install(FILES ${CMAKE_BINARY_DIR}/attnkitConfig.cmake ${CMAKE_BINARY_DIR}/attnkitConfigVersion.cmake
         DESTINATION ${ATTNKIT_CMAKE_DIR})
 

@@ -12,6 +12,7 @@
 #include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/ops/attention_scores.hpp"
+#include "attnkit/ops/gemm_panels.hpp"
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/threads.hpp"

@@ -11,7 +11,9 @@ namespace attnkit::io {
 
 // Throws attnkit::Error for a tensor member of `bundle` (nested members as "outer.inner") that is
 // not in `used`: a typo or a weight of another model must not be ignored silently. Members that
-// are not tensors (metadata such as {"cell": "lstm"}) are allowed.
-void check_no_extra_weights(const Value& bundle, const std::set<std::string>& used, std::string_view op);
+// are not tensors (metadata such as {"cell": "lstm"}) are allowed. With a prefix, only the tensors whose
+// name starts with it are judged (the bundle may hold a whole model: "encoder.layers.0.self_attn.").
+void check_no_extra_weights(const Value& bundle, const std::set<std::string>& used, std::string_view op,
+                            std::string_view prefix = "");
 
 }  // namespace attnkit::io

@@ -1,6 +1,7 @@
 // Legend: E model size, Ev value projection size, Eo output size, NH heads.
 #include "attnkit/nn/attention.hpp"
 
+#include <cmath>
 #include <optional>
 #include <set>
 #include <string>
@@ -9,6 +10,7 @@
 #include "attnkit/autograd/multihead.hpp"
 #include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/io/weight_checks.hpp"
+#include "attnkit/nn/init.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::nn {
@@ -151,7 +153,34 @@ void MultiheadAttention::check(std::string_view op) const {
   AK_CHECK(Ev % num_heads == 0, "{}: NH = {} heads do not divide the value size Ev = {}", op, num_heads, Ev);
 }
 
-MultiheadAttention MultiheadAttention::from_bundle(const io::Value& bundle, int64_t num_heads, std::string_view op) {
+MultiheadAttention::MultiheadAttention(int64_t E, int64_t heads, const std::string& prefix)
+    : num_heads(heads), form(MhaWeightForm::InProj) {
+  AK_CHECK(E >= 1, "{}multi-head attention: embedding size E = {} must be >= 1", prefix, E);
+  in_proj_weight = Parameter(prefix + "in_proj_weight", Tensor({3 * E, E}));  // [3E, E]
+  in_proj_bias = Parameter(prefix + "in_proj_bias", Tensor({3 * E}));          // [3E]
+  out_proj_weight = Parameter(prefix + "out_proj.weight", Tensor({E, E}));     // [E, E]
+  out_proj_bias = Parameter(prefix + "out_proj.bias", Tensor({E}));            // [E]
+  check(prefix.empty() ? "multi-head attention" : prefix);
+}
+
+MultiheadAttention::MultiheadAttention(int64_t E, int64_t heads, Rng& rng, const std::string& prefix)
+    : MultiheadAttention(E, heads, prefix) {
+  reset_parameters(rng);
+}
+
+void MultiheadAttention::reset_parameters(Rng& rng) {
+  AK_CHECK(form == MhaWeightForm::InProj && !in_proj_bias.value.empty() && !out_proj_bias.value.empty(),
+           "multi-head attention: reset_parameters initialises the in_proj form with biases only");
+  const int64_t E = embed_dim();
+  xavier_uniform(in_proj_weight, rng);  // [3E, E]
+  in_proj_bias.value = Tensor({3 * E}), in_proj_bias.touch();
+  const float bound = 1.0f / std::sqrt(static_cast<float>(E));
+  out_proj_weight.value = rand_uniform({E, E}, rng, -bound, bound), out_proj_weight.touch();
+  out_proj_bias.value = Tensor({E}), out_proj_bias.touch();
+}
+
+MultiheadAttention MultiheadAttention::from_bundle(const io::Value& bundle, int64_t num_heads, std::string_view op,
+                                                   const std::string& prefix) {
   AK_CHECK(bundle.is_bundle(), "{}: the weights are not a bundle of named tensors{}", op,
            bundle.is_tensor() ? "" : ": " + bundle.why());
   AK_CHECK(num_heads >= 1, "{}: the number of heads must be at least 1, not {}", op, num_heads);
@@ -159,8 +188,8 @@ MultiheadAttention MultiheadAttention::from_bundle(const io::Value& bundle, int6
   m.num_heads = num_heads;
   std::set<std::string> used;  // every tensor member must be one of these (check_no_extra_weights)
   auto get = [&](const char* name) {
-    const Tensor* t = io::find_tensor(bundle, name, op);
-    if (t) used.insert(name);
+    const Tensor* t = io::find_tensor(bundle, prefix + name, op);
+    if (t) used.insert(prefix + name);
     return t;
   };
   for (const char* unsupported : {"bias_k", "bias_v"})
@@ -185,8 +214,8 @@ MultiheadAttention MultiheadAttention::from_bundle(const io::Value& bundle, int6
   } else {
     std::string names;
     for (const auto& n : bundle.names()) names += (names.empty() ? "" : ", ") + n;
-    fail("{}: the weights have none of in_proj_weight, q_proj_weight or W_Q (members: {})", op,
-         names.empty() ? "none" : names);
+    fail("{}: the weights have none of {}in_proj_weight, {}q_proj_weight or {}W_Q (members: {})", op, prefix, prefix,
+         prefix, names.empty() ? "none" : names);
   }
   if (m.form != MhaWeightForm::Documents) {
     if (const Tensor* b = get("in_proj_bias")) m.in_proj_bias.value = *b;
@@ -194,7 +223,7 @@ MultiheadAttention MultiheadAttention::from_bundle(const io::Value& bundle, int6
     if (const Tensor* b = get("out_proj.bias")) m.out_proj_bias.value = *b;
   }
   m.check(op);
-  io::check_no_extra_weights(bundle, used, op);
+  io::check_no_extra_weights(bundle, used, op, prefix);
   return m;
 }
 

@@ -15,6 +15,7 @@
 //
 #pragma once
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "attnkit/io/value.hpp"
 #include "attnkit/nn/parameter.hpp"
 #include "attnkit/ops/mha.hpp"
+#include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/tensor.hpp"
 
 namespace attnkit::nn {
@@ -39,11 +41,25 @@ class MultiheadAttention : public Module {
   // The documents' form.
   Parameter W_Q{"W_Q", {}}, W_K{"W_K", {}}, W_V{"W_V", {}}, W_O{"W_O", {}};
 
-  // From a bundle in either naming (see above); every tensor's presence and shape is checked
-  // (io::find_tensor). `op` prefixes messages. Throws attnkit::Error naming the weight, its shape
-  // and the expected one, or if NH does not divide E.
+  // No parameters (fill them by hand, then check()), or from_bundle.
+  MultiheadAttention() = default;
+  // PyTorch's nn.MultiheadAttention(E, NH) (kdim = vdim = E, biases): the in_proj form with its parameters
+  // named "<prefix>in_proj_weight", ... (prefix as given: "self_attn."), all zeros, to be filled by
+  // load_state_dict (nn/state_dict.hpp); or initialised from `rng` (reset_parameters).
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, const std::string& prefix = "");
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, Rng& rng, const std::string& prefix = "");
+
+  // As PyTorch's: in_proj_weight xavier_uniform, then out_proj.weight U(+-1/sqrt(E)), the biases zero
+  // (the in_proj form only).
+  void reset_parameters(Rng& rng);
+
+  // From a bundle in either naming (see above), each tensor named `prefix` + its name ("decoder.layers.0.
+  // multihead_attn." + "in_proj_weight"; the prefix as given); every tensor's presence and shape is checked
+  // (io::find_tensor), and a tensor under the prefix that is none of the form's is refused (with an empty
+  // prefix: any other tensor of the bundle). `op` prefixes messages. Throws attnkit::Error naming the
+  // weight, its shape and the expected one, or if NH does not divide E.
   static MultiheadAttention from_bundle(const io::Value& bundle, int64_t num_heads,
-                                        std::string_view op = "multi-head attention");
+                                        std::string_view op = "multi-head attention", const std::string& prefix = "");
 
   // The non-empty parameters in state_dict order (in_proj_weight | q/k/v_proj_weight, in_proj_bias,
   // out_proj.weight, out_proj.bias; or W_Q, W_K, W_V, W_O).

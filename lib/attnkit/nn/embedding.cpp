@@ -9,6 +9,20 @@
 
 namespace attnkit::nn {
 
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, std::optional<int64_t> padding_idx,
+                     const std::string& prefix)
+    : what_(prefix.empty() ? "embedding" : prefix) {
+  const int64_t V = num_embeddings, E = embedding_dim;
+  AK_CHECK(V >= 0 && E >= 0, "{}: num_embeddings {} and embedding_dim {} must be >= 0", what_, V, E);
+  weight = Parameter(qualified(prefix, "weight"), Tensor({V, E}));  // [V, E]
+  if (padding_idx) {
+    const int64_t p = *padding_idx;
+    AK_CHECK(p >= -V && p < V, "{}: padding_idx {} is out of range for {} embeddings (expected [-{}, {}))", what_, p,
+             V, V, V);
+    options_.padding_idx = p < 0 ? p + V : p;
+  }
+}
+
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, Rng& rng, std::optional<int64_t> padding_idx,
                      const std::string& prefix)
     : what_(prefix.empty() ? "embedding" : prefix) {

@@ -5,20 +5,37 @@
 
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/nn/state_dict.hpp"
+#include "attnkit/ops/gemm_panels.hpp"
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/tensor/error.hpp"
 
 namespace attnkit::nn {
 
-Linear::Linear(int64_t in_features, int64_t out_features, Rng& rng, bool bias, const std::string& prefix)
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias, const std::string& prefix)
     : has_bias_(bias), what_(prefix.empty() ? "linear" : prefix) {
   AK_CHECK(in_features >= 0 && out_features >= 0, "{}: in_features {} and out_features {} must be >= 0", what_,
            in_features, out_features);
+  weight = Parameter(qualified(prefix, "weight"), Tensor({out_features, in_features}));  // [O, I]
+  this->bias = Parameter(qualified(prefix, "bias"), bias ? Tensor({out_features}) : Tensor());  // [O]
+}
+
+Linear::Linear(int64_t in_features, int64_t out_features, Rng& rng, bool bias, const std::string& prefix)
+    : Linear(in_features, out_features, bias, prefix) {
+  draw(rng);  // a new layer's values: nothing derived from them yet, nothing to touch
+}
+
+void Linear::draw(Rng& rng) {
   // PyTorch: bound = 1 / sqrt(fan_in) for both (0 when fan_in is 0)
-  const float bound = in_features > 0 ? 1.0f / std::sqrt(static_cast<float>(in_features)) : 0.0f;
-  weight = Parameter(qualified(prefix, "weight"), rand_uniform({out_features, in_features}, rng, -bound, bound));
-  if (bias) this->bias = Parameter(qualified(prefix, "bias"), rand_uniform({out_features}, rng, -bound, bound));
-  else this->bias = Parameter(qualified(prefix, "bias"), Tensor());
+  const int64_t I = in_features(), O = out_features();
+  const float bound = I > 0 ? 1.0f / std::sqrt(static_cast<float>(I)) : 0.0f;
+  weight.value = rand_uniform({O, I}, rng, -bound, bound);
+  if (has_bias_) bias.value = rand_uniform({O}, rng, -bound, bound);
+}
+
+void Linear::reset_parameters(Rng& rng) {
+  draw(rng);
+  weight.touch();
+  bias.touch();
 }
 
 autograd::Var Linear::forward(const autograd::Var& x) { return forward(x, autograd::LinearThen{}); }

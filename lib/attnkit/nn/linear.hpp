@@ -4,6 +4,7 @@
 // Init, PyTorch's default (kaiming_uniform_(a = sqrt 5) reduces to it): weight and bias both
 // ~ U(-1/sqrt(I), 1/sqrt(I)), drawn from the attnkit::Rng given, weight row-major first, then bias.
 // (The values differ from PyTorch's, whose generator is not reproduced; the distribution is the same.)
+// Built without an Rng, the weights are zeros, to be filled by load_state_dict (nn/state_dict.hpp).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,9 @@ namespace attnkit::nn {
 class Linear : public Module {
  public:
   // prefix: the layer's name inside a bigger model ("linear1"), "" for a standalone layer.
+  // Zeros, to be loaded (load_state_dict) or initialised (reset_parameters).
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, const std::string& prefix = "");
+  // Initialised as PyTorch's (above): Linear(in, out, bias, prefix), then reset_parameters(rng).
   Linear(int64_t in_features, int64_t out_features, Rng& rng, bool bias = true, const std::string& prefix = "");
 
   Parameter weight;  // [O, I]
@@ -46,10 +50,14 @@ class Linear : public Module {
   ops::LinearWeights view() const;
 
   std::vector<Parameter*> named_parameters() override;
+  using Module::named_parameters;
+  // weight, then bias ~ U(-1/sqrt(I), 1/sqrt(I)) from `rng` (touch()ed).
+  void reset_parameters(Rng& rng);
   // weight (and bias) from a bundle by name, presence and shape checked (nn/state_dict.hpp).
   void load(const io::Value& bundle);
 
  private:
+  void draw(Rng& rng);  // reset_parameters' values, untouched
   bool has_bias_;
   std::string what_;  // for messages: the prefix, or "linear"
   DerivedSlot<ops::GemmPackedB> packed_;  // W^T [I, O] for ops::gemm_packed

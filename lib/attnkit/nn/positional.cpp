@@ -40,6 +40,16 @@ PositionalKind parse_positional_kind(std::string_view name) {
 
 std::string_view positional_kind_name(PositionalKind kind) { return name_of(kPositionalNames, kind); }
 
+PositionalEncoding::PositionalEncoding(PositionalKind kind, int64_t embed, int64_t max_positions,
+                                       const std::string& prefix)
+    : kind_(kind), embed_(embed), max_positions_(max_positions) {
+  AK_CHECK(embed >= 1, "positional encoding: size {} must be >= 1", embed);
+  if (kind == PositionalKind::Learned) {
+    AK_CHECK(max_positions >= 1, "positional encoding: a learned table of {} positions (need >= 1)", max_positions);
+    weight = Parameter(prefix + ".weight", Tensor({max_positions, embed}));  // [P, E]
+  }
+}
+
 PositionalEncoding::PositionalEncoding(PositionalKind kind, int64_t embed, int64_t max_positions, Rng& rng,
                                        const std::string& prefix)
     : kind_(kind), embed_(embed), max_positions_(max_positions) {

@@ -31,7 +31,9 @@ std::string_view positional_kind_name(PositionalKind kind);
 class PositionalEncoding : public Module {
  public:
   // max_positions: the learned table's size P (unused by the sinusoidal kind, which has no limit).
-  // prefix names the learned table's parameter ("<prefix>.weight").
+  // prefix names the learned table's parameter ("<prefix>.weight"). The learned table: N(0, 1) from `rng`,
+  // or zeros without one (to be filled by load_state_dict, nn/state_dict.hpp).
+  PositionalEncoding(PositionalKind kind, int64_t embed, int64_t max_positions, const std::string& prefix = "pos_embed");
   PositionalEncoding(PositionalKind kind, int64_t embed, int64_t max_positions, Rng& rng,
                      const std::string& prefix = "pos_embed");
 

@@ -48,6 +48,8 @@ class Recurrent : public Module {
   static Recurrent from_bundle(const io::Value& bundle, CellKind cell, WeightLayout layout);
   // PyTorch's initialisation: every weight and bias U(-1/sqrt(H), 1/sqrt(H)), drawn in state_dict order.
   static Recurrent random(const ops::RecurrentConfig& config, Rng& rng);
+  // Zeros in PyTorch's shapes, to be filled by load_state_dict (nn/state_dict.hpp).
+  explicit Recurrent(const ops::RecurrentConfig& config);
   // Checks every tensor's shape (biases included: a bias-free model passes zeros) and throws
   // attnkit::Error naming the first that is wrong.
   explicit Recurrent(ops::RecurrentConfig config, std::vector<DirectionWeights> weights);

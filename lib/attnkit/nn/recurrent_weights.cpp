@@ -263,6 +263,27 @@ Recurrent Recurrent::from_bundle(const io::Value& bundle, CellKind cell, WeightL
   return Recurrent(config, std::move(weights));
 }
 
+namespace {
+
+std::vector<DirectionWeights> zero_weights(const ops::RecurrentConfig& config) {
+  const int G = gate_count(config.cell), dirs = config.directions();
+  const int64_t H = config.hidden_size;
+  AK_CHECK(H > 0 && config.input_size > 0 && config.layers > 0, "recurrent: sizes must be positive (D {}, H {}, L {})",
+           config.input_size, H, config.layers);
+  std::vector<DirectionWeights> weights;
+  for (int l = 0; l < config.layers; ++l) {
+    for (int d = 0; d < dirs; ++d) {
+      const int64_t Din = l == 0 ? config.input_size : dirs * H;
+      weights.push_back({Tensor({G * H, Din}), Tensor({G * H, H}), Tensor({G * H}), Tensor({G * H})});
+    }
+  }
+  return weights;
+}
+
+}  // namespace
+
+Recurrent::Recurrent(const ops::RecurrentConfig& config) : Recurrent(config, zero_weights(config)) {}
+
 Recurrent Recurrent::random(const ops::RecurrentConfig& config, Rng& rng) {
   const int G = gate_count(config.cell), dirs = config.directions();
   const int64_t H = config.hidden_size;

@@ -4,6 +4,7 @@
 
 #include "attnkit/autograd/functional.hpp"
 #include "attnkit/autograd/layers.hpp"
+#include "attnkit/nn/init.hpp"
 #include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
@@ -34,14 +35,6 @@ void TransformerLayerOptions::validate(std::string_view what) const {
 }
 
 namespace {
-
-// xavier_uniform_: U(+-sqrt(6 / (fan_in + fan_out))) for a [out, in] matrix.
-void xavier(Parameter& p, Rng& rng) {
-  const int64_t out = p.value.dim(0), in = p.value.dim(1);
-  const float bound = static_cast<float>(std::sqrt(6.0 / double(in + out)));
-  p.value = rand_uniform(p.value.shape(), rng, -bound, bound);
-  p.touch();
-}
 
 // x + y; under inference into y's own buffer (an op's fresh output, moved here), not a fresh [N, T, E]
 // (autograd::add_in_place).
@@ -88,29 +81,30 @@ void add_all(std::vector<Parameter*>& out, Module& m) {
 }  // namespace
 
 MultiheadAttention make_attention(int64_t E, int64_t heads, Rng& rng, const std::string& prefix) {
-  MultiheadAttention m;
-  m.num_heads = heads;
-  m.form = MhaWeightForm::InProj;
-  m.in_proj_weight = Parameter(prefix + "in_proj_weight", Tensor({3 * E, E}));  // [3E, E]
-  xavier(m.in_proj_weight, rng);
-  m.in_proj_bias = Parameter(prefix + "in_proj_bias", Tensor({3 * E}));          // [3E] zeros
-  const float bound = 1.0f / std::sqrt(static_cast<float>(E));
-  m.out_proj_weight = Parameter(prefix + "out_proj.weight", rand_uniform({E, E}, rng, -bound, bound));  // [E, E]
-  m.out_proj_bias = Parameter(prefix + "out_proj.bias", Tensor({E}));            // [E] zeros
-  m.check(prefix);
-  return m;
+  return MultiheadAttention(E, heads, rng, prefix);
 }
 
-TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& o, Rng& rng, const std::string& prefix)
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& o, const std::string& prefix)
     : options(checked(o, "transformer encoder layer")),
-      self_attn(make_attention(o.d_model, o.heads, rng, prefix + "self_attn.")),
-      linear1(o.d_model, o.dim_feedforward, rng, true, prefix + "linear1"),
-      linear2(o.dim_feedforward, o.d_model, rng, true, prefix + "linear2"),
+      self_attn(o.d_model, o.heads, prefix + "self_attn."),
+      linear1(o.d_model, o.dim_feedforward, true, prefix + "linear1"),
+      linear2(o.dim_feedforward, o.d_model, true, prefix + "linear2"),
       norm1(o.d_model, o.layer_norm_eps, true, prefix + "norm1"),
-      norm2(o.d_model, o.layer_norm_eps, true, prefix + "norm2") {
-  xavier(self_attn.out_proj_weight, rng);
-  xavier(linear1.weight, rng);
-  xavier(linear2.weight, rng);
+      norm2(o.d_model, o.layer_norm_eps, true, prefix + "norm2") {}
+
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& o, Rng& rng, const std::string& prefix)
+    : TransformerEncoderLayer(o, prefix) {
+  reset_parameters(rng);
+}
+
+// The draws in the order of nn.Transformer's construction: the modules' own inits, then xavier over the matrices.
+void TransformerEncoderLayer::reset_parameters(Rng& rng) {
+  self_attn.reset_parameters(rng);
+  linear1.reset_parameters(rng);
+  linear2.reset_parameters(rng);
+  xavier_uniform(self_attn.out_proj_weight, rng);
+  xavier_uniform(linear1.weight, rng);
+  xavier_uniform(linear2.weight, rng);
 }
 
 std::vector<Parameter*> TransformerEncoderLayer::named_parameters() {
@@ -131,19 +125,30 @@ Var TransformerEncoderLayer::forward(const Var& x, const ops::MaskSpec& mask, co
   return norm2.forward(ff_residual(linear1, linear2, options, y, y, d));                            // norm2(y + ff(y))
 }
 
-TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& o, Rng& rng, const std::string& prefix)
+TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& o, const std::string& prefix)
     : options(checked(o, "transformer decoder layer")),
-      self_attn(make_attention(o.d_model, o.heads, rng, prefix + "self_attn.")),
-      multihead_attn(make_attention(o.d_model, o.heads, rng, prefix + "multihead_attn.")),
-      linear1(o.d_model, o.dim_feedforward, rng, true, prefix + "linear1"),
-      linear2(o.dim_feedforward, o.d_model, rng, true, prefix + "linear2"),
+      self_attn(o.d_model, o.heads, prefix + "self_attn."),
+      multihead_attn(o.d_model, o.heads, prefix + "multihead_attn."),
+      linear1(o.d_model, o.dim_feedforward, true, prefix + "linear1"),
+      linear2(o.dim_feedforward, o.d_model, true, prefix + "linear2"),
       norm1(o.d_model, o.layer_norm_eps, true, prefix + "norm1"),
       norm2(o.d_model, o.layer_norm_eps, true, prefix + "norm2"),
-      norm3(o.d_model, o.layer_norm_eps, true, prefix + "norm3") {
-  xavier(self_attn.out_proj_weight, rng);
-  xavier(multihead_attn.out_proj_weight, rng);
-  xavier(linear1.weight, rng);
-  xavier(linear2.weight, rng);
+      norm3(o.d_model, o.layer_norm_eps, true, prefix + "norm3") {}
+
+TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& o, Rng& rng, const std::string& prefix)
+    : TransformerDecoderLayer(o, prefix) {
+  reset_parameters(rng);
+}
+
+void TransformerDecoderLayer::reset_parameters(Rng& rng) {
+  self_attn.reset_parameters(rng);
+  multihead_attn.reset_parameters(rng);
+  linear1.reset_parameters(rng);
+  linear2.reset_parameters(rng);
+  xavier_uniform(self_attn.out_proj_weight, rng);
+  xavier_uniform(multihead_attn.out_proj_weight, rng);
+  xavier_uniform(linear1.weight, rng);
+  xavier_uniform(linear2.weight, rng);
 }
 
 std::vector<Parameter*> TransformerDecoderLayer::named_parameters() {
@@ -178,6 +183,13 @@ Var TransformerDecoderLayer::forward(const Var& x, const Var& memory, const ops:
   return feed_forward(y, d);                                                                             // norm3(y + ff(y))
 }
 
+TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& o, int64_t num_layers, const std::string& prefix)
+    : norm(o.d_model, o.layer_norm_eps, true, prefix + "norm") {
+  AK_CHECK(num_layers >= 1, "transformer encoder: {} layers (need >= 1)", num_layers);
+  for (int64_t i = 0; i < num_layers; ++i)
+    layers.push_back(std::make_unique<TransformerEncoderLayer>(o, prefix + "layers." + std::to_string(i) + "."));
+}
+
 TransformerEncoder::TransformerEncoder(const TransformerLayerOptions& o, int64_t num_layers, Rng& rng,
                                        const std::string& prefix)
     : norm(o.d_model, o.layer_norm_eps, true, prefix + "norm") {
@@ -197,6 +209,13 @@ Var TransformerEncoder::forward(const Var& x, const ops::MaskSpec& mask, const D
   Var y = x;
   for (auto& l : layers) y = l->forward(y, mask, d);  // [N, S, E]
   return norm.forward(y);
+}
+
+TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& o, int64_t num_layers, const std::string& prefix)
+    : norm(o.d_model, o.layer_norm_eps, true, prefix + "norm") {
+  AK_CHECK(num_layers >= 1, "transformer decoder: {} layers (need >= 1)", num_layers);
+  for (int64_t i = 0; i < num_layers; ++i)
+    layers.push_back(std::make_unique<TransformerDecoderLayer>(o, prefix + "layers." + std::to_string(i) + "."));
 }
 
 TransformerDecoder::TransformerDecoder(const TransformerLayerOptions& o, int64_t num_layers, Rng& rng,

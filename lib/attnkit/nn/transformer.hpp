@@ -26,7 +26,8 @@
 //   linear2.weight [E, F], linear2.bias [E], norm1.weight [E], norm1.bias, norm2.*, (decoder: norm3.*)
 // and "encoder.norm.weight", "encoder.norm.bias" (likewise decoder) for the stacks' final norms.
 // Init as nn.Transformer's _reset_parameters: every matrix xavier_uniform (U(+-sqrt(6 / (fan_in + fan_out)))),
-// attention biases zero, linear biases U(+-1/sqrt(fan_in)), norms ones and zeros.
+// attention biases zero, linear biases U(+-1/sqrt(fan_in)), norms ones and zeros. Built without an Rng, the
+// matrices and biases are zeros (the norms ones and zeros), to be filled by load_state_dict (nn/state_dict.hpp).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -73,7 +74,9 @@ MultiheadAttention make_attention(int64_t E, int64_t heads, Rng& rng, const std:
 
 class TransformerEncoderLayer : public Module {
  public:
+  TransformerEncoderLayer(const TransformerLayerOptions& options, const std::string& prefix = "");  // to be loaded
   TransformerEncoderLayer(const TransformerLayerOptions& options, Rng& rng, const std::string& prefix = "");
+  void reset_parameters(Rng& rng);  // as nn.Transformer's (above)
   TransformerEncoderLayer(const TransformerEncoderLayer&) = delete;
   TransformerEncoderLayer& operator=(const TransformerEncoderLayer&) = delete;
 
@@ -91,7 +94,9 @@ class TransformerEncoderLayer : public Module {
 
 class TransformerDecoderLayer : public Module {
  public:
+  TransformerDecoderLayer(const TransformerLayerOptions& options, const std::string& prefix = "");  // to be loaded
   TransformerDecoderLayer(const TransformerLayerOptions& options, Rng& rng, const std::string& prefix = "");
+  void reset_parameters(Rng& rng);  // as nn.Transformer's (above)
   TransformerDecoderLayer(const TransformerDecoderLayer&) = delete;
   TransformerDecoderLayer& operator=(const TransformerDecoderLayer&) = delete;
 
@@ -116,6 +121,7 @@ class TransformerDecoderLayer : public Module {
 // N layers and the final norm ("<prefix>layers.i.", "<prefix>norm.").
 class TransformerEncoder : public Module {
  public:
+  TransformerEncoder(const TransformerLayerOptions& options, int64_t num_layers, const std::string& prefix = "encoder.");
   TransformerEncoder(const TransformerLayerOptions& options, int64_t num_layers, Rng& rng,
                      const std::string& prefix = "encoder.");
   std::vector<std::unique_ptr<TransformerEncoderLayer>> layers;
@@ -128,6 +134,7 @@ class TransformerEncoder : public Module {
 
 class TransformerDecoder : public Module {
  public:
+  TransformerDecoder(const TransformerLayerOptions& options, int64_t num_layers, const std::string& prefix = "decoder.");
   TransformerDecoder(const TransformerLayerOptions& options, int64_t num_layers, Rng& rng,
                      const std::string& prefix = "decoder.");
   std::vector<std::unique_ptr<TransformerDecoderLayer>> layers;

@@ -1,5 +1,5 @@
-// What the attention kernels' sources (ops/attention*.cpp) share: the masks as the kernels apply them, and the
-// score-kind entries' checked sizes. Not part of the library's interface.
+// Internal (include from .cpp files only): what the attention kernels' sources (ops/attention*.cpp) share:
+// the masks as the kernels apply them, and the score-kind entries' checked sizes.
 #pragma once
 #include <algorithm>
 #include <cstdint>

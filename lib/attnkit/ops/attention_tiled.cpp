@@ -15,6 +15,7 @@
 #include <omp.h>
 
 #include "attnkit/ops/attention_detail.hpp"
+#include "attnkit/ops/gemm_panels.hpp"
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/ops/softmax.hpp"
 #include "attnkit/ops/vector_exp.hpp"

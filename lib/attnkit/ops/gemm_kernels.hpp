@@ -1,8 +1,9 @@
-// The kernels behind ops::gemm (matmul.hpp), for benchmarks and tests that time or check one of them;
-// library code calls ops::gemm, which picks the fastest the processor runs.
+// Internal (include from .cpp files only): the kernels behind ops::gemm (matmul.hpp), for benchmarks and
+// tests that time or check one of them; library code calls ops::gemm, which picks the fastest the processor runs.
 #pragma once
 #include <cstdint>
 
+#include "attnkit/ops/gemm_panels.hpp"
 #include "attnkit/ops/matmul.hpp"
 
 namespace attnkit::ops {

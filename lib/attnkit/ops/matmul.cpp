@@ -7,6 +7,7 @@
 // num_threads() threads. Own kernel: each thread takes a slice of C's columns (or rows, when C is
 // taller than wide) and runs the single-thread kernel on it with its own packing buffers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // Eigen AVX-512, GCC 12 false positive
+#include "attnkit/ops/gemm_panels.hpp"
 #include "attnkit/ops/matmul.hpp"
 
 #include "attnkit/ops/gemm_kernels.hpp"

@@ -1,6 +1,6 @@
-// The multi-head attention kernels' thread-team machinery (ops/mha.cpp): stages of independent tasks run by one
-// team (run_stages), the projections as such tasks (LinearJob forward, ProjBackward backward). Not part of the
-// library's interface.
+// Internal (include from .cpp files only): the multi-head attention kernels' thread-team machinery
+// (ops/mha.cpp): stages of independent tasks run by one team (run_stages), the projections as such tasks
+// (LinearJob forward, ProjBackward backward). Not part of the library's interface.
 // Legend: N batch, T queries, S keys, E model size, Ev value projection size.
 #pragma once
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "attnkit/ops/gemm_panels.hpp"
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/ops/mha.hpp"
 #include "attnkit/tensor/threads.hpp"

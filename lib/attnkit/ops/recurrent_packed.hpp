@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "attnkit/ops/gemm_panels.hpp"
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/ops/recurrent.hpp"
 #include "attnkit/tensor/tensor.hpp"

@@ -17,6 +17,7 @@
 #include <memory>
 #include <thread>
 
+#include "attnkit/ops/gemm_panels.hpp"
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/ops/recurrent_packed.hpp"
 #include "attnkit/ops/recurrent_stack.hpp"
