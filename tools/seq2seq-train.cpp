@@ -201,8 +201,10 @@ int main(int argc, char** argv) {
   app.add_option("--train-size", train_size, "Task: training examples")->check(tools::positive())->capture_default_str();
   app.add_option("--valid-size", valid_size, "Task: held-out examples")->check(tools::non_negative())->capture_default_str();
   auto* model_opt = app.add_option("--model", model_name, "Cell of encoder and decoder, or transformer; "
-                                                          "transformer-lm: a decoder-only language model on a text file")
-                        ->check(CLI::IsMember({"lstm", "gru", "rnn", "transformer", "transformer-lm"}));
+                                                          "a language model on a text file: transformer-lm (decoder-only), "
+                                                          "lstm-lm, gru-lm, rnn-lm")
+                        ->check(CLI::IsMember({"lstm", "gru", "rnn", "transformer", "transformer-lm", "lstm-lm",
+                                               "gru-lm", "rnn-lm"}));
   app.add_option("--attention", attention, "Luong attention's score, or none (the fixed context)")
       ->check(CLI::IsMember({"none", "dot", "scaled-dot", "general", "additive"}))
       ->capture_default_str();
@@ -234,10 +236,11 @@ int main(int argc, char** argv) {
   int64_t context = 64;
   bool tied = false, post_ln = false;
   std::string positional = "learned", activation = "gelu";
-  app.add_option("--context", context, "transformer-lm: tokens per training window (and the learned positions)")
+  app.add_option("--context", context, "Language models: tokens per training window (transformer-lm: also its "
+                                       "learned positions; the recurrent ones: the truncated BPTT length)")
       ->check(tools::positive())
       ->capture_default_str();
-  app.add_flag("--tied", tied, "transformer-lm: the output projection shares the embedding's weights");
+  app.add_flag("--tied", tied, "Language models: the output projection shares the embedding's weights");
   app.add_flag("--post-ln", post_ln, "transformer-lm: post-LN layers (default pre-LN, GPT-2's)");
   app.add_option("--positional", positional, "transformer-lm: position encoding")
       ->check(CLI::IsMember({"learned", "sinusoidal"}))
@@ -293,20 +296,27 @@ int main(int argc, char** argv) {
                                                 "--optimizer", "--lr", "--schedule", "--warmup", "--clip",
                                                 "--dropout", "--batch", "--seed"};
 
-  // seq2seq-train --model transformer-lm: a language model on a text file (train/lm_trainer.hpp).
+  // seq2seq-train --model transformer-lm|lstm-lm|gru-lm|rnn-lm: a language model on a text file
+  // (train/lm_trainer.hpp).
   auto train_language_model = [&]() -> int {
-    for (const char* name : {"--task", "--target-tokenizer", "--skip-bad-lines", "--max-len", "--vocab-size",
-                             "--min-len", "--train-size", "--valid-size", "--attention", "--hidden", "--embed",
-                             "--bidirectional", "--attention-style", "--teacher-forcing", "--label-smoothing",
-                             "--epochs", "--vocab", "--norm-first"})
+    const bool transformer = model_name == "transformer-lm";
+    std::vector<const char*> refused = {"--task", "--target-tokenizer", "--skip-bad-lines", "--max-len",
+                                        "--vocab-size", "--min-len", "--train-size", "--valid-size", "--attention",
+                                        "--bidirectional", "--attention-style", "--teacher-forcing",
+                                        "--label-smoothing", "--epochs", "--vocab", "--norm-first"};
+    for (const char* name : transformer ? std::vector<const char*>{"--hidden", "--embed"}
+                                        : std::vector<const char*>{"--heads", "--d-model", "--ff", "--post-ln",
+                                                                   "--positional", "--activation"})
+      refused.push_back(name);
+    for (const char* name : refused)
       if (app.get_option(name)->count() > 0)
-        throw UsageError(fmt::format("{} does nothing with --model transformer-lm{}", name,
+        throw UsageError(fmt::format("{} does nothing with --model {}{}", name, model_name,
                                      std::string(name) == "--norm-first" ? " (pre-LN is its default; --post-ln "
                                                                            "for post-LN)" : ""));
-    if (train_path.empty()) throw UsageError("--model transformer-lm needs --train FILE.txt");
+    if (train_path.empty()) throw UsageError("--model " + model_name + " needs --train FILE.txt");
     if (tokenizer != "char" && tokenizer != "byte")
       throw UsageError("--tokenizer " + tokenizer + ": a language model reads char or byte tokens");
-    if (d_model % heads != 0) throw UsageError(fmt::format("--heads {} does not divide --d-model {}", heads, d_model));
+    if (transformer && d_model % heads != 0) throw UsageError(fmt::format("--heads {} does not divide --d-model {}", heads, d_model));
     set_num_threads(threads);
     check_destination("--save", save_path);
     check_destination("--metrics", metrics_path);
@@ -321,6 +331,15 @@ int main(int argc, char** argv) {
       std::cerr << "seq2seq-train: " << valid_path << ": " << data.valid.unknown
                 << " tokens are not in the training text's vocabulary (read as <unk>)\n";
     train::LmTrainerOptions o;
+    o.family = transformer ? "transformer-lm" : "recurrent-lm";
+    if (!transformer) o.recurrent.cell = models::parse_cell_kind(model_name.substr(0, model_name.size() - 3));
+    o.recurrent.embed = embed;
+    o.recurrent.hidden = hidden;
+    o.recurrent.layers = layers;
+    o.recurrent.dropout = static_cast<float>(dropout);
+    o.recurrent.tied_output = tied;
+    if (!transformer && tied && embed != hidden)
+      throw UsageError(fmt::format("--tied needs --embed {} equal to --hidden {}", embed, hidden));
     o.model.layers = layers;
     o.model.heads = heads;
     o.model.d_model = d_model;
@@ -398,7 +417,7 @@ int main(int argc, char** argv) {
 
   return tools::run(app, argc, argv, [&]() -> int {
     if (!resume_path.empty()) restore_options(app, resume_path, restored, override_options);
-    if (model_name == "transformer-lm") return train_language_model();
+    if (model_name.size() > 3 && model_name.compare(model_name.size() - 3, 3, "-lm") == 0) return train_language_model();
     if (task.empty() && train_path.empty()) throw UsageError("give --task NAME or --train FILE");
     if (!valid_path.empty() && train_path.empty()) throw UsageError("--valid goes with --train");
     if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn|transformer");
@@ -476,7 +495,7 @@ int main(int argc, char** argv) {
                                                      "--embed",     "--bidirectional",   "--teacher-forcing"};
     const std::vector<const char*> transformer_only = {"--heads", "--d-model", "--ff", "--norm-first"};
     for (const char* name : {"--context", "--tied", "--post-ln", "--positional", "--activation"})
-      if (given(name)) throw UsageError(fmt::format("{} goes with --model transformer-lm", name));
+      if (given(name)) throw UsageError(fmt::format("{} goes with a language model (--model transformer-lm, lstm-lm, ...)", name));
     if (model_opt->count() > 0)
       for (const char* name : transformer ? recurrent_only : transformer_only)
         if (given(name))

@@ -216,10 +216,10 @@ int main(int argc, char** argv) {
     const decode::LoadedModel model =
         weights_path.empty() ? decode::load_checkpoint(model_path) : decode::load_exported(model_path, weights_path);
     decode::use_special_ids(model, o);  // an exported model's specials may sit anywhere in its vocabularies
-    if (model.family == "transformer-lm") return generate(model, o);
+    if (model.family == "transformer-lm" || model.family == "recurrent-lm") return generate(model, o);
     if (prompt_opt->count() + new_opt->count() > 0)
       throw UsageError((prompt_opt->count() ? std::string("--prompt") : std::string("--max-new-tokens")) +
-                       " goes with a language model (seq2seq-train --model transformer-lm); " + model_path + " is a " +
+                       " goes with a language model (seq2seq-train --model transformer-lm, lstm-lm, ...); " + model_path + " is a " +
                        model.family + " model");
     decode::OutputFields fields;
     fields.normalized = o.length_penalty != 0;

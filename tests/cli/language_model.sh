@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# seq2seq-train --model transformer-lm and transformer-decode --prompt: a tiny language model trains on a text
-# file (summary with perplexity and bits per byte, the checkpoint's family and names), resumes exactly (dropout
-# on; wherever the heap puts the buffers), generates the same tokens with and without the KV cache and with
-# beam 1, and refuses bad text and misplaced options (exit 1 for bad input, 2 for usage).
+# seq2seq-train --model transformer-lm|lstm-lm|gru-lm and transformer-decode --prompt: a tiny language model
+# trains on a text file (summary with perplexity and bits per byte, the checkpoint's family and names), resumes
+# exactly (dropout on; wherever the heap puts the buffers; the recurrent one mid-way through its streams, its
+# state carried), generates the same tokens with and without the KV cache (the recurrent state) and with beam 1,
+# and refuses bad text and misplaced options (exit 1 for bad input, 2 for usage). lstm-run runs the recurrent
+# model's layers (CKPT#decoder).
 set -euo pipefail
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -64,6 +66,30 @@ s1="$(transformer-decode lm.json --prompt 'the' --max-new-tokens 8 --strategy sa
 [[ "$(transformer-decode lm.json --prompt 'the' --max-new-tokens 8 --strategy sample --seed 4 | tokens)" == "$s1" ]] ||
   fail "sampling with one seed is not repeatable"
 
+# the recurrent language model: truncated BPTT over 8 streams, exact resume mid-way, the state as the cache
+rnn=(--model lstm-lm --train train.txt --valid valid.txt --context 10 --layers 2 --hidden 24 --embed 16 --batch 8
+     --lr 0.01 --threads 1 --dropout 0.1 --log-every 4)
+seq2seq-train "${rnn[@]}" --steps 16 --save re.json --metrics re.jsonl > /dev/null || fail "lstm-lm run exited $?"
+seq2seq-train "${rnn[@]}" --steps 8 --save rh.json --metrics rr.jsonl > /dev/null || fail "lstm-lm first half exited $?"
+seq2seq-train --resume rh.json --steps 16 --log-every 4 --save rh.json --metrics rr.jsonl --threads 1 > /dev/null ||
+  fail "lstm-lm second half exited $?"
+[[ "$(nowall re.jsonl)" == "$(nowall rr.jsonl)" ]] || fail "lstm-lm resumed metrics differ: $(diff <(nowall re.jsonl) <(nowall rr.jsonl))"
+grep -q '"family":"recurrent-lm"' re.json && grep -q '"cell":"lstm"' re.json || fail "lstm-lm config: $(head -c 300 re.json)"
+r1="$(transformer-decode re.json --prompt 'the cat' --max-new-tokens 30 | tokens)"
+[[ "$(transformer-decode re.json --prompt 'the cat' --max-new-tokens 30 --no-cache | tokens)" == "$r1" ]] ||
+  fail "lstm-lm: --no-cache differs"
+[[ "$(transformer-decode re.json --prompt 'the cat' --max-new-tokens 30 --strategy beam --beam 1 | tokens)" == "$r1" ]] ||
+  fail "lstm-lm: beam 1 differs from greedy"
+tensor randn --shape 1x3x16 > seq.json
+lstm-run seq.json --weights 're.json#decoder' > run.json || fail "lstm-run re.json#decoder exited $?"
+python3 -c "import json; o = json.load(open('run.json'))['output']; assert len(o[0]) == 3 and len(o[0][0]) == 24" ||
+  fail "lstm-run re.json#decoder: $(head -c 200 run.json)"
+seq2seq-train --model gru-lm --train train.txt --context 8 --hidden 16 --embed 16 --tied --steps 3 --threads 1 \
+  --save gru.json > /dev/null || fail "gru-lm --tied exited $?"
+expect_error 2 "--tied needs --embed 8 equal to --hidden 16" seq2seq-train --model gru-lm --train train.txt --embed 8 --hidden 16 --tied --steps 1 --save x.json
+expect_error 2 "--d-model does nothing with --model rnn-lm" seq2seq-train --model rnn-lm --train train.txt --d-model 8 --steps 1 --save x.json
+expect_error 1 "streams of 200 tokens need at least 1601" seq2seq-train --model lstm-lm --train train.txt --context 200 --batch 8 --steps 1 --save x.json
+
 # bad text and misplaced options
 printf 'good line\nbad \xc3( line\n' > bad.txt
 expect_error 1 "bad.txt: line 2: invalid UTF-8 at byte offset 14" seq2seq-train "${model[@]}" --train bad.txt --steps 1 --save x.json
@@ -75,11 +101,11 @@ printf 'short' > short.txt
 expect_error 1 "short.txt: 5 tokens, but a context of 16 needs at least 17" seq2seq-train "${model[@]}" --train short.txt --steps 1 --save x.json
 expect_error 2 "--hidden does nothing with --model transformer-lm" seq2seq-train "${common[@]}" --hidden 8 --steps 1 --save x.json
 expect_error 2 "a language model reads char or byte tokens" seq2seq-train "${common[@]}" --tokenizer space --steps 1 --save x.json
-expect_error 2 "--context goes with --model transformer-lm" seq2seq-train --task copy --model lstm --context 8 --steps 1 --save x.json
+expect_error 2 "--context goes with a language model" seq2seq-train --task copy --model lstm --context 8 --steps 1 --save x.json
 expect_error 1 "more than the model's 16 positions" transformer-decode lm.json --prompt 'the cat' --max-new-tokens 20
 expect_error 2 "--src does not apply to a language model" transformer-decode lm.json --src 'the cat'
 expect_error 1 "empty source" transformer-decode lm.json --prompt ''
-[[ ! -e x.json ]] || fail "a refused run wrote x.json"
+[[ ! -e x.json ]] || fail "a refused run wrote x.json: $(head -c 200 x.json)"
 seq2seq-train --task copy --model lstm --hidden 8 --embed 8 --steps 1 --save s2s.json --threads 1 > /dev/null || fail "seq2seq run exited $?"
 expect_error 2 "--prompt goes with a language model" transformer-decode s2s.json --prompt '1 2'
 finish language_model

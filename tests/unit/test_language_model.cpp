@@ -63,6 +63,17 @@ train::LmTrainerOptions small_options(nn::PositionalKind positional, bool norm_f
   return o;
 }
 
+// A 2-layer recurrent model of the cell given.
+train::LmTrainerOptions recurrent_options(nn::CellKind cell) {
+  train::LmTrainerOptions o = small_options(nn::PositionalKind::Learned, true, false);
+  o.family = "recurrent-lm";
+  o.recurrent.cell = cell;
+  o.recurrent.embed = 16;
+  o.recurrent.hidden = 24;
+  o.recurrent.layers = 2;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("language model: the cache gives the recomputed tokens and log-probabilities; greedy is beam 1") {
@@ -70,11 +81,13 @@ TEST_CASE("language model: the cache gives the recomputed tokens and log-probabi
   train::TextDataSpec spec;
   spec.train_path = text.path;
   spec.context = 12;
-  for (const auto& [positional, norm_first, tied] :
-       {std::tuple{nn::PositionalKind::Learned, true, false}, std::tuple{nn::PositionalKind::Sinusoidal, false, true}}) {
-    train::LmTrainer trainer(small_options(positional, norm_first, tied), train::load_text_data(spec));
+  for (const train::LmTrainerOptions& options :
+       {small_options(nn::PositionalKind::Learned, true, false), small_options(nn::PositionalKind::Sinusoidal, false, true),
+        recurrent_options(nn::CellKind::Lstm), recurrent_options(nn::CellKind::Gru)}) {
+    CAPTURE(options.family);
+    train::LmTrainer trainer(options, train::load_text_data(spec));
     trainer.run();
-    models::TransformerLM& lm = trainer.model();
+    models::TranslationModel& lm = trainer.model();
     const std::vector<std::vector<int64_t>> prompts = {{10, 11, 12, 13}, {14, 10, 9, 8}};
     // step by step, the two states agree
     models::SourceBatch b = decode::sources_batch(prompts);
@@ -121,7 +134,9 @@ TEST_CASE("language model: the validation loss is the sum of per-token losses of
   spec.train_path = train_file.path;
   spec.valid_path = valid_file.path;
   spec.context = 12;
-  train::LmTrainerOptions o = small_options(nn::PositionalKind::Learned, true, false);
+  for (const train::LmTrainerOptions& o :
+       {small_options(nn::PositionalKind::Learned, true, false), recurrent_options(nn::CellKind::RnnTanh)}) {
+  CAPTURE(o.family);
   train::LmTrainer trainer(o, train::load_text_data(spec));
   trainer.run();
   const train::TextData data = train::load_text_data(spec);
@@ -152,6 +167,7 @@ TEST_CASE("language model: the validation loss is the sum of per-token losses of
   CHECK(ev.perplexity == doctest::Approx(std::exp(nats / double(tokens))).epsilon(1e-5));
   // char tokens of ASCII text: one byte each, so bits per byte is the loss in bits
   CHECK(ev.bits_per_byte == doctest::Approx(nats / std::log(2.0) / double(tokens)).epsilon(1e-6));
+  }
 }
 
 TEST_CASE("language model: a checkpoint resumes to the uninterrupted run's parameters") {
@@ -160,22 +176,24 @@ TEST_CASE("language model: a checkpoint resumes to the uninterrupted run's param
   train::TextDataSpec spec;
   spec.train_path = text.path;
   spec.context = 12;
-  train::LmTrainerOptions o = small_options(nn::PositionalKind::Learned, true, false);
+  for (train::LmTrainerOptions o :
+       {small_options(nn::PositionalKind::Learned, true, false), recurrent_options(nn::CellKind::Lstm)}) {
+  CAPTURE(o.family);
   o.steps = 10;
-  o.model.dropout = 0.1f;
+  o.model.dropout = o.recurrent.dropout = 0.1f;
   train::LmTrainer straight(o, train::load_text_data(spec));
   straight.run();
   train::LmTrainer again(o, train::load_text_data(spec));
   again.run();
   CHECK(again.model().named_parameters()[0]->value.values() == straight.model().named_parameters()[0]->value.values());
-  o.steps = 5;
+  o.steps = 7;  // the recurrent streams: mid-way through them, with a state to carry
   o.save_path = ckpt.path;
   train::LmTrainer first(o, train::load_text_data(spec));
   first.run();
   o.steps = 10;
   o.save_path.clear();
   auto second = train::LmTrainer::resume(ckpt.path, o, train::load_text_data(spec));
-  CHECK(second->step() == 5);
+  CHECK(second->step() == 7);
   second->run();
   const auto a = straight.model().named_parameters(), b = second->model().named_parameters();
   REQUIRE(a.size() == b.size());
@@ -184,6 +202,8 @@ TEST_CASE("language model: a checkpoint resumes to the uninterrupted run's param
   spec.tokenizer = models::Tokenizer::Byte;
   CHECK(error_of([&] { train::LmTrainer::resume(ckpt.path, o, train::load_text_data(spec)); })
             .find("the model reads char tokens, the data is split into byte tokens") != std::string::npos);
+  spec.tokenizer = models::Tokenizer::Char;
+  }
 }
 
 TEST_CASE("language model: the byte tokenizer round-trips any bytes; the char one the text") {

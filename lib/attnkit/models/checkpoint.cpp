@@ -5,6 +5,7 @@
 
 #include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/models/fields.hpp"
+#include "attnkit/models/recurrent_lm.hpp"
 #include "attnkit/models/seq2seq.hpp"
 #include "attnkit/models/transformer.hpp"
 #include "attnkit/models/transformer_lm.hpp"
@@ -71,12 +72,25 @@ std::unique_ptr<TranslationModel> make_transformer_lm(const io::Value& weights, 
   return std::make_unique<TransformerLM>(c, rng);
 }
 
+// models/recurrent_lm.hpp's names.
+std::unique_ptr<TranslationModel> make_recurrent_lm(const io::Value& weights, const io::Value& config,
+                                                    std::string_view what) {
+  const RecurrentLMConfig c = RecurrentLMConfig::from_value(config, what);
+  const int64_t gates = c.cell == nn::CellKind::Lstm ? 4 : c.cell == nn::CellKind::Gru ? 3 : 1;
+  expect_shape(weights, "embed.weight", {c.vocab, c.embed}, what);
+  expect_shape(weights, "decoder.weight_hh_l" + std::to_string(c.layers - 1), {gates * c.hidden, c.hidden}, what);
+  if (!c.tied_output) expect_shape(weights, "output.weight", {c.vocab, c.hidden}, what);
+  Rng rng(1);  // the initial values are replaced by the stored ones
+  return std::make_unique<RecurrentLM>(c, rng);
+}
+
 }  // namespace
 
 const std::vector<ModelFamily>& model_families() {
   static const std::vector<ModelFamily> families = {{"recurrent", make_recurrent},
                                                     {"transformer", make_transformer},
-                                                    {"transformer-lm", make_transformer_lm}};
+                                                    {"transformer-lm", make_transformer_lm},
+                                                    {"recurrent-lm", make_recurrent_lm}};
   return families;
 }
 

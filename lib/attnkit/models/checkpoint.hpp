@@ -36,8 +36,9 @@ struct ModelFamily {
   std::string_view name;
   std::unique_ptr<TranslationModel> (*make)(const io::Value& weights, const io::Value& config, std::string_view what);
 };
-// "recurrent" (models/seq2seq.hpp), "transformer" (models/transformer.hpp) and "transformer-lm"
-// (models/transformer_lm.hpp: a language model; its checkpoint stores its one vocabulary as both sides).
+// "recurrent" (models/seq2seq.hpp), "transformer" (models/transformer.hpp), and the language models
+// "transformer-lm" (models/transformer_lm.hpp) and "recurrent-lm" (models/recurrent_lm.hpp), whose checkpoints
+// store their one vocabulary as both sides.
 const std::vector<ModelFamily>& model_families();
 // The config's family name: its "family" member, "recurrent" when absent.
 std::string family_name(const io::Value& config, std::string_view what);

@@ -35,10 +35,6 @@ void append_metrics(const std::string& path, const std::string& line) {
   AK_CHECK(f.good(), "{}: write failed", path);
 }
 
-models::TransformerLMConfig with_vocab(models::TransformerLMConfig c, const TextData& data) {
-  c.vocab = data.vocab.size();
-  return c;
-}
 
 }  // namespace
 
@@ -58,11 +54,15 @@ std::string LmSummary::to_json() const {
   return j.dump();
 }
 
-LmTrainer::LmTrainer(const LmTrainerOptions& options, TextData data)
-    : LmTrainer(options, std::move(data), with_vocab(options.model, data)) {}
+LmTrainer::LmTrainer(const LmTrainerOptions& options, TextData data) : LmTrainer(options, std::move(data), true) {}
 
-LmTrainer::LmTrainer(const LmTrainerOptions& options, TextData&& data, const models::TransformerLMConfig& config)
+LmTrainer::LmTrainer(const LmTrainerOptions& options, TextData&& data, bool fresh)
     : options_(options), data_(std::move(data)) {
+  AK_CHECK(options_.family == "transformer-lm" || options_.family == "recurrent-lm",
+           "language-model trainer: model family \"{}\" (expected transformer-lm or recurrent-lm)", options_.family);
+  if (fresh) options_.model.vocab = options_.recurrent.vocab = data_.vocab.size();
+  const models::TransformerLMConfig& config = options_.model;
+  const bool transformer = options_.family == "transformer-lm";
   AK_CHECK(options_.steps >= 0 && options_.batch_size >= 1 && options_.log_every >= 1 && options_.save_every >= 0,
            "language-model trainer: steps {}, batch {}, log_every {}, save_every {} out of range", options_.steps,
            options_.batch_size, options_.log_every, options_.save_every);
@@ -72,14 +72,20 @@ LmTrainer::LmTrainer(const LmTrainerOptions& options, TextData&& data, const mod
            "{}: a checkpoint is a bundle, and .npy holds one tensor: save it as .json, .safetensors or .npz",
            options_.save_path);
   AK_CHECK(options_.context >= 1, "language-model trainer: context {} (need >= 1)", options_.context);
-  AK_CHECK(config.positional != nn::PositionalKind::Learned || options_.context <= config.max_positions,
+  AK_CHECK(!transformer || config.positional != nn::PositionalKind::Learned || options_.context <= config.max_positions,
            "language-model trainer: a context of {} tokens is more than the model's {} learned positions",
            options_.context, config.max_positions);
   AK_CHECK(data_.train.size() > options_.context, "{}: {} tokens, but a context of {} needs at least {}",
            data_.train.name, data_.train.size(), options_.context, options_.context + 1);
-  options_.model = config;
   Rng init(options_.seed);
-  model_ = std::make_unique<models::TransformerLM>(config, init);
+  if (transformer) {
+    model_ = std::make_unique<models::TransformerLM>(config, init);
+  } else {
+    stream_batch(data_.train, options_.batch_size, options_.context, 0);  // refuses a file too short for the streams
+    auto r = std::make_unique<models::RecurrentLM>(options_.recurrent, init);
+    recurrent_ = r.get();
+    model_ = std::move(r);
+  }
   optimizer_ = make_optimizer(options_.optimizer, model_->named_parameters(), options_.schedule.lr);
   rng_ = Rng(options_.seed, 77);
   if (options_.schedule.kind == ScheduleKind::Cosine && options_.schedule.t_max == 0)
@@ -95,6 +101,15 @@ void LmTrainer::save_checked(const std::string& path) const {
                step_, p->name, shown(x[i]), i);
   }
   save(path);
+}
+
+models::TeacherForcedBatch LmTrainer::next_batch() {
+  if (!recurrent_) return random_windows(data_.train, options_.batch_size, options_.context, rng_);
+  models::TeacherForcedBatch b = stream_batch(data_.train, options_.batch_size, options_.context, position_);
+  if (position_ == 0) recurrent_->reset_state();  // the streams start again: so does the state
+  position_ += b.T;
+  if (position_ >= stream_length(data_.train, options_.batch_size)) position_ = 0;
+  return b;
 }
 
 LmEvaluation LmTrainer::evaluate(const TextCorpus& corpus) {
@@ -132,8 +147,10 @@ LmSummary LmTrainer::run(const std::function<void(const std::string&)>& log) {
     const double lr = learning_rate(options_.schedule, step_);
     optimizer_->set_lr(lr);
     optimizer_->zero_grad();
-    const models::TeacherForcedBatch b = random_windows(data_.train, options_.batch_size, options_.context, rng_);
+    const models::TeacherForcedBatch b = next_batch();
+    if (recurrent_) recurrent_->set_carry(true);  // from the state the last batch ended in (truncated BPTT)
     const models::ForwardResult r = model_->forward(b, fo);
+    if (recurrent_) recurrent_->set_carry(false);  // evaluations and decoding start from zeros
     const float loss = r.loss.value()[0];
     if (!std::isfinite(loss)) {
       autograd::clear_tape();
@@ -234,6 +251,13 @@ void LmTrainer::save(const std::string& path) const {
   models::add_vocabularies(v, data_.vocab, data_.vocab);
   v.set("step", text_value(std::to_string(step_)));
   v.set("optimizer", optimizer_->state());
+  if (recurrent_) {
+    io::Value order;
+    order.set("position", text_value(std::to_string(position_)));
+    if (!recurrent_->state_h().empty()) order.set("h", recurrent_->state_h());
+    if (!recurrent_->state_c().empty()) order.set("c", recurrent_->state_c());
+    v.set("data_order", std::move(order));
+  }
   io::Value window;
   window.set("loss", real_value(window_loss_));
   window.set("steps", text_value(std::to_string(window_steps_)));
@@ -245,21 +269,23 @@ void LmTrainer::save(const std::string& path) const {
 std::unique_ptr<LmTrainer> LmTrainer::resume(const std::string& path, const LmTrainerOptions& options, TextData data) {
   const io::Value v = io::read_value_file(path);
   const models::CheckpointHead head = models::read_checkpoint_head(v, path);
-  AK_CHECK(head.family == "transformer-lm", "{}: the checkpoint's model is a {} model, not a transformer-lm", path,
-           head.family);
-  const models::TransformerLMConfig config = models::TransformerLMConfig::from_value(*head.config, path);
+  AK_CHECK(head.family == "transformer-lm" || head.family == "recurrent-lm",
+           "{}: the checkpoint's model is a {} model, not a language model", path, head.family);
+  LmTrainerOptions o = options;
+  o.family = head.family;
+  if (head.family == "transformer-lm") o.model = models::TransformerLMConfig::from_value(*head.config, path);
+  else o.recurrent = models::RecurrentLMConfig::from_value(*head.config, path);
   models::check_vocab_sizes(*head.config, head.src_vocab, head.tgt_vocab, path);
   AK_CHECK(head.src_tokenizer == data.tokenizer, "{}: the model reads {} tokens, the data is split into {} tokens",
            path, models::tokenizer_name(head.src_tokenizer), models::tokenizer_name(data.tokenizer));
   models::check_same_vocab(head.src_vocab, path, data.vocab, data.train.name, path + ": vocabulary");
   const models::Fields top(v, path);
   const models::Fields t(top.member("training"), path + ": training");
-  LmTrainerOptions o = options;
   o.optimizer = t.choice("optimizer", parse_optimizer_kind);
   o.batch_size = t.count("batch");
   o.seed = static_cast<uint64_t>(t.count("seed"));
   AK_CHECK(o.batch_size >= 1, "{}: \"batch\" must be >= 1", t.what());
-  auto trainer = std::unique_ptr<LmTrainer>(new LmTrainer(o, std::move(data), config));
+  auto trainer = std::unique_ptr<LmTrainer>(new LmTrainer(o, std::move(data), false));
   models::load_parameters(*trainer->model_, v, path);
   models::check_checkpoint_complete(*trainer->model_, v, *head.config, path);
   try {
@@ -273,6 +299,23 @@ std::unique_ptr<LmTrainer> LmTrainer::resume(const std::string& path, const LmTr
   st.state = r.u64("state");
   st.inc = r.u64("inc");
   trainer->rng_.set_state(st);
+  if (trainer->recurrent_) {
+    const models::Fields order(top.member("data_order"), path + ": data_order");
+    const int64_t m = stream_length(trainer->data_.train, trainer->options_.batch_size);
+    trainer->position_ = order.count("position");
+    AK_CHECK(trainer->position_ < m, "{}: data_order: position {} is past the streams' {} tokens (another training "
+             "file?)", path, trainer->position_, m);
+    auto tensor = [&](const char* name) {
+      const io::Value* t = top.member("data_order").find(name);
+      AK_CHECK(!t || t->is_tensor(), "{}: data_order: \"{}\" must be a tensor", path, name);
+      return t ? t->tensor() : Tensor();
+    };
+    try {
+      trainer->recurrent_->set_state(tensor("h"), tensor("c"));
+    } catch (const Error& e) {
+      order.rethrow_where(e);
+    }
+  }
   const models::Fields window(top.member("window"), path + ": window");
   trainer->window_loss_ = window.real("loss");
   trainer->window_steps_ = window.count("steps");

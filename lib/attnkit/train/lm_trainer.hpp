@@ -1,5 +1,6 @@
-// Training a language model (models/transformer_lm.hpp) on plain text (train/text_data.hpp): random windows of
-// C tokens, forward, backward, clipping, an optimizer step under a schedule; validation over the whole
+// Training a language model on plain text (train/text_data.hpp): the Transformer (models/transformer_lm.hpp) on
+// random windows of C tokens, the recurrent one (models/recurrent_lm.hpp) on N contiguous streams with its state
+// carried from batch to batch (truncated BPTT); forward, backward, clipping, an optimizer step under a schedule; validation over the whole
 // validation file (loss in nats per token, perplexity, bits per byte); metrics as JSON lines; checkpoints and
 // exact resume as the seq2seq Trainer's (train/trainer.hpp).
 //
@@ -8,6 +9,7 @@
 //                 "src_tokenizer", "tgt_tokenizer" (the text's tokenizer), "options" (the command line's)}
 //   "rng":       {"state", "inc"}: the generator of the windows and the dropout masks after "step" steps
 //   "step", "optimizer", "window" ({"loss", "steps"}: the training-loss sum since the last logged step)
+//   "data_order": the recurrent model's streams: {"position"} and the carried state {"h", "c"} [L, N, H]
 // Resume: the model, optimizer state and generator come back and the loop continues from "step" up to the
 // options' steps: the same metrics as an uninterrupted run (same thread count).
 // Metrics line: {"step", "loss", "lr", "grad_norm", "tokens_per_s"} and, with a validation file,
@@ -21,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "attnkit/models/recurrent_lm.hpp"
 #include "attnkit/models/transformer_lm.hpp"
 #include "attnkit/train/optimizer.hpp"
 #include "attnkit/train/schedule.hpp"
@@ -30,7 +33,9 @@
 namespace attnkit::train {
 
 struct LmTrainerOptions {
-  models::TransformerLMConfig model;  // vocab set from the data
+  std::string family = "transformer-lm";  // or "recurrent-lm"
+  models::TransformerLMConfig model;      // vocab set from the data
+  models::RecurrentLMConfig recurrent;    // likewise
   int64_t context = 64;               // C: tokens per training row (at most the model's max_positions)
   int64_t steps = 1000;               // total optimizer steps
   int64_t batch_size = 12;
@@ -74,17 +79,20 @@ class LmTrainer {
   LmEvaluation evaluate(const TextCorpus& corpus);
   void save(const std::string& path) const;
 
-  models::TransformerLM& model() { return *model_; }
+  models::TranslationModel& model() { return *model_; }
   int64_t step() const { return step_; }
   int64_t total_steps() const { return options_.steps; }
 
  private:
-  LmTrainer(const LmTrainerOptions& options, TextData&& data, const models::TransformerLMConfig& config);
+  LmTrainer(const LmTrainerOptions& options, TextData&& data, bool fresh);
+  models::TeacherForcedBatch next_batch();
   void save_checked(const std::string& path) const;
 
   LmTrainerOptions options_;
   TextData data_;
-  std::unique_ptr<models::TransformerLM> model_;
+  std::unique_ptr<models::TranslationModel> model_;
+  models::RecurrentLM* recurrent_ = nullptr;  // model_ when it is the recurrent one
+  int64_t position_ = 0;                      // the recurrent model's place in its streams
   std::unique_ptr<Optimizer> optimizer_;
   Rng rng_{1, 77};
   int64_t step_ = 0, start_step_ = 0;

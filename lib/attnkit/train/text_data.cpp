@@ -152,6 +152,30 @@ models::TeacherForcedBatch random_windows(const TextCorpus& corpus, int64_t N, i
   return b;
 }
 
+int64_t stream_length(const TextCorpus& corpus, int64_t N) { return (corpus.size() - 1) / N; }
+
+models::TeacherForcedBatch stream_batch(const TextCorpus& corpus, int64_t N, int64_t C, int64_t p) {
+  const int64_t m = N >= 1 ? stream_length(corpus, N) : 0;
+  AK_CHECK(N >= 1 && C >= 1 && m >= C, "{}: {} tokens, but {} streams of {} tokens need at least {}", corpus.name,
+           corpus.size(), N, C, N * C + 1);
+  AK_CHECK(p >= 0 && p < m, "{}: stream position {} outside [0, {})", corpus.name, p, m);
+  const int64_t T = std::min(C, m - p);
+  models::TeacherForcedBatch b;
+  b.N = N;
+  b.T = T;
+  b.tgt_in.resize(size_t(N * T));
+  b.tgt_out.resize(size_t(N * T));
+  b.tgt_lengths.assign(size_t(N), T);
+  b.src_lengths.assign(size_t(N), 0);
+  for (int64_t r = 0; r < N; ++r) {
+    const int64_t s = r * m + p;
+    std::copy_n(corpus.ids.begin() + s, T, b.tgt_in.begin() + r * T);       // [T]
+    std::copy_n(corpus.ids.begin() + s + 1, T, b.tgt_out.begin() + r * T);  // [T]
+    b.index.push_back(s);
+  }
+  return b;
+}
+
 int64_t eval_window_count(const TextCorpus& corpus, int64_t C) { return (corpus.size() - 1 + C - 1) / C; }
 
 models::TeacherForcedBatch eval_windows(const TextCorpus& corpus, int64_t first, int64_t N, int64_t C) {

@@ -7,6 +7,10 @@
 //               byte tokens in byte order (so any text encodes without <unk>).
 //   windows     training row r of a batch: inputs ids[s .. s + C), targets ids[s + 1 .. s + C + 1), s uniform in
 //               [0, n - C - 1] drawn from the caller's Rng (so a training file needs at least C + 1 tokens).
+//   streams     (the recurrent models' truncated BPTT, as char-rnn) the file cut into N streams of m = (n - 1) / N
+//               tokens; batch k reads rows r: ids[r m + p .. r m + p + T) from position p = the tokens read so far
+//               (T = min(C, m - p)), so that row r of each batch continues row r of the one before; after m
+//               tokens the streams start again at 0.
 //   evaluation  contiguous windows of C tokens over the whole file: every token but the first predicted once,
 //               from the tokens before it in its window; the last window may be shorter (its rest is <pad>).
 // Bits per byte: the summed loss in nats / ln 2 / the bytes of the tokens predicted (every byte of the file but
@@ -57,6 +61,10 @@ TextData load_text_data(const TextDataSpec& spec);
 
 // N random training windows of C tokens (above): tgt_in and tgt_out [N, C], no sources (S = 0).
 models::TeacherForcedBatch random_windows(const TextCorpus& corpus, int64_t N, int64_t C, Rng& rng);
+// The batch of N streams (above) at position p (0 <= p < m), T = min(C, m - p) tokens; refuses a file of fewer
+// than N C + 1 tokens, naming it.
+models::TeacherForcedBatch stream_batch(const TextCorpus& corpus, int64_t N, int64_t C, int64_t p);
+int64_t stream_length(const TextCorpus& corpus, int64_t N);  // m
 // The evaluation windows (above) first .. first + N - 1 of C tokens (fewer at the end), and how many there are.
 models::TeacherForcedBatch eval_windows(const TextCorpus& corpus, int64_t first, int64_t N, int64_t C);
 int64_t eval_window_count(const TextCorpus& corpus, int64_t C);
