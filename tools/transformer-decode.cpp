@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
     const auto* lm = dynamic_cast<const models::TransformerLM*>(model.model.get());
     const int64_t positions = lm && lm->config().positional == nn::PositionalKind::Learned
                                   ? lm->config().max_positions : decode::kMaxTokens;
-    const bool stream = out.path.empty() && isatty(STDOUT_FILENO) &&
+    const bool stream = (out.path.empty() || out.path == "-") && isatty(STDOUT_FILENO) &&
                         (o.strategy == decode::Strategy::Greedy || (o.strategy == decode::Strategy::Sample && n_best == 1));
     tools::Output output(out);
     decode::OutputFields fields;

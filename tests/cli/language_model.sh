@@ -66,6 +66,26 @@ s1="$(transformer-decode lm.json --prompt 'the' --max-new-tokens 8 --strategy sa
 [[ "$(transformer-decode lm.json --prompt 'the' --max-new-tokens 8 --strategy sample --seed 4 | tokens)" == "$s1" ]] ||
   fail "sampling with one seed is not repeatable"
 
+# on a terminal (a pseudo-terminal here), greedy text is written as produced: the prompt, then the tokens, as text
+python3 - <<'PY' || fail "streaming to a terminal"
+import os, pty, subprocess
+m, s = pty.openpty()
+p = subprocess.Popen(["transformer-decode", "lm.json", "--prompt", "the cat", "--max-new-tokens", "8"], stdout=s)
+os.close(s)
+out = b""
+while True:
+    try:
+        d = os.read(m, 1024)
+    except OSError:
+        break
+    if not d:
+        break
+    out += d
+assert p.wait() == 0
+text = out.decode().replace("\r\n", "\n")
+assert text.startswith("the cat") and text.endswith("\n") and len(text) == len("the cat") + 8 + 1, repr(text)
+PY
+
 # the recurrent language model: truncated BPTT over 8 streams, exact resume mid-way, the state as the cache
 rnn=(--model lstm-lm --train train.txt --valid valid.txt --context 10 --layers 2 --hidden 24 --embed 16 --batch 8
      --lr 0.01 --threads 1 --dropout 0.1 --log-every 4)
