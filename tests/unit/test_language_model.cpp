@@ -1,6 +1,7 @@
 // The language model (models/transformer_lm.hpp), its text data (train/text_data.hpp) and its trainer
 // (train/lm_trainer.hpp): cache against recompute, greedy against beam 1, the validation loss against a plain
-// per-token reference loop, the byte tokenizer's round trip, and the refusals of bad text.
+// per-token reference loop, exact resume, the byte tokenizer's round trip, the refusals of bad text, and the
+// forward against PyTorch's (tests/fixtures/gen_language_models.py).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,7 +10,12 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "attnkit/autograd/var.hpp"
+#include "attnkit/io/bundle_lookup.hpp"
+#include "attnkit/io/json_reader.hpp"
+#include "attnkit/tensor/compare.hpp"
 #include "attnkit/decode/search.hpp"
 #include "attnkit/models/checkpoint.hpp"
 #include "attnkit/models/transformer_lm.hpp"
@@ -17,6 +23,7 @@
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/train/lm_trainer.hpp"
 #include "attnkit/train/text_data.hpp"
+#include "test_util.hpp"
 
 using namespace attnkit;
 
@@ -262,4 +269,35 @@ TEST_CASE("language model: a UTF-8 character cut by a block's end is read whole"
   const train::TextData d = train::load_text_data(spec);
   CHECK(d.train.size() == (int64_t{1} << 20) + 1);
   CHECK(d.vocab.token(d.train.ids[d.train.ids.size() - 2]) == "\xC3\xA9");
+}
+
+TEST_CASE("language model: logits and loss equal PyTorch's (Transformer pre- and post-LN, LSTM, GRU)") {
+  // tests/fixtures/gen_language_models.py: nn.TransformerEncoder under the causal mask, nn.LSTM / nn.GRU
+  const std::string text = test::fixture_text("language_model/golden.json");
+  const nlohmann::json j = nlohmann::json::parse(text);
+  const io::Value all = io::parse_json(text, "golden.json");
+  for (const char* name : {"gpt_pre", "gpt_post", "lstm", "gru"}) {
+    CAPTURE(name);
+    const io::Value& c = *all.find(name);
+    const io::Value& config = *c.find("config");
+    std::unique_ptr<models::TranslationModel> m =
+        models::model_family(models::family_name(config, name), name).make(*c.find("state"), config, name);
+    models::load_parameters(*m, *c.find("state"), name);
+    CHECK(m->named_parameters().size() == c.find("state")->names().size());  // every tensor of the state_dict used
+    models::TeacherForcedBatch b;
+    const auto ids = j[name]["ids"].get<std::vector<std::vector<int64_t>>>();
+    const auto targets = j[name]["targets"].get<std::vector<std::vector<int64_t>>>();
+    b.N = int64_t(ids.size());
+    b.T = int64_t(ids[0].size());
+    for (size_t n = 0; n < ids.size(); ++n) {
+      b.tgt_in.insert(b.tgt_in.end(), ids[n].begin(), ids[n].end());
+      b.tgt_out.insert(b.tgt_out.end(), targets[n].begin(), targets[n].end());
+    }
+    b.src_lengths.assign(size_t(b.N), 0);
+    b.tgt_lengths.assign(size_t(b.N), b.T);
+    autograd::NoGrad no_grad;
+    const models::ForwardResult r = m->forward(b);
+    CHECK(compare(r.logits.value(), *io::find_tensor(c, "logits", name), Tolerance{1e-4, 1e-5}).close);
+    CHECK(r.loss.value()[0] == doctest::Approx(j[name]["loss"].get<double>()).epsilon(1e-5));
+  }
 }
