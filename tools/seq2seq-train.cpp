@@ -21,6 +21,7 @@
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "attnkit/train/distributed.hpp"
+#include "attnkit/train/lm_trainer.hpp"
 #include "attnkit/train/report.hpp"
 #include "attnkit/train/trainer.hpp"
 #include "common/common.hpp"
@@ -179,7 +180,10 @@ int main(int argc, char** argv) {
       "      --save-every 5 --log-every 2 --save d.json --metrics d.jsonl --plot d.svg\n"
       "  seq2seq-train --task copy --model transformer --layers 2 --d-model 32 --heads 4 --ff 64 --schedule noam \\\n"
       "      --warmup 40 --lr 0.005 --steps 50 --save t.json\n"
-      "  tensor randn --shape 2x5x32 > x.json; lstm-run x.json --weights model.json#encoder\n");
+      "  tensor randn --shape 2x5x32 > x.json; lstm-run x.json --weights model.json#encoder\n"
+      "  printf 'to be or not to be, that is the question\\n%.0s' 1 2 3 4 5 6 > text.txt\n"
+      "  seq2seq-train --model transformer-lm --train text.txt --valid text.txt --context 16 --layers 2 --d-model 32 \\\n"
+      "      --heads 4 --ff 64 --steps 30 --lr 0.003 --save lm.json\n");
   std::string task, train_path, valid_path, model_name, attention = "none", optimizer = "adam",
                                                        schedule = "constant", save_path, resume_path, metrics_path,
                                                        tokenizer = "char", target_tokenizer;
@@ -194,10 +198,10 @@ int main(int argc, char** argv) {
                         ->type_name("FILE");
   app.add_option("--valid", valid_path, "Validation file (same format)")->type_name("FILE");
   app.add_option("--tokenizer", tokenizer, "Files: tokenizer of the source (and target)")
-      ->check(CLI::IsMember({"char", "space", "ids"}))
+      ->check(CLI::IsMember({"char", "space", "ids", "byte"}))
       ->capture_default_str();
   app.add_option("--target-tokenizer", target_tokenizer, "Files: the target's tokenizer (default: --tokenizer)")
-      ->check(CLI::IsMember({"char", "space", "ids"}));
+      ->check(CLI::IsMember({"char", "space", "ids", "byte"}));
   app.add_flag("--skip-bad-lines", skip_bad_lines, "Files: skip (and count) bad lines instead of failing");
   app.add_option("--max-len", max_len, "Files: longest sequence accepted; tasks: longest sequence generated")
       ->transform(tools::non_negative());
@@ -205,8 +209,11 @@ int main(int argc, char** argv) {
   app.add_option("--min-len", min_len, "Task: shortest sequence")->transform(tools::positive())->capture_default_str();
   app.add_option("--train-size", train_size, "Task: training examples")->transform(tools::positive())->capture_default_str();
   app.add_option("--valid-size", valid_size, "Task: held-out examples")->transform(tools::non_negative())->capture_default_str();
-  auto* model_opt = app.add_option("--model", model_name, "Cell of encoder and decoder, or transformer")
-                        ->check(CLI::IsMember({"lstm", "gru", "rnn", "transformer"}));
+  auto* model_opt = app.add_option("--model", model_name, "Cell of encoder and decoder, or transformer; "
+                                                          "a language model on a text file: transformer-lm (decoder-only), "
+                                                          "lstm-lm, gru-lm, rnn-lm")
+                        ->check(CLI::IsMember({"lstm", "gru", "rnn", "transformer", "transformer-lm", "lstm-lm",
+                                               "gru-lm", "rnn-lm"}));
   app.add_option("--attention", attention, "Luong attention's score, or none (the fixed context)")
       ->check(CLI::IsMember({"none", "dot", "scaled-dot", "general", "additive"}))
       ->capture_default_str();
@@ -234,6 +241,22 @@ int main(int argc, char** argv) {
   app.add_option("--d-model", d_model, "Transformer: model size")->transform(tools::positive())->capture_default_str();
   app.add_option("--ff", ff, "Transformer: feed-forward size")->transform(tools::positive())->capture_default_str();
   app.add_flag("--norm-first", norm_first, "Transformer: pre-LN layers (default post-LN, the paper's)");
+  // the language model's (docs/language-models.md)
+  int64_t context = 64;
+  bool tied = false, post_ln = false;
+  std::string positional = "learned", activation = "gelu";
+  app.add_option("--context", context, "Language models: tokens per training window (transformer-lm: also its "
+                                       "learned positions; the recurrent ones: the truncated BPTT length)")
+      ->transform(tools::positive())
+      ->capture_default_str();
+  app.add_flag("--tied", tied, "Language models: the output projection shares the embedding's weights");
+  app.add_flag("--post-ln", post_ln, "transformer-lm: post-LN layers (default pre-LN, GPT-2's)");
+  app.add_option("--positional", positional, "transformer-lm: position encoding")
+      ->check(CLI::IsMember({"learned", "sinusoidal"}))
+      ->capture_default_str();
+  app.add_option("--activation", activation, "transformer-lm: feed-forward activation")
+      ->check(CLI::IsMember({"gelu", "relu"}))
+      ->capture_default_str();
   auto* steps_opt = app.add_option("--steps", steps, "Total optimizer steps (with --resume: up to this total)")
                         ->transform(tools::whole_range(0, train::kMaxSteps))
                         ->capture_default_str();
@@ -273,7 +296,7 @@ int main(int argc, char** argv) {
   app.add_option("--grad-shards", grad_shards,
                  "Cut each batch into N shards whose gradients are summed (default: one per MPI process; "
                  "a multiple of them, dividing --batch)")
-      ->check(tools::positive());
+      ->transform(tools::positive());
   app.add_flag("--deterministic-reduce", deterministic_reduce,
                "Sum the shards' gradients in a fixed order: the same bits for every process count");
   train::Communicator& comm = train::world();  // MPI's world under mpirun, else this process alone
@@ -288,10 +311,134 @@ int main(int argc, char** argv) {
       "--task", "--train", "--valid", "--tokenizer", "--target-tokenizer", "--skip-bad-lines", "--max-len",
       "--vocab-size", "--min-len", "--train-size", "--valid-size", "--vocab", "--optimizer", "--lr", "--schedule",
       "--warmup", "--label-smoothing", "--clip", "--dropout", "--teacher-forcing", "--batch", "--seed",
-      "--deterministic-reduce"};
+      "--model", "--context"};
+  // Of those, the ones a language model's checkpoint stores.
+  const std::vector<std::string> lm_restored = {"--model", "--train", "--valid", "--tokenizer", "--context",
+                                                "--optimizer", "--lr", "--schedule", "--warmup", "--clip",
+                                                "--dropout", "--batch", "--seed"};
+
+  // seq2seq-train --model transformer-lm|lstm-lm|gru-lm|rnn-lm: a language model on a text file
+  // (train/lm_trainer.hpp).
+  auto train_language_model = [&]() -> int {
+    const bool transformer = model_name == "transformer-lm";
+    std::vector<const char*> refused = {"--task", "--target-tokenizer", "--skip-bad-lines", "--max-len",
+                                        "--vocab-size", "--min-len", "--train-size", "--valid-size", "--attention",
+                                        "--bidirectional", "--attention-style", "--teacher-forcing",
+                                        "--label-smoothing", "--epochs", "--vocab", "--norm-first"};
+    for (const char* name : transformer ? std::vector<const char*>{"--hidden", "--embed"}
+                                        : std::vector<const char*>{"--heads", "--d-model", "--ff", "--post-ln",
+                                                                   "--positional", "--activation"})
+      refused.push_back(name);
+    for (const char* name : refused)
+      if (app.get_option(name)->count() > 0)
+        throw UsageError(fmt::format("{} does nothing with --model {}{}", name, model_name,
+                                     std::string(name) == "--norm-first" ? " (pre-LN is its default; --post-ln "
+                                                                           "for post-LN)" : ""));
+    if (train_path.empty()) throw UsageError("--model " + model_name + " needs --train FILE.txt");
+    if (tokenizer != "char" && tokenizer != "byte")
+      throw UsageError("--tokenizer " + tokenizer + ": a language model reads char or byte tokens");
+    if (transformer && d_model % heads != 0) throw UsageError(fmt::format("--heads {} does not divide --d-model {}", heads, d_model));
+    set_num_threads(threads);
+    check_destination("--save", save_path);
+    check_destination("--metrics", metrics_path);
+    check_destination("--plot", plot_path);
+    train::TextDataSpec spec;
+    spec.train_path = train_path;
+    spec.valid_path = valid_path;
+    spec.tokenizer = models::tokenizer_from_name(tokenizer);
+    spec.context = context;
+    train::TextData data = train::load_text_data(spec);
+    if (data.valid.unknown > 0)
+      std::cerr << "seq2seq-train: " << valid_path << ": " << data.valid.unknown
+                << " tokens are not in the training text's vocabulary (read as <unk>)\n";
+    train::LmTrainerOptions o;
+    o.family = transformer ? "transformer-lm" : "recurrent-lm";
+    if (!transformer) o.recurrent.cell = models::parse_cell_kind(model_name.substr(0, model_name.size() - 3));
+    o.recurrent.embed = embed;
+    o.recurrent.hidden = hidden;
+    o.recurrent.layers = layers;
+    o.recurrent.dropout = static_cast<float>(dropout);
+    o.recurrent.tied_output = tied;
+    if (!transformer && tied && embed != hidden)
+      throw UsageError(fmt::format("--tied needs --embed {} equal to --hidden {}", embed, hidden));
+    o.model.layers = layers;
+    o.model.heads = heads;
+    o.model.d_model = d_model;
+    o.model.ff = ff;
+    o.model.dropout = static_cast<float>(dropout);
+    o.model.norm_first = !post_ln;
+    o.model.activation = nn::parse_ffn_activation(activation);
+    o.model.positional = nn::parse_positional_kind(positional);
+    o.model.max_positions = context;
+    o.model.tied_output = tied;
+    o.context = context;
+    o.steps = steps;
+    o.batch_size = batch;
+    o.optimizer = train::parse_optimizer_kind(optimizer);
+    o.schedule.kind = train::parse_schedule_kind(schedule);
+    o.schedule.lr = lr;
+    o.schedule.warmup_steps = warmup;
+    if (o.schedule.kind == train::ScheduleKind::Cosine) o.schedule.t_max = 0;  // the run's length
+    if (o.schedule.kind == train::ScheduleKind::Noam) {
+      if (warmup == 0) throw UsageError("--schedule noam needs --warmup N (N >= 1)");
+      o.schedule.d_model = 1;
+      o.schedule.factor = std::sqrt(static_cast<double>(warmup));
+    }
+    o.clip = clip;
+    o.seed = seed;
+    o.log_every = log_every;
+    o.save_every = save_every;
+    o.save_path = save_path;
+    o.metrics_path = metrics_path;
+    for (const std::string& name : lm_restored) {
+      CLI::Option* opt = app.get_option(name);
+      const std::string value = opt->count() > 0 ? opt->as<std::string>() : opt->get_default_str();
+      if (!value.empty()) o.command_options.emplace_back(name, value);
+    }
+    catch_stop_signals();
+    o.stop_requested = [] { return g_signal != 0; };
+    const bool bar = isatty(STDERR_FILENO);
+    double drawn = -1;
+    if (bar)
+      o.progress = [&](const train::Progress& p) {
+        if (p.seconds - drawn < 0.2 && p.step < p.steps) return;
+        drawn = p.seconds;
+        std::cerr << '\r' << train::progress_line(p, tools::stderr_columns()) << "\x1b[K" << std::flush;
+      };
+    std::unique_ptr<train::LmTrainer> trainer = resume_path.empty()
+                                                    ? std::make_unique<train::LmTrainer>(o, std::move(data))
+                                                    : train::LmTrainer::resume(resume_path, o, std::move(data));
+    if (trainer->step() >= trainer->total_steps())
+      std::cerr << "seq2seq-train: nothing trained: at step " << trainer->step() << " of --steps "
+                << trainer->total_steps() << '\n';
+    if (resume_path.empty() && !metrics_path.empty()) std::ofstream(metrics_path, std::ios::trunc | std::ios::binary);
+    std::vector<std::string> lines;
+    train::LmSummary summary;
+    try {
+      summary = trainer->run([&](const std::string& l) { lines.push_back(l); });
+    } catch (...) {
+      if (bar && drawn >= 0) std::cerr << '\n';
+      throw;
+    }
+    if (bar && drawn >= 0) std::cerr << '\n';
+    if (!plot_path.empty()) {
+      if (!metrics_path.empty()) lines = read_metrics_for_plot(metrics_path);
+      io::write_file_atomic(plot_path, train::loss_plot_svg(lines, metrics_path.empty() ? save_path : metrics_path));
+    }
+    if (summary.interrupted) {
+      const int sig = g_signal;
+      std::cerr << "seq2seq-train: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": stopped after step "
+                << summary.step << "; the checkpoint " << save_path << " continues with --resume " << save_path
+                << '\n';
+      return 128 + sig;
+    }
+    tools::emit(tools::OutputOptions{}, summary.to_json());
+    return 0;
+  };
 
   const int code = tools::run(app, argc, argv, [&]() -> int {
     if (!resume_path.empty()) restore_options(app, resume_path, restored, override_options);
+    if (model_name.size() > 3 && model_name.compare(model_name.size() - 3, 3, "-lm") == 0) return train_language_model();
     if (task.empty() && train_path.empty()) throw UsageError("give --task NAME or --train FILE");
     if (!valid_path.empty() && train_path.empty()) throw UsageError("--valid goes with --train");
     if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn|transformer");
@@ -375,6 +522,8 @@ int main(int argc, char** argv) {
     const std::vector<const char*> recurrent_only = {"--attention", "--attention-style", "--hidden",
                                                      "--embed",     "--bidirectional",   "--teacher-forcing"};
     const std::vector<const char*> transformer_only = {"--heads", "--d-model", "--ff", "--norm-first"};
+    for (const char* name : {"--context", "--tied", "--post-ln", "--positional", "--activation"})
+      if (given(name)) throw UsageError(fmt::format("{} goes with a language model (--model transformer-lm, lstm-lm, ...)", name));
     if (model_opt->count() > 0)
       for (const char* name : transformer ? recurrent_only : transformer_only)
         if (given(name))
@@ -424,7 +573,7 @@ int main(int argc, char** argv) {
       std::string value = opt->count() > 0 ? opt->as<std::string>() : opt->get_default_str();
       if (name == "--skip-bad-lines") value = skip_bad_lines ? "true" : "false";
       if (name == "--teacher-forcing" && o.family == "transformer") continue;  // a recurrent option
-      if (name == "--deterministic-reduce") value = deterministic_reduce ? "true" : "";  // kept when given
+      if (name == "--model" || name == "--context") continue;                  // a language model's
       if (!value.empty()) o.command_options.emplace_back(name, value);
     }
     o.save_every = save_every;

@@ -2,9 +2,12 @@
 // sampling, results streamed one JSON line per source (docs/transformer-decode.md).
 #include <iostream>
 
+#include <unistd.h>
+
 #include "attnkit/decode/loader.hpp"
 #include "attnkit/decode/records.hpp"
 #include "attnkit/decode/search.hpp"
+#include "attnkit/models/transformer_lm.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "common/common.hpp"
 
@@ -26,7 +29,11 @@ int main(int argc, char** argv) {
       "  transformer-decode model.json --src '1 2 3'\n"
       "  printf '1 2 3\\n4 5\\n' | transformer-decode model.json --strategy beam --beam 4 --n-best 2\n"
       "  echo '{\"src\": \"3 1 4\"}' | transformer-decode model.json --strategy sample --top-p 0.9 --seed 7\n"
-      "  transformer-decode model.json --src '1 2 3' --attention --heatmap align.svg\n");
+      "  transformer-decode model.json --src '1 2 3' --attention --heatmap align.svg\n"
+      "  printf 'to be or not to be, that is the question\\n%.0s' 1 2 3 4 5 6 > text.txt\n"
+      "  seq2seq-train --model transformer-lm --train text.txt --context 16 --layers 1 --d-model 32 --heads 2 --ff 64 \\\n"
+      "      --steps 20 --lr 0.003 --save lm.json\n"
+      "  transformer-decode lm.json --prompt 'to be' --max-new-tokens 10 --strategy sample --temperature 0.8\n");
   std::string model_path, src, strategy = "greedy", input_format = "auto", heatmap;
   tools::OutputOptions out;
   int64_t batch = 32, beam = 4, n_best = 1, max_len = 0, min_len = 0, top_k = 0;
@@ -42,6 +49,13 @@ int main(int argc, char** argv) {
                                             "(family, sizes, vocab, tokenizers: docs/transformer-decode.md)")
       ->type_name("STATE_DICT.json");
   auto* src_opt = app.add_option("--src", src, "One source text (instead of standard input)");
+  std::string prompt;
+  int64_t max_new_tokens = 200;
+  auto* prompt_opt = app.add_option("--prompt", prompt, "A language model: the text to continue (instead of one "
+                                                        "prompt per line on standard input)");
+  auto* new_opt = app.add_option("--max-new-tokens", max_new_tokens, "A language model: tokens generated per prompt")
+                      ->transform(tools::positive())
+                      ->capture_default_str();
   app.add_option("--input", input_format, "Standard input: text lines, NDJSON {\"src\": ...} records, or auto "
                                           "(NDJSON when the first line starts with '{')")
       ->check(CLI::IsMember({"auto", "text", "ndjson"}))
@@ -97,6 +111,62 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   tools::add_threads_option(app, threads);
 
+  // A language model: each prompt continued by --max-new-tokens tokens; on a terminal (no -o) with one output
+  // per prompt the text is written as it is produced, else one JSON line per prompt.
+  auto generate = [&](const decode::LoadedModel& model, decode::SearchOptions o) -> int {
+    for (const char* name : {"--src", "--max-len", "--attention", "--heatmap", "--batch", "--input"})
+      if (app.get_option(name)->count() > 0)
+        throw UsageError(std::string(name) + " does not apply to a language model (--prompt, --max-new-tokens)");
+    o.max_len = max_new_tokens;
+    o.min_len = max_new_tokens;  // <eos> never chosen: text goes on until --max-new-tokens
+    const auto* lm = dynamic_cast<const models::TransformerLM*>(model.model.get());
+    const int64_t positions = lm && lm->config().positional == nn::PositionalKind::Learned
+                                  ? lm->config().max_positions : decode::kMaxTokens;
+    const bool stream = (out.path.empty() || out.path == "-") && isatty(STDOUT_FILENO) &&
+                        (o.strategy == decode::Strategy::Greedy || (o.strategy == decode::Strategy::Sample && n_best == 1));
+    tools::Output output(out);
+    decode::OutputFields fields;
+    fields.normalized = o.length_penalty != 0;
+    fields.n_best = n_best > 1;
+    int64_t index = 0, unknown = 0;
+    auto one = [&](const std::string& text, const std::string& where) {
+      std::vector<int64_t> ids;
+      int64_t u = 0;
+      try {
+        ids = decode::encode_source(model, text, &u);
+        AK_CHECK(int64_t(ids.size()) + max_new_tokens <= positions,
+                 "the prompt's {} tokens and --max-new-tokens {} are more than the model's {} positions (its "
+                 "context)", ids.size(), max_new_tokens, positions);
+      } catch (const Error& e) {
+        throw Error(where + ": " + e.what());
+      }
+      unknown += u;
+      if (stream) {
+        std::cout << text << std::flush;
+        o.on_token = [&](int64_t, int64_t token) {
+          std::cout << decode::target_text(model, decode::target_tokens(model, {token})) << std::flush;
+        };
+      }
+      const auto results = decode::search(*model.model, {ids}, o, index++);
+      if (stream) std::cout << std::endl;
+      else output.write(decode::result_json(model, results[0], fields));
+    };
+    if (prompt_opt->count() > 0) {
+      one(prompt, "--prompt");
+    } else {
+      decode::StdinBuffer in_buf;
+      std::istream in(&in_buf);
+      decode::SourceReader reader(in, decode::InputFormat::Text, "standard input");
+      std::string text;
+      while (reader.next(text)) one(text, fmt::format("standard input: line {}", reader.line()));
+    }
+    output.commit();
+    if (unknown > 0)
+      std::cerr << fmt::format("transformer-decode: warning: {} prompt token(s) outside the vocabulary read as <unk>\n",
+                               unknown);
+    return 0;
+  };
+
   return tools::run(app, argc, argv, [&]() -> int {
     decode::SearchOptions o;
     o.strategy = decode::parse_strategy(strategy);
@@ -146,6 +216,11 @@ int main(int argc, char** argv) {
     const decode::LoadedModel model =
         weights_path.empty() ? decode::load_checkpoint(model_path) : decode::load_exported(model_path, weights_path);
     decode::use_special_ids(model, o);  // an exported model's specials may sit anywhere in its vocabularies
+    if (model.family == "transformer-lm" || model.family == "recurrent-lm") return generate(model, o);
+    if (prompt_opt->count() + new_opt->count() > 0)
+      throw UsageError((prompt_opt->count() ? std::string("--prompt") : std::string("--max-new-tokens")) +
+                       " goes with a language model (seq2seq-train --model transformer-lm, lstm-lm, ...); " + model_path + " is a " +
+                       model.family + " model");
     decode::OutputFields fields;
     fields.normalized = o.length_penalty != 0;
     fields.attention = attention;

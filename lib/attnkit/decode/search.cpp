@@ -216,6 +216,7 @@ std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
         const double score = rows[size_t(r)].score + double(row[tok]);
         const int64_t src = rows[size_t(r)].src;
         const int64_t node = add_node(r, tok);
+        if (o.on_token && K == 1 && tok != eos) o.on_token(src, tok);
         if (tok == eos) finish(src, node, score, t, true);
         else if (t + 1 >= max_len[size_t(src)]) finish(src, node, score, t + 1, false);
         else keep(r, tok, score, node);

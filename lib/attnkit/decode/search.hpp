@@ -22,6 +22,7 @@
 // without <eos>; length_penalty 0: the score itself), best first; ties keep the order they ended in.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -62,6 +63,9 @@ struct SearchOptions {
   int64_t bos = 1, eos = 2, pad = 0;
   // Target ids never output (masked to -inf at every step): the target vocabulary's <pad>, <bos>, <unk>.
   std::vector<int64_t> never = {0, 1, 3};
+  // Greedy, and sampling with n_best 1: called with (the source's index in `sources`, the token) as each token
+  // is chosen (not <eos>), so that a caller can show the output as it is produced.
+  std::function<void(int64_t, int64_t)> on_token;
   // Refuses out-of-range values and n_best that the strategy cannot give (attnkit::Error naming the field).
   void validate() const;
 };

@@ -5,8 +5,10 @@
 
 #include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/models/fields.hpp"
+#include "attnkit/models/recurrent_lm.hpp"
 #include "attnkit/models/seq2seq.hpp"
 #include "attnkit/models/transformer.hpp"
+#include "attnkit/models/transformer_lm.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
 
@@ -55,11 +57,40 @@ std::unique_ptr<TranslationModel> make_transformer(const io::Value& weights, con
   return std::make_unique<Transformer>(c, rng);
 }
 
+// models/transformer_lm.hpp's names; the last layer checked likewise.
+std::unique_ptr<TranslationModel> make_transformer_lm(const io::Value& weights, const io::Value& config,
+                                                      std::string_view what) {
+  const TransformerLMConfig c = TransformerLMConfig::from_value(config, what);
+  const int64_t E = c.d_model;
+  const std::string last = "decoder.layers." + std::to_string(c.layers - 1) + ".";
+  expect_shape(weights, "embed.weight", {c.vocab, E}, what);
+  if (c.positional == nn::PositionalKind::Learned) expect_shape(weights, "pos_embed.weight", {c.max_positions, E}, what);
+  expect_shape(weights, last + "self_attn.in_proj_weight", {3 * E, E}, what);
+  expect_shape(weights, last + "linear1.weight", {c.ff, E}, what);
+  if (!c.tied_output) expect_shape(weights, "output.weight", {c.vocab, E}, what);
+  Rng rng(1);  // the initial values are replaced by the stored ones
+  return std::make_unique<TransformerLM>(c, rng);
+}
+
+// models/recurrent_lm.hpp's names.
+std::unique_ptr<TranslationModel> make_recurrent_lm(const io::Value& weights, const io::Value& config,
+                                                    std::string_view what) {
+  const RecurrentLMConfig c = RecurrentLMConfig::from_value(config, what);
+  const int64_t gates = c.cell == nn::CellKind::Lstm ? 4 : c.cell == nn::CellKind::Gru ? 3 : 1;
+  expect_shape(weights, "embed.weight", {c.vocab, c.embed}, what);
+  expect_shape(weights, "decoder.weight_hh_l" + std::to_string(c.layers - 1), {gates * c.hidden, c.hidden}, what);
+  if (!c.tied_output) expect_shape(weights, "output.weight", {c.vocab, c.hidden}, what);
+  Rng rng(1);  // the initial values are replaced by the stored ones
+  return std::make_unique<RecurrentLM>(c, rng);
+}
+
 }  // namespace
 
 const std::vector<ModelFamily>& model_families() {
   static const std::vector<ModelFamily> families = {{"recurrent", make_recurrent},
-                                                    {"transformer", make_transformer}};
+                                                    {"transformer", make_transformer},
+                                                    {"transformer-lm", make_transformer_lm},
+                                                    {"recurrent-lm", make_recurrent_lm}};
   return families;
 }
 
@@ -118,6 +149,13 @@ CheckpointHead read_checkpoint_head(const io::Value& v, const std::string& what)
 
 void check_vocab_sizes(const io::Value& config, const Vocab& source, const Vocab& target, std::string_view what) {
   const Fields c(config, std::string(what), "config ");
+  if (c.has("vocab")) {  // a language model: one vocabulary, stored as both sides
+    const int64_t v = c.count("vocab");
+    AK_CHECK(v == source.size() && v == target.size() && source == target,
+             "{}: the config's vocabulary of {} tokens disagrees with the stored vocabularies ({} and {} tokens; a "
+             "language model's two are one)", what, v, source.size(), target.size());
+    return;
+  }
   const int64_t cs = c.count("src_vocab"), ct = c.count("tgt_vocab");
   AK_CHECK(cs == source.size() && ct == target.size(),
            "{}: the config's vocabulary sizes {} and {} disagree with the stored vocabularies ({} and {})", what, cs,

@@ -36,7 +36,9 @@ struct ModelFamily {
   std::string_view name;
   std::unique_ptr<TranslationModel> (*make)(const io::Value& weights, const io::Value& config, std::string_view what);
 };
-// "recurrent" (models/seq2seq.hpp) and "transformer" (models/transformer.hpp).
+// "recurrent" (models/seq2seq.hpp), "transformer" (models/transformer.hpp), and the language models
+// "transformer-lm" (models/transformer_lm.hpp) and "recurrent-lm" (models/recurrent_lm.hpp), whose checkpoints
+// store their one vocabulary as both sides.
 const std::vector<ModelFamily>& model_families();
 // The config's family name: its "family" member, "recurrent" when absent.
 std::string family_name(const io::Value& config, std::string_view what);
@@ -59,7 +61,8 @@ struct CheckpointHead {
 };
 CheckpointHead read_checkpoint_head(const io::Value& checkpoint, const std::string& what);
 
-// The config's "src_vocab" and "tgt_vocab" must be the vocabularies' sizes.
+// The config's "src_vocab" and "tgt_vocab" must be the vocabularies' sizes (a language model's "vocab": both
+// vocabularies, equal, of that size).
 void check_vocab_sizes(const io::Value& config, const Vocab& source, const Vocab& target, std::string_view what);
 // model.load_parameters(weights), every refusal prefixed by `what`; then refuses a NaN or infinite value in any
 // weight, naming it and the index.

@@ -1,6 +1,7 @@
 #include "attnkit/models/tokenizer.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
 
@@ -39,6 +40,13 @@ bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' |
 
 }  // namespace
 
+size_t utf8_sequence_length(std::string_view s, size_t i) { return utf8_length(s, i); }
+
+std::string byte_token(unsigned char b) {
+  if (b >= 0x20 && b <= 0x7E) return std::string(1, char(b));
+  return fmt::format("<0x{:02X}>", b);
+}
+
 std::string check_utf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const size_t n = utf8_length(s, i);
@@ -66,7 +74,7 @@ std::string shown_token(std::string_view s) {
 }
 
 constexpr EnumName<Tokenizer> kTokenizerNames[] = {
-    {Tokenizer::Char, "char"}, {Tokenizer::Space, "space"}, {Tokenizer::Ids, "ids"}};
+    {Tokenizer::Char, "char"}, {Tokenizer::Space, "space"}, {Tokenizer::Ids, "ids"}, {Tokenizer::Byte, "byte"}};
 
 Tokenizer tokenizer_from_name(std::string_view name) {
   if (const std::optional<Tokenizer> tokenizer = parse_name(kTokenizerNames, name)) return *tokenizer;
@@ -77,6 +85,10 @@ std::string_view tokenizer_name(Tokenizer tokenizer) { return name_of(kTokenizer
 
 std::string tokenize(std::string_view text, Tokenizer tokenizer, std::vector<std::string>& out) {
   out.clear();
+  if (tokenizer == Tokenizer::Byte) {
+    for (char c : text) out.push_back(byte_token(static_cast<unsigned char>(c)));
+    return "";
+  }
   if (std::string bad = check_utf8(text); !bad.empty()) return bad;
   if (tokenizer == Tokenizer::Char) {
     for (size_t i = 0; i < text.size();) {
@@ -121,6 +133,17 @@ std::vector<std::string> tokenize(std::string_view text, Tokenizer tokenizer) {
 
 std::string join_tokens(const std::vector<std::string>& tokens, Tokenizer tokenizer) {
   std::string out;
+  if (tokenizer == Tokenizer::Byte) {
+    for (const std::string& t : tokens) {
+      unsigned value = 0;
+      if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+          std::sscanf(t.c_str() + 3, "%2X", &value) == 1)
+        out += static_cast<char>(value);
+      else
+        out += t;
+    }
+    return out;
+  }
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (i > 0 && tokenizer != Tokenizer::Char) out += ' ';
     out += tokens[i];

@@ -6,6 +6,9 @@
 //   ids    whitespace-separated non-negative integers below 2^31, kept as their canonical decimal text
 //          ("007" -> "7"); anything else ("-3", "x1", "+4") is refused. Ids are tokens like any other: they
 //          are mapped through the vocabulary (id k is NOT row k of an embedding: rows 0-3 are the specials).
+//   byte   one token per byte, any bytes (no UTF-8 check): the printable ASCII bytes 0x20-0x7E are their own
+//          character, every other byte is written "<0xNN>" (two upper-case hex digits), so that a vocabulary
+//          stays valid UTF-8 ("é" -> <0xC3> <0xA9>); join_tokens turns them back into the bytes.
 //   The special tokens' texts (<pad> <bos> <eos> <unk>) are reserved: data containing one as a token is
 //   refused (a space-tokenized "<eos>" in a data file would otherwise be silently taken as the real one).
 #pragma once
@@ -15,9 +18,9 @@
 
 namespace attnkit::models {
 
-enum class Tokenizer { Char, Space, Ids };
+enum class Tokenizer { Char, Space, Ids, Byte };
 
-// "char", "space", "ids" -> Tokenizer; anything else is an attnkit::Error listing the three.
+// "char", "space", "ids", "byte" -> Tokenizer; anything else is an attnkit::Error listing them.
 Tokenizer tokenizer_from_name(std::string_view name);
 std::string_view tokenizer_name(Tokenizer tokenizer);
 
@@ -27,9 +30,14 @@ std::string_view tokenizer_name(Tokenizer tokenizer);
 std::string tokenize(std::string_view text, Tokenizer tokenizer, std::vector<std::string>& out);
 // The same, throwing attnkit::Error with the reason.
 std::vector<std::string> tokenize(std::string_view text, Tokenizer tokenizer);
-// The inverse for display: char concatenates, space and ids join with one space.
+// The inverse for display: char concatenates, byte concatenates the bytes, space and ids join with one space.
 std::string join_tokens(const std::vector<std::string>& tokens, Tokenizer tokenizer);
 
+// The byte tokenizer's token for byte b ("a", " ", "<0x0A>").
+std::string byte_token(unsigned char b);
+// Length of the UTF-8 sequence starting at s[i] (1-4), or 0 when it is not a valid one (or is cut by the end
+// of `s`).
+size_t utf8_sequence_length(std::string_view s, size_t i);
 // "" or "invalid UTF-8 at byte N" (1-based).
 std::string check_utf8(std::string_view s);
 // One of the special tokens' texts.

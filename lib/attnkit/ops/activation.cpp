@@ -19,6 +19,18 @@ using CArr = Eigen::Map<const Eigen::ArrayXf>;
 Arr flat(Tensor& t) { return Arr(t.data(), t.numel()); }
 CArr flat(const Tensor& t) { return CArr(t.data(), t.numel()); }
 
+// Element-wise functions run in blocks copied into aligned local arrays: Eigen's vectorised erf, exp and tanh
+// (and the fused multiply-adds of its packets) round differently from its scalar code, which it uses for the
+// elements before the destination's first aligned address; so the same values would give different bits
+// depending on where the heap put a tensor. In an aligned block which elements take which path depends on the
+// element count only. `f(i0, n)` handles elements [i0, i0 + n), n <= kBlock.
+constexpr int64_t kBlock = 256;
+using Block = Eigen::Array<float, kBlock, 1>;
+template <typename F>
+void in_blocks(int64_t numel, F f) {
+  for (int64_t i0 = 0; i0 < numel; i0 += kBlock) f(i0, std::min(kBlock, numel - i0));
+}
+
 constexpr double kSqrt1_2 = 0.70710678118654752440;         // 1 / sqrt(2)
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;      // 1 / sqrt(2 pi)
 constexpr double kSqrt2OverPi = 0.79788456080286535588;     // sqrt(2 / pi)
@@ -47,49 +59,65 @@ void relu_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
 
 Tensor tanh_forward(const Tensor& x) {
   Tensor y(x.shape());
-  flat(y) = flat(x).tanh();  // y = tanh(x)
+  in_blocks(x.numel(), [&](int64_t i0, int64_t n) {
+    Block a, r;
+    a.head(n) = flat(x).segment(i0, n);
+    r.head(n) = a.head(n).tanh();  // y = tanh(x)
+    flat(y).segment(i0, n) = r.head(n);
+  });
   return y;
 }
 
 void tanh_backward(const Tensor& dy, const Tensor& y, Tensor& dx) {
   check_grads(dy, y, dx, "tanh", "output");
   // forward: y = tanh(x)  ->  dx += dy * (1 - y^2)
-  flat(dx) += flat(dy) * (1.0f - flat(y).square());
+  in_blocks(y.numel(), [&](int64_t i0, int64_t n) {
+    Block a, g, r;
+    a.head(n) = flat(y).segment(i0, n);
+    g.head(n) = flat(dy).segment(i0, n);
+    r.head(n) = flat(dx).segment(i0, n);
+    r.head(n) += g.head(n) * (1.0f - a.head(n).square());
+    flat(dx).segment(i0, n) = r.head(n);
+  });
 }
 
 Tensor gelu_forward(const Tensor& x, GeluApproximate approximate) {
   Tensor y(x.shape());
-  const CArr v = flat(x);
-  if (approximate == GeluApproximate::None)  // y = 0.5 x (1 + erf(x / sqrt 2))
-    flat(y) = 0.5f * v * (1.0f + (v * float(kSqrt1_2)).erf());
-  else  // y = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
-    flat(y) = 0.5f * v * (1.0f + (float(kSqrt2OverPi) * (v + float(kGeluCubic) * v.cube())).tanh());
+  in_blocks(x.numel(), [&](int64_t i0, int64_t n) {
+    Block a, r;
+    a.head(n) = flat(x).segment(i0, n);
+    const auto v = a.head(n);
+    if (approximate == GeluApproximate::None)  // y = 0.5 x (1 + erf(x / sqrt 2))
+      r.head(n) = 0.5f * v * (1.0f + (v * float(kSqrt1_2)).erf());
+    else  // y = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+      r.head(n) = 0.5f * v * (1.0f + (float(kSqrt2OverPi) * (v + float(kGeluCubic) * v.cube())).tanh());
+    flat(y).segment(i0, n) = r.head(n);
+  });
   return y;
 }
 
 void gelu_backward(const Tensor& dy, const Tensor& x, Tensor& dx, GeluApproximate approximate) {
   check_grads(dy, x, dx, "gelu", "input");
-  const CArr v = flat(x), g = flat(dy);
-  if (approximate == GeluApproximate::None) {
-    // forward: y = x * Phi(x)  ->  dx += dy * (Phi(x) + x * phi(x))
-    flat(dx) += g * (0.5f * (1.0f + (v * float(kSqrt1_2)).erf()) +
-                     v * float(kInvSqrt2Pi) * (-0.5f * v.square()).exp());
-  } else {
-    // forward: y = 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3)
-    //   ->  dx += dy * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx),  du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-    // Evaluated in blocks so tanh u is computed once per element without a tensor-sized temporary.
-    constexpr int64_t kBlock = 256;
-    Eigen::Array<float, kBlock, 1> t;
-    for (int64_t i0 = 0; i0 < x.numel(); i0 += kBlock) {
-      const int64_t n = std::min(kBlock, x.numel() - i0);
-      const auto vb = v.segment(i0, n);
+  in_blocks(x.numel(), [&](int64_t i0, int64_t n) {
+    Block a, g, t, r;
+    a.head(n) = flat(x).segment(i0, n);
+    g.head(n) = flat(dy).segment(i0, n);
+    r.head(n) = flat(dx).segment(i0, n);
+    const auto v = a.head(n);
+    if (approximate == GeluApproximate::None) {
+      // forward: y = x * Phi(x)  ->  dx += dy * (Phi(x) + x * phi(x))
+      r.head(n) += g.head(n) * (0.5f * (1.0f + (v * float(kSqrt1_2)).erf()) +
+                                v * float(kInvSqrt2Pi) * (-0.5f * v.square()).exp());
+    } else {
+      // forward: y = 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3)
+      //   ->  dx += dy * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx),  du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
       auto tb = t.head(n);
-      tb = (float(kSqrt2OverPi) * (vb + float(kGeluCubic) * vb.cube())).tanh();
-      flat(dx).segment(i0, n) +=
-          g.segment(i0, n) * (0.5f * (1.0f + tb) + 0.5f * vb * (1.0f - tb.square()) * float(kSqrt2OverPi) *
-                                                       (1.0f + float(3 * kGeluCubic) * vb.square()));
+      tb = (float(kSqrt2OverPi) * (v + float(kGeluCubic) * v.cube())).tanh();
+      r.head(n) += g.head(n) * (0.5f * (1.0f + tb) + 0.5f * v * (1.0f - tb.square()) * float(kSqrt2OverPi) *
+                                                         (1.0f + float(3 * kGeluCubic) * v.square()));
     }
-  }
+    flat(dx).segment(i0, n) = r.head(n);
+  });
 }
 
 std::vector<double> relu_reference(const Tensor& x) {
