@@ -80,17 +80,7 @@ std::vector<std::string> read_metrics_for_plot(const std::string& path) {
 // 4 floats each (the value, its gradient, Adam's two moments), must fit in kMaxTrainingBytes.
 constexpr double kMaxTrainingBytes = 8.0 * 1024 * 1024 * 1024;
 
-void refuse_oversized(const train::TrainerOptions& o, int64_t src_vocab, int64_t tgt_vocab, CLI::App& app) {
-  double params = 0;
-  if (o.family == "transformer") {
-    models::TransformerConfig c = o.transformer;
-    c.src_vocab = src_vocab, c.tgt_vocab = tgt_vocab;
-    params = models::parameter_count(c);
-  } else {
-    models::Seq2SeqConfig c = o.model;
-    c.src_vocab = src_vocab, c.tgt_vocab = tgt_vocab;
-    params = models::parameter_count(c);
-  }
+void refuse_oversized(double params, CLI::App& app) {
   const double bytes = params * 4 * sizeof(float);
   if (bytes <= kMaxTrainingBytes) return;
   std::string sizes;
@@ -405,6 +395,18 @@ int main(int argc, char** argv) {
         drawn = p.seconds;
         std::cerr << '\r' << train::progress_line(p, tools::stderr_columns()) << "\x1b[K" << std::flush;
       };
+    if (resume_path.empty()) {
+      const int64_t vocab = data.vocab.size();
+      if (transformer) {
+        models::TransformerLMConfig c = o.model;
+        c.vocab = vocab;
+        refuse_oversized(models::parameter_count(c), app);
+      } else {
+        models::RecurrentLMConfig c = o.recurrent;
+        c.vocab = vocab;
+        refuse_oversized(models::parameter_count(c), app);
+      }
+    }
     std::unique_ptr<train::LmTrainer> trainer = resume_path.empty()
                                                     ? std::make_unique<train::LmTrainer>(o, std::move(data))
                                                     : train::LmTrainer::resume(resume_path, o, std::move(data));
@@ -599,7 +601,17 @@ int main(int argc, char** argv) {
         throw UsageError(fmt::format("--epochs {}: {} batches an epoch make more than {} steps; at most {} epochs",
                                      epochs, per_epoch, train::kMaxSteps, train::kMaxSteps / per_epoch));
     }
-    if (resume_path.empty()) refuse_oversized(o, data.src_vocab.size(), data.tgt_vocab.size(), app);
+    if (resume_path.empty()) {
+      if (o.family == "transformer") {
+        models::TransformerConfig c = o.transformer;
+        c.src_vocab = data.src_vocab.size(), c.tgt_vocab = data.tgt_vocab.size();
+        refuse_oversized(models::parameter_count(c), app);
+      } else {
+        models::Seq2SeqConfig c = o.model;
+        c.src_vocab = data.src_vocab.size(), c.tgt_vocab = data.tgt_vocab.size();
+        refuse_oversized(models::parameter_count(c), app);
+      }
+    }
     std::unique_ptr<train::Trainer> trainer = resume_path.empty()
                                                   ? std::make_unique<train::Trainer>(o, std::move(data))
                                                   : train::Trainer::resume(resume_path, o, std::move(data));

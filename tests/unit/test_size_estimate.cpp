@@ -50,3 +50,25 @@ TEST_CASE("parameter_count of a Transformer equals the built model's") {
         CHECK(models::parameter_count(c) == built_count(m));
       }
 }
+
+TEST_CASE("parameter_count of the language models equals the built model's") {
+  for (bool tied : {false, true})
+    for (nn::PositionalKind pos : {nn::PositionalKind::Sinusoidal, nn::PositionalKind::Learned}) {
+      models::TransformerLMConfig c;
+      c.vocab = 17, c.layers = 2, c.heads = 2, c.d_model = 8, c.ff = 12, c.max_positions = 20, c.tied_output = tied,
+      c.positional = pos;
+      Rng rng(5);
+      models::TransformerLM m(c, rng);
+      CAPTURE(tied);
+      CHECK(models::parameter_count(c) == built_count(m));
+    }
+  for (nn::CellKind cell : {nn::CellKind::Lstm, nn::CellKind::Gru, nn::CellKind::RnnTanh})
+    for (int layers : {1, 3}) {
+      models::RecurrentLMConfig c;
+      c.cell = cell, c.vocab = 13, c.embed = 6, c.hidden = 6, c.layers = layers, c.tied_output = layers == 3;
+      Rng rng(6);
+      models::RecurrentLM m(c, rng);
+      CAPTURE(layers);
+      CHECK(models::parameter_count(c) == built_count(m));
+    }
+}

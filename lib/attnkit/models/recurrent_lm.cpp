@@ -181,8 +181,7 @@ std::vector<std::vector<int64_t>> RecurrentLM::greedy(const SourceBatch& batch, 
   for (int64_t t = 0; t < max_len; ++t) {
     const Tensor lp = state->step(prev);  // [N, V]
     for (int64_t n = 0; n < batch.N; ++n) {
-      const float* row = lp.data() + n * lp.dim(1);
-      prev[size_t(n)] = std::max_element(row, row + lp.dim(1)) - row;
+      prev[size_t(n)] = best_output_token(lp.data() + n * lp.dim(1), lp.dim(1), config_.pad_id);
       out[size_t(n)].push_back(prev[size_t(n)]);
     }
   }

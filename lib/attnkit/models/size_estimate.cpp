@@ -21,12 +21,31 @@ double parameter_count(const Seq2SeqConfig& c) {
   return n + Vt * Hd + Vt;                                                 // output
 }
 
+// One Transformer layer of model size E and feed-forward size F: self-attention (in_proj [3E, E] + [3E], out_proj
+// [E, E] + [E]), cross-attention for a decoder layer, linear1 [F, E] + [F], linear2 [E, F] + [E], 2 or 3 norms.
+static double transformer_layer(double E, double F, bool cross) {
+  const double attention = 4 * E * E + 4 * E, feed_forward = 2 * E * F + F + E;
+  return cross ? 2 * attention + feed_forward + 6 * E : attention + feed_forward + 4 * E;
+}
+
+double parameter_count(const TransformerLMConfig& c) {
+  const double E = double(c.d_model), V = double(c.vocab);
+  double n = double(c.layers) * transformer_layer(E, double(c.ff), false) + 2 * E;  // + the final norm
+  n += V * E;                                                                       // embed
+  if (c.positional == nn::PositionalKind::Learned) n += double(c.max_positions) * E;
+  return n + (c.tied_output ? 0 : V * E) + V;  // output
+}
+
+double parameter_count(const RecurrentLMConfig& c) {
+  const double g = ops::gate_count(c.cell), E = double(c.embed), H = double(c.hidden), V = double(c.vocab);
+  double n = V * E;  // embed
+  for (int l = 0; l < c.layers; ++l) n += recurrent_layer(g, l == 0 ? E : H, H);
+  return n + (c.tied_output ? 0 : V * H) + V;  // output
+}
+
 double parameter_count(const TransformerConfig& c) {
   const double E = double(c.d_model), F = double(c.ff), Vs = double(c.src_vocab), Vt = double(c.tgt_vocab);
-  const double attention = 4 * E * E + 4 * E;           // in_proj [3E, E] + [3E], out_proj [E, E] + [E]
-  const double feed_forward = 2 * E * F + F + E;        // linear1 [F, E] + [F], linear2 [E, F] + [E]
-  const double encoder_layer = attention + feed_forward + 4 * E;      // norm1, norm2
-  const double decoder_layer = 2 * attention + feed_forward + 6 * E;  // norm1..3
+  const double encoder_layer = transformer_layer(E, F, false), decoder_layer = transformer_layer(E, F, true);
   double n = double(c.encoder_layers) * encoder_layer + double(c.decoder_layers) * decoder_layer + 4 * E;  // + final norms
   n += Vs * E + (c.shared_embeddings ? 0 : Vt * E);
   if (c.positional == nn::PositionalKind::Learned) n += double(c.max_positions) * E;

@@ -193,8 +193,7 @@ std::vector<std::vector<int64_t>> TransformerLM::greedy(const SourceBatch& batch
     const Tensor lp = state->step(prev);  // [N, V]
     const int64_t V = lp.dim(1);
     for (int64_t n = 0; n < batch.N; ++n) {
-      const float* row = lp.data() + n * V;
-      prev[size_t(n)] = std::max_element(row, row + V) - row;
+      prev[size_t(n)] = best_output_token(lp.data() + n * V, V, config_.pad_id);
       out[size_t(n)].push_back(prev[size_t(n)]);
     }
   }
