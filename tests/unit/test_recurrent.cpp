@@ -589,7 +589,7 @@ TEST_CASE("the training cache is written whole: recycled scratch full of NaN cha
       ops::RecurrentResult r = m.forward(in, opt);
       const ops::RecurrentCache& c = r.caches.at(0);
       kept.clear();
-      for (const ScratchTensor* t : {&c.gates, &c.c, &c.tanh_c, &c.hn, &c.h}) kept.push_back(t->to_tensor());
+      for (const attnkit::detail::ScratchTensor* t : {&c.gates, &c.c, &c.tanh_c, &c.hn, &c.h}) kept.push_back(t->to_tensor());
       m.zero_grad();
       ops::RecurrentGradOutputs g;
       g.output = &dy;

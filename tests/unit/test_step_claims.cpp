@@ -119,12 +119,12 @@ TEST_CASE("guided shares: cover the units once, shrink toward the end, never bel
         CAPTURE(team);
         CAPTURE(units);
         CAPTURE(min_units);
-        const int64_t tasks = guided_tasks(units, team, min_units);
-        REQUIRE(guided_start(units, team, min_units, 0) == 0);
-        REQUIRE(guided_start(units, team, min_units, tasks) == units);
+        const int64_t tasks = attnkit::detail::guided_tasks(units, team, min_units);
+        REQUIRE(attnkit::detail::guided_start(units, team, min_units, 0) == 0);
+        REQUIRE(attnkit::detail::guided_start(units, team, min_units, tasks) == units);
         int64_t previous = units + 1;
         for (int64_t b = 0; b < tasks; ++b) {
-          const int64_t share = guided_start(units, team, min_units, b + 1) - guided_start(units, team, min_units, b);
+          const int64_t share = attnkit::detail::guided_start(units, team, min_units, b + 1) - attnkit::detail::guided_start(units, team, min_units, b);
           CHECK(share >= 1);
           CHECK(share <= previous);
           if (b + 1 < tasks) CHECK(share >= min_units);  // only the last may be smaller (what was left)
@@ -135,7 +135,7 @@ TEST_CASE("guided shares: cover the units once, shrink toward the end, never bel
     }
   }
   // 1024 rows in register blocks of 12 on 2 threads: 22, 16, 12, .. blocks, the last ones 2
-  CHECK(guided_tasks(86, 2, 2) == 12);
-  CHECK(guided_start(86, 2, 2, 1) == 22);
-  CHECK(guided_start(86, 2, 2, 2) == 38);
+  CHECK(attnkit::detail::guided_tasks(86, 2, 2) == 12);
+  CHECK(attnkit::detail::guided_start(86, 2, 2, 1) == 22);
+  CHECK(attnkit::detail::guided_start(86, 2, 2, 2) == 38);
 }

@@ -20,7 +20,7 @@ io::Value trace_bundle(const ops::RecurrentCache& cache, CellKind cell, WeightLa
   const int G = gate_count(cell);
   const int64_t T = cache.h.dim(0), N = cache.h.dim(1), H = cache.h.dim(2);
   // [T, N, W] time-major -> [N, T, W] batch-first, taking W columns from `from` starting at col0
-  auto batch_first = [&](const ScratchTensor& src, int64_t col0, int64_t width) {
+  auto batch_first = [&](const attnkit::detail::ScratchTensor& src, int64_t col0, int64_t width) {
     const int64_t src_w = src.dim(2);
     Tensor dst({N, T, width});
     for (int64_t t = 0; t < T; ++t)

@@ -117,7 +117,7 @@ void FullWorker::run(int64_t task, float* row_lse) {
 void sdpa_full(const SdpaProblem& p, float* scores, float* weights, float* row_lse) {
   AK_CHECK(weights != nullptr, "attention: sdpa_full needs a weights buffer");
   const int64_t tasks = FullWorker::tasks(p);
-  const int team = team_for(tasks, sdpa_flops(p));
+  const int team = attnkit::detail::team_for(tasks, sdpa_flops(p));
   std::vector<FullWorker> workers;  // allocated before the team: nothing throws inside it
   for (int i = 0; i < team; ++i) workers.emplace_back(p, weights, p.S, scores);
   std::atomic<int64_t> next{0};

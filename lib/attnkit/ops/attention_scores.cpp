@@ -124,7 +124,7 @@ AttentionResult additive_forward(const Tensor& q, const Tensor& k, const Tensor&
   const bool keep = o.keep == KeepWeights::Yes;
   if (keep) r.scores = Tensor({d.N, d.T, d.S}), r.weights = Tensor({d.N, d.T, d.S});
   SdpaProblem p = make_problem(d, q.data(), d.Dq, k.data(), v.data(), r.context.data(), o.mask, 1.0f);
-  const int team = team_for(d.N * d.T, 4.0 * d.N * d.T * d.S * (A + d.Dv));  // tanh(Qp + Kp) . v, P V
+  const int team = attnkit::detail::team_for(d.N * d.T, 4.0 * d.N * d.T * d.S * (A + d.Dv));  // tanh(Qp + Kp) . v, P V
   // Allocated before the team: each thread's M [S, A] and e [S].
   std::vector<MatrixRM> Ms(static_cast<size_t>(team), MatrixRM(d.S, A));
   std::vector<Eigen::VectorXf> es(static_cast<size_t>(team), Eigen::VectorXf(d.S));
@@ -257,7 +257,7 @@ void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, c
   if (!w.b.empty()) as_matrix(Kp).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(w.b.data(), A);  // [N*S, A]
   const bool keep = !fwd.weights.empty();
   SdpaProblem p = make_problem(d, q.data(), d.Dq, k.data(), values.data(), nullptr, o.mask, 1.0f);
-  const int team = team_for(NT, 8.0 * NT * d.S * (A + d.Dv));  // Z, e, dP, dv, G: about twice the forward's
+  const int team = attnkit::detail::team_for(NT, 8.0 * NT * d.S * (A + d.Dv));  // Z, e, dP, dv, G: about twice the forward's
   // Allocated before the team. Per thread: Z [S, A], dE [S], dP [S]; partial dKp [N*S, A] and dv [A] (zeroed).
   // Pall [N*T, S]: every row's P (the forward's weights when kept).
   std::vector<MatrixRM> Zs(static_cast<size_t>(team), MatrixRM(d.S, A));

@@ -367,7 +367,7 @@ void TiledWorker::run(int64_t task, float* row_lse) { impl_->run(task, row_lse);
 
 void sdpa_tiled(const SdpaProblem& p, float* row_lse) {
   const int64_t tasks = TiledWorker::tasks(p);
-  const int team = team_for(tasks, sdpa_flops(p));
+  const int team = attnkit::detail::team_for(tasks, sdpa_flops(p));
   TiledKvPanels keys(p);
   std::vector<TiledWorker> workers;  // allocated before the team starts: nothing throws inside it
   for (int i = 0; i < team; ++i) workers.emplace_back(p, &keys);
@@ -593,7 +593,7 @@ TiledBackward::TiledBackward(const SdpaProblem& p, const float* row_lse, Strided
     : impl_(std::make_unique<Impl>(p, row_lse, dout, grads, team, kept)) {}
 TiledBackward::~TiledBackward() = default;
 int TiledBackward::team_for_problem(const SdpaProblem& p) {
-  return team_for(p.N * p.NH * TiledWorker::key_tiles(p), 2.5 * sdpa_flops(p));  // five products
+  return attnkit::detail::team_for(p.N * p.NH * TiledWorker::key_tiles(p), 2.5 * sdpa_flops(p));  // five products
 }
 int64_t TiledBackward::row_tasks() const { return impl_->row_tasks(); }
 void TiledBackward::run_rows(int64_t task) { impl_->run_rows(task); }

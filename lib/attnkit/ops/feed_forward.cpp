@@ -57,7 +57,7 @@ void feed_forward(const LinearWeights& l1, const LinearWeights& l2, const float*
   const std::shared_ptr<const GemmPackedB> w1 = l1.packed(), w2 = l2.packed();
   constexpr int64_t kRows = 48;  // whole register blocks; the hidden block [48, O1] stays in L2
   const int64_t tasks = (rows + kRows - 1) / kRows;
-  const int team = team_for(tasks, 4.0 * double(rows) * double(I) * double(F));
+  const int team = attnkit::detail::team_for(tasks, 4.0 * double(rows) * double(I) * double(F));
   const std::shared_ptr<float> hidden = ScratchPool::get(team * kRows * F);  // [team][kRows, F]
   std::atomic<int64_t> next{0};
   ParallelErrors errors;

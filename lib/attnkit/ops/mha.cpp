@@ -450,7 +450,7 @@ void multihead_attention_backward(const MhaWeights& w, const Tensor& q, const Te
       ProjBackward{w.k, k.data(), N * S, dK, ldk, dk ? dk->data() : nullptr, gWk, gbk},
       ProjBackward{w.v, v.data(), N * S, dV, ldv, dv ? dv->data() : nullptr, gWv, gbv}};
   for (const ProjBackward& j : in_jobs) work += j.flops();
-  const int team = std::max(TiledBackward::team_for_problem(p), team_for(8, work));
+  const int team = std::max(TiledBackward::team_for_problem(p), attnkit::detail::team_for(8, work));
   TiledBackward attention(p, cache.row_lse.data(), StridedIn{dctx, T * Ev, HSv, Ev}, g, team,
                           cache.kept_probs());  // allocated before the team
   stages.push_back({attention.row_tasks(), [&](int, int64_t t) { attention.run_rows(t); }});

@@ -87,12 +87,12 @@ struct LinearJob {
   static constexpr int64_t kMinBlocks = 2;  // register blocks in the smallest task of the packed form
   int64_t register_blocks() const { return (rows + mr() - 1) / mr(); }
   int64_t row_blocks() const {
-    if (packed) return std::max<int64_t>(1, guided_tasks(register_blocks(), std::max(1, num_threads()), kMinBlocks));
+    if (packed) return std::max<int64_t>(1, attnkit::detail::guided_tasks(register_blocks(), std::max(1, num_threads()), kMinBlocks));
     return (rows + kRows - 1) / kRows;
   }
   // first row of task b of the packed form (b = row_blocks(): rows): guided shares of the kernel's register blocks
   int64_t packed_row(int64_t b) const {
-    return std::min(rows, guided_start(register_blocks(), std::max(1, num_threads()), kMinBlocks, b) * mr());
+    return std::min(rows, attnkit::detail::guided_start(register_blocks(), std::max(1, num_threads()), kMinBlocks, b) * mr());
   }
   int64_t cols() const {  // columns per task: a multiple of 32 (whole panels of either kernel)
     if (packed) return p.out;

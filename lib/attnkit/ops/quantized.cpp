@@ -52,7 +52,7 @@ void pack_q8(Q8Matrix& m) {
 // The team for `blocks` blocks of work `flops`, and its share: thread t takes [lo, hi).
 template <typename Body>
 void over_blocks(int64_t blocks, double flops, Body&& body) {
-  const int team = team_for(blocks, flops);
+  const int team = attnkit::detail::team_for(blocks, flops);
   if (team <= 1) return body(int64_t{0}, blocks);
 #pragma omp parallel num_threads(team)
   {

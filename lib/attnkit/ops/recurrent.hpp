@@ -122,12 +122,12 @@ void cell_backward(const CellBackStep& s);  // dispatches on s.cell
 // Filled by the recurrent stack when asked (RunOptions::keep_cache, recurrent_stack.hpp); `pre` only for traces.
 // Scratch (recycled, never zero-filled): every step writes all of its rows, padded ones included.
 struct RecurrentCache {
-  ScratchTensor gates;   // [T, N, G*H] activated gates (RNN: empty, h is its own derivative source)
-  ScratchTensor pre;     // [T, N, G*H] gate arguments (trace only)
-  ScratchTensor c;       // [T, N, H] LSTM
-  ScratchTensor tanh_c;  // [T, N, H] LSTM
-  ScratchTensor hn;      // [T, N, H] GRU: W_hn h_prev + b_hn
-  ScratchTensor h;       // [T, N, H]
+  attnkit::detail::ScratchTensor gates;   // [T, N, G*H] activated gates (RNN: empty, h is its own derivative source)
+  attnkit::detail::ScratchTensor pre;     // [T, N, G*H] gate arguments (trace only)
+  attnkit::detail::ScratchTensor c;       // [T, N, H] LSTM
+  attnkit::detail::ScratchTensor tanh_c;  // [T, N, H] LSTM
+  attnkit::detail::ScratchTensor hn;      // [T, N, H] GRU: W_hn h_prev + b_hn
+  attnkit::detail::ScratchTensor h;       // [T, N, H]
 };
 
 // The slow, obvious reference: one step in double precision, standard layouts, straight from

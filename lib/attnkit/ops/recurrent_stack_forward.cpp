@@ -242,7 +242,7 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
   // One thread's loop: a big projection may still fork (the thread policy decides), a small one
   // stays on this thread: forking costs more than it saves (far more on shared cores).
   const bool big = N * T * job.Din * GH >= (int64_t(1) << 25);
-  const bool forks = team <= 1 && big && team_for(num_threads(), 2.0 * double(N * T * job.Din * GH)) > 1;
+  const bool forks = team <= 1 && big && attnkit::detail::team_for(num_threads(), 2.0 * double(N * T * job.Din * GH)) > 1;
   FusedSteps fused(job, parts, forks);
   const bool ahead = team <= 1 && job.project_ahead && !fused;  // one row: the projection runs beside the steps
   const bool tickets = team <= 1 && side && fused;  // chunks by ticket: a helper packs into slot 1
@@ -273,11 +273,11 @@ void run_direction(const DirectionJob& job, const TeamParts& parts, ChunkTickets
 
   RecurrentCache* cache = job.cache;
   if (cache) {
-    if (job.cell != CellKind::RnnTanh && job.cell != CellKind::RnnRelu) cache->gates = ScratchTensor({T, N, GH});
-    if (job.keep_pre) cache->pre = ScratchTensor({T, N, GH});
-    if (job.cell == CellKind::Lstm) cache->c = ScratchTensor({T, N, H}), cache->tanh_c = ScratchTensor({T, N, H});
-    if (gru) cache->hn = ScratchTensor({T, N, H});
-    cache->h = ScratchTensor({T, N, H});
+    if (job.cell != CellKind::RnnTanh && job.cell != CellKind::RnnRelu) cache->gates = attnkit::detail::ScratchTensor({T, N, GH});
+    if (job.keep_pre) cache->pre = attnkit::detail::ScratchTensor({T, N, GH});
+    if (job.cell == CellKind::Lstm) cache->c = attnkit::detail::ScratchTensor({T, N, H}), cache->tanh_c = attnkit::detail::ScratchTensor({T, N, H});
+    if (gru) cache->hn = attnkit::detail::ScratchTensor({T, N, H});
+    cache->h = attnkit::detail::ScratchTensor({T, N, H});
   }
   // State after step i (i = -1: the initial state). With a cache, the states live in it.
   auto time_of = [&](int64_t i) { return job.reverse ? T - 1 - i : i; };

@@ -4,6 +4,6 @@
 
 namespace attnkit::ops::detail {
 
-int row_team(int64_t rows, int64_t cols) { return team_for(rows, double(rows) * double(cols), double(kParallelMinWork)); }
+int row_team(int64_t rows, int64_t cols) { return attnkit::detail::team_for(rows, double(rows) * double(cols), double(kParallelMinWork)); }
 
 }  // namespace attnkit::ops::detail

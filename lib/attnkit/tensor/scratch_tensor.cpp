@@ -5,7 +5,7 @@
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/scratch_pool.hpp"
 
-namespace attnkit {
+namespace attnkit::detail {
 
 ScratchTensor::ScratchTensor(Shape shape) : shape_(std::move(shape)) {
   for (int64_t d : shape_) AK_CHECK(d >= 0, "scratch tensor: negative dimension in {}", shape_str(shape_));
@@ -28,4 +28,4 @@ Tensor ScratchTensor::to_tensor() const {
   return t;
 }
 
-}  // namespace attnkit
+}  // namespace attnkit::detail

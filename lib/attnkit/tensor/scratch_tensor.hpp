@@ -2,14 +2,15 @@
 // uninitialised: for big per-call buffers that a kernel writes whole before anything reads them. A
 // recurrent layer's training cache is one (91 MB at N=64 T=100 H=512): as Tensors, their zero-fill and
 // first-touch page faults would run on one thread while the other waited.
-// Copies share the buffer; it returns to the pool when the last copy goes.
+// Copies share the buffer; it returns to the pool when the last copy goes. A detail (may change in any release,
+// docs/library.md): a recurrent cache holds some.
 #pragma once
 #include <cstdint>
 #include <memory>
 
 #include "attnkit/tensor/tensor.hpp"
 
-namespace attnkit {
+namespace attnkit::detail {
 
 class ScratchTensor {
  public:
@@ -29,4 +30,4 @@ class ScratchTensor {
   std::shared_ptr<float> data_;
 };
 
-}  // namespace attnkit
+}  // namespace attnkit::detail

@@ -15,6 +15,8 @@ void set_num_threads(int n) {
 
 int num_threads() { return Eigen::nbThreads(); }
 
+namespace detail {
+
 int team_for(int64_t tasks, double work, double min_work) {
   if (tasks < 2 || work < min_work || omp_in_parallel()) return 1;
   return static_cast<int>(std::min<int64_t>(num_threads(), tasks));
@@ -40,5 +42,7 @@ int64_t guided_start(int64_t units, int team, int64_t min_units, int64_t b) {
     start += guided_share(units - start, std::max(team, 1), std::max<int64_t>(min_units, 1));
   return start;
 }
+
+}  // namespace detail
 
 }  // namespace attnkit

@@ -14,6 +14,9 @@ int num_threads();
 // attention teams, each paying that.)
 constexpr int64_t kMinParallelFlops = int64_t{1} << 21;
 
+// The thread teams of the library's kernels (a detail: may change in any release, docs/library.md).
+namespace detail {
+
 // The team for `tasks` independent tasks of `work` in all: min(num_threads(), tasks), or 1 below `min_work`
 // (floating-point operations by default; ops/row_loop counts row elements against its own bound) and inside a
 // parallel region (OpenMP would not nest it anyway). The one place that decides whether a kernel forks.
@@ -26,5 +29,7 @@ int team_for(int64_t tasks, double work, double min_work = double(kMinParallelFl
 // guided_start: the first unit of task b (b = guided_tasks(..): units).
 int64_t guided_tasks(int64_t units, int team, int64_t min_units);
 int64_t guided_start(int64_t units, int team, int64_t min_units, int64_t b);
+
+}  // namespace detail
 
 }  // namespace attnkit
