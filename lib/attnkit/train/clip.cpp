@@ -3,6 +3,9 @@
 #include "attnkit/train/clip.hpp"
 
 #include <cmath>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "attnkit/tensor/error.hpp"
 
@@ -69,6 +72,21 @@ float clip_grad_norm(const std::vector<Parameter*>& params, const ClipOptions& o
     for (int64_t i = 0; i < n; ++i) g[i] *= coef;
   }
   return total;
+}
+
+float clip_step_gradients(const std::vector<Parameter*>& params, double max_norm, int64_t step) {
+  try {
+    if (max_norm > 0) {
+      ClipOptions co;
+      co.max_norm = max_norm;
+      return clip_grad_norm(params, co);
+    }
+    const float norm = grad_norm(params);
+    AK_CHECK(std::isfinite(norm), "the gradient norm is {}", std::isnan(norm) ? std::string("NaN") : fmt::format("{}", norm));
+    return norm;
+  } catch (const Error& e) {
+    fail("training: step {}: {} (the last checkpoint is kept)", step, e.what());
+  }
 }
 
 }  // namespace attnkit::train

@@ -17,6 +17,7 @@
 // are multiplied by the coefficient anyway (0 for an inf norm, which turns the inf into NaN and every finite
 // element into 0; NaN for a NaN norm) and the non-finite norm is returned.
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "attnkit/tensor/parameter.hpp"
@@ -35,5 +36,9 @@ float clip_grad_norm(const std::vector<Parameter*>& params, const ClipOptions& o
 
 // The total L2 norm of the non-empty grads, nothing changed (computed as clip_grad_norm computes it).
 float grad_norm(const std::vector<Parameter*>& params);
+
+// A training step's gradients: clipped to max_norm when max_norm > 0, else only measured; returns the norm before
+// clipping. A non-finite norm fails naming the step ("training: step 7: ... (the last checkpoint is kept)").
+float clip_step_gradients(const std::vector<Parameter*>& params, double max_norm, int64_t step);
 
 }  // namespace attnkit::train

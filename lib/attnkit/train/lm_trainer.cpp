@@ -157,18 +157,7 @@ LmSummary LmTrainer::run(const std::function<void(const std::string&)>& log) {
       fail("training: the loss is {} at step {} (the last checkpoint is kept)", shown(loss), step_ + 1);
     }
     autograd::backward(r.loss);
-    try {
-      if (options_.clip > 0) {
-        ClipOptions co;
-        co.max_norm = options_.clip;
-        last_norm = clip_grad_norm(params, co);
-      } else {
-        last_norm = grad_norm(params);
-        AK_CHECK(std::isfinite(last_norm), "the gradient norm is {}", shown(last_norm));
-      }
-    } catch (const Error& e) {
-      fail("training: step {}: {} (the last checkpoint is kept)", step_ + 1, e.what());
-    }
+    last_norm = clip_step_gradients(params, options_.clip, step_ + 1);
     optimizer_->step();
     ++step_;
     window_loss_ += loss;

@@ -232,18 +232,7 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
     }
     if (!std::isfinite(loss))
       fail("training: the loss is {} at step {} (the last checkpoint is kept)", shown(loss), step_ + 1);
-    try {
-      ClipOptions co;
-      if (options_.clip > 0) {
-        co.max_norm = options_.clip;
-        last_norm = clip_grad_norm(params, co);
-      } else {
-        last_norm = grad_norm(params);
-        AK_CHECK(std::isfinite(last_norm), "the gradient norm is {}", shown(last_norm));
-      }
-    } catch (const Error& e) {
-      fail("training: step {}: {} (the last checkpoint is kept)", step_ + 1, e.what());
-    }
+    last_norm = clip_step_gradients(params, options_.clip, step_ + 1);
     optimizer_->step();
     ++step_;
     window_loss_ += loss;
