@@ -141,6 +141,23 @@ void restore_options(CLI::App& app, const std::string& path, const std::vector<s
   }
 }
 
+// --schedule, --lr and --warmup as the trainers take them (translation models and language models alike): --lr is
+// the peak rate under every schedule. Noam: with d = 1 and factor sqrt(W) the formula
+// factor * d^-0.5 * min(s^-0.5, s * W^-1.5) becomes min(sqrt(W / s), s / W), 1 at s = W. Cosine: over the run.
+train::ScheduleOptions schedule_options(const std::string& name, double lr, int64_t warmup) {
+  train::ScheduleOptions o;
+  o.kind = train::parse_schedule_kind(name);
+  o.lr = lr;
+  o.warmup_steps = warmup;
+  if (o.kind == train::ScheduleKind::Cosine) o.t_max = 0;  // the run's length
+  if (o.kind == train::ScheduleKind::Noam) {
+    if (warmup == 0) throw UsageError("--schedule noam needs --warmup N (N >= 1)");
+    o.d_model = 1;
+    o.factor = std::sqrt(static_cast<double>(warmup));
+  }
+  return o;
+}
+
 void catch_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -365,15 +382,7 @@ int main(int argc, char** argv) {
     o.steps = steps;
     o.batch_size = batch;
     o.optimizer = train::parse_optimizer_kind(optimizer);
-    o.schedule.kind = train::parse_schedule_kind(schedule);
-    o.schedule.lr = lr;
-    o.schedule.warmup_steps = warmup;
-    if (o.schedule.kind == train::ScheduleKind::Cosine) o.schedule.t_max = 0;  // the run's length
-    if (o.schedule.kind == train::ScheduleKind::Noam) {
-      if (warmup == 0) throw UsageError("--schedule noam needs --warmup N (N >= 1)");
-      o.schedule.d_model = 1;
-      o.schedule.factor = std::sqrt(static_cast<double>(warmup));
-    }
+    o.schedule = schedule_options(schedule, lr, warmup);
     o.clip = clip;
     o.seed = seed;
     o.log_every = log_every;
@@ -549,17 +558,7 @@ int main(int argc, char** argv) {
     o.steps = steps;
     o.batch_size = batch;
     o.optimizer = train::parse_optimizer_kind(optimizer);
-    o.schedule.kind = train::parse_schedule_kind(schedule);
-    o.schedule.lr = lr;
-    o.schedule.warmup_steps = warmup;
-    if (o.schedule.kind == train::ScheduleKind::Cosine) o.schedule.t_max = 0;  // the run's length
-    if (o.schedule.kind == train::ScheduleKind::Noam) {
-      if (warmup == 0) throw UsageError("--schedule noam needs --warmup N (N >= 1)");
-      // --lr is the peak, as under the other schedules: with d = 1 and factor sqrt(W) the formula
-      // factor * d^-0.5 * min(s^-0.5, s * W^-1.5) becomes min(sqrt(W / s), s / W), 1 at s = W.
-      o.schedule.d_model = 1;
-      o.schedule.factor = std::sqrt(static_cast<double>(warmup));
-    }
+    o.schedule = schedule_options(schedule, lr, warmup);
     if (lr < 1e-5)
       std::cerr << "seq2seq-train: warning: the peak learning rate --lr " << lr
                 << " is below 1e-05: the model will barely learn\n";
