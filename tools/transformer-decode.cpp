@@ -120,8 +120,8 @@ int main(int argc, char** argv) {
     o.max_len = max_new_tokens;
     o.min_len = max_new_tokens;  // <eos> never chosen: text goes on until --max-new-tokens
     const auto* lm = dynamic_cast<const models::TransformerLM*>(model.model.get());
-    const int64_t positions = lm && lm->config().positional == nn::PositionalKind::Learned
-                                  ? lm->config().max_positions : decode::kMaxTokens;
+    const int64_t context = lm && lm->config().positional == nn::PositionalKind::Learned ? lm->config().max_positions : 0;
+    bool said_window = false;
     const bool stream = (out.path.empty() || out.path == "-") && isatty(STDOUT_FILENO) &&
                         (o.strategy == decode::Strategy::Greedy || (o.strategy == decode::Strategy::Sample && n_best == 1));
     tools::Output output(out);
@@ -134,13 +134,20 @@ int main(int argc, char** argv) {
       int64_t u = 0;
       try {
         ids = decode::encode_source(model, text, &u);
-        AK_CHECK(int64_t(ids.size()) + max_new_tokens <= positions,
-                 "the prompt's {} tokens and --max-new-tokens {} are more than the model's {} positions (its "
-                 "context)", ids.size(), max_new_tokens, positions);
+        AK_CHECK(int64_t(ids.size()) + max_new_tokens <= decode::kMaxTokens,
+                 "the prompt's {} tokens and --max-new-tokens {} are more than {} tokens", ids.size(),
+                 max_new_tokens, decode::kMaxTokens);
       } catch (const Error& e) {
         throw Error(where + ": " + e.what());
       }
       unknown += u;
+      if (context > 0 && int64_t(ids.size()) + max_new_tokens > context && !said_window) {
+        std::cerr << fmt::format("transformer-decode: {}: {} prompt tokens and {} new ones are more than the model's "
+                                 "context of {}: past it each token is predicted from the last {} (the window "
+                                 "recomputed at every token, slower than the cache)\n",
+                                 where, ids.size(), max_new_tokens, context, context);
+        said_window = true;
+      }
       if (stream) {
         std::cout << text << std::flush;
         o.on_token = [&](int64_t, int64_t token) {

@@ -122,7 +122,12 @@ expect_error 1 "short.txt: 5 tokens, but a context of 16 needs at least 17" seq2
 expect_error 2 "--hidden does nothing with --model transformer-lm" seq2seq-train "${common[@]}" --hidden 8 --steps 1 --save x.json
 expect_error 2 "a language model reads char or byte tokens" seq2seq-train "${common[@]}" --tokenizer space --steps 1 --save x.json
 expect_error 2 "--context goes with a language model" seq2seq-train --task copy --model lstm --context 8 --steps 1 --save x.json
-expect_error 1 "more than the model's 16 positions" transformer-decode lm.json --prompt 'the cat' --max-new-tokens 20
+# past the 16 learned positions each token reads the last 16 (said on stderr), the same with and without the cache
+long="$(transformer-decode lm.json --prompt 'the cat' --max-new-tokens 20 2> long.err | tokens)" || fail "past the context: exit $?"
+grep -q "7 prompt tokens and 20 new ones are more than the model's context of 16" long.err || fail "no window note: $(cat long.err)"
+[[ "$(transformer-decode lm.json --prompt 'the cat' --max-new-tokens 20 --no-cache 2> /dev/null | tokens)" == "$long" ]] ||
+  fail "past the context, --no-cache differs from the cache: $long"
+[[ "${long:0:8}" == "${greedy:0:8}" ]] || fail "the first 8 tokens past 'the cat' changed: $long vs $greedy"
 expect_error 2 "--src does not apply to a language model" transformer-decode lm.json --src 'the cat'
 expect_error 1 "empty source" transformer-decode lm.json --prompt ''
 [[ ! -e x.json ]] || fail "a refused run wrote x.json: $(head -c 200 x.json)"

@@ -53,7 +53,7 @@ struct TransformerLMConfig {
   bool norm_first = true;
   nn::FfnActivation activation = nn::FfnActivation::Gelu;
   nn::PositionalKind positional = nn::PositionalKind::Learned;
-  int64_t max_positions = 256;  // P: the longest sequence (prompt and generated tokens) with learned positions
+  int64_t max_positions = 256;  // P: the learned positions, the context (decoding past it reads the last P tokens)
   bool tied_output = false;     // output.weight = embed.weight
   int64_t pad_id = 0;           // ignored by the loss
 

@@ -11,6 +11,9 @@
 //   step:   the first returns lp (its tokens stand for the prompt); later ones feed the previous token at
 //           position t - 1, [R, 1, E], through the same layers. Without the cache every step runs the whole
 //           sequence through the model's own forward (causal upper-left) and takes the last row.
+//   past the context (learned positions, t > P): each prediction reads the last P tokens at positions 0 .. P-1,
+//           as nanoGPT's generate crops its input; the positions of the window move at every token, so nothing
+//           cached still holds and the window runs whole through the forward (with or without the cache).
 //   select: the cached keys and values gathered along their row dimension (models::gather_rows).
 #include <algorithm>
 #include <utility>
@@ -98,19 +101,21 @@ class TransformerLMState : public DecoderState {
     autograd::NoGrad no_grad;
     const int64_t V = model_.config_.vocab;
     const int64_t t = static_cast<int64_t>(history_[0].size());
+    const int64_t P = model_.config_.positional == nn::PositionalKind::Learned ? model_.config_.max_positions : t;
     Var x;
-    if (use_cache_) {
+    if (use_cache_ && t <= P) {
       x = model_.embed(ids, rows_, Tn, t - Tn);  // [R, T', E] at positions t - T' .. t - 1
       for (size_t l = 0; l < layers_.size(); ++l) x = run_layer(l, x);
       x = model_.decoder_.norm.forward(autograd::slice(x, 1, Tn - 1, Tn));  // [R, 1, E]
     } else {
+      const int64_t w = std::min(t, P);  // the window: the last w tokens
       std::vector<int64_t> all;
-      all.reserve(size_t(rows_ * t));
-      for (const auto& h : history_) all.insert(all.end(), h.begin(), h.end());  // [R, t]
+      all.reserve(size_t(rows_ * w));
+      for (const auto& h : history_) all.insert(all.end(), h.end() - w, h.end());  // [R, w]
       ops::MaskSpec causal;
       causal.causal = ops::CausalKind::UpperLeft;
-      x = model_.decoder_.forward(model_.embed(all, rows_, t, 0), causal);  // [R, t, E]
-      x = autograd::slice(x, 1, t - 1, t);                                  // [R, 1, E]
+      x = model_.decoder_.forward(model_.embed(all, rows_, w, 0), causal);  // [R, w, E]
+      x = autograd::slice(x, 1, w - 1, w);                                  // [R, 1, E]
     }
     const Var logits = model_.project(x);                                   // [R, 1, V]
     return ops::log_softmax_forward(logits.value().reshaped({rows_, V}));  // [R, V]
