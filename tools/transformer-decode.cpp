@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
                       ->transform(tools::non_negative())
                       ->capture_default_str();
   app.add_flag("--no-cache", no_cache, "Recompute the whole prefix at every step (the slow reference)");
-  auto* att_opt = app.add_flag("--attention", attention, "Add each output step's cross-attention weights (\"attention\")");
+  auto* att_opt = app.add_flag("--attention", attention, "Add each output step's cross-attention weights (\"attention\"); a language model's: its "
+                                 "self-attention over the prompt and the text so far");
   auto* layer_opt = app.add_option("--attention-layer", attention_layer, "Attention layer (-1: the last)")->capture_default_str();
   auto* head_opt = app.add_option("--attention-head", attention_head, "Attention head (-1: the mean over heads)")->capture_default_str();
   auto* heatmap_opt = app.add_option("--heatmap", heatmap, "Draw the alignment as SVG; {n} in the name: one file per "
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
   // A language model: each prompt continued by --max-new-tokens tokens; on a terminal (no -o) with one output
   // per prompt the text is written as it is produced, else one JSON line per prompt.
   auto generate = [&](const decode::LoadedModel& model, decode::SearchOptions o) -> int {
-    for (const char* name : {"--src", "--max-len", "--attention", "--heatmap", "--batch", "--input"})
+    for (const char* name : {"--src", "--max-len", "--heatmap", "--batch", "--input"})
       if (app.get_option(name)->count() > 0)
         throw UsageError(std::string(name) + " does not apply to a language model (--prompt, --max-new-tokens)");
     o.max_len = max_new_tokens;
@@ -122,12 +123,13 @@ int main(int argc, char** argv) {
     const auto* lm = dynamic_cast<const models::TransformerLM*>(model.model.get());
     const int64_t context = lm && lm->config().positional == nn::PositionalKind::Learned ? lm->config().max_positions : 0;
     bool said_window = false;
-    const bool stream = (out.path.empty() || out.path == "-") && isatty(STDOUT_FILENO) &&
+    const bool stream = (out.path.empty() || out.path == "-") && isatty(STDOUT_FILENO) && !attention &&
                         (o.strategy == decode::Strategy::Greedy || (o.strategy == decode::Strategy::Sample && n_best == 1));
     tools::Output output(out);
     decode::OutputFields fields;
     fields.normalized = o.length_penalty != 0;
     fields.n_best = n_best > 1;
+    fields.attention = attention;
     int64_t index = 0, unknown = 0;
     auto one = [&](const std::string& text, const std::string& where) {
       std::vector<int64_t> ids;

@@ -128,6 +128,26 @@ grep -q "7 prompt tokens and 20 new ones are more than the model's context of 16
 [[ "$(transformer-decode lm.json --prompt 'the cat' --max-new-tokens 20 --no-cache 2> /dev/null | tokens)" == "$long" ]] ||
   fail "past the context, --no-cache differs from the cache: $long"
 [[ "${long:0:8}" == "${greedy:0:8}" ]] || fail "the first 8 tokens past 'the cat' changed: $long vs $greedy"
+# --attention: row s is the newest token's attention over the prompt and the first s outputs (each row sums to
+# one; past the context only the last 16 positions), the same with and without the cache, per layer and head
+for args in "--max-new-tokens 5" "--max-new-tokens 5 --attention-layer 0 --attention-head 1" "--max-new-tokens 20"; do
+  transformer-decode lm.json --prompt 'the cat' $args --attention > att.json 2> /dev/null || fail "--attention $args: exit $?"
+  transformer-decode lm.json --prompt 'the cat' $args --attention --no-cache > att-nc.json 2> /dev/null ||
+    fail "--attention --no-cache $args: exit $?"
+  python3 - att.json att-nc.json <<'PY' || fail "--attention $args"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["tokens"] == b["tokens"], (a["tokens"], b["tokens"])
+rows, S = a["attention"], 7
+assert len(rows) == len(a["tokens"]) and all(len(r) == S + len(rows) - 1 for r in rows), [len(r) for r in rows]
+for s, (r, q) in enumerate(zip(rows, b["attention"])):
+    t = S + s
+    assert abs(sum(r) - 1) < 1e-5 and all(x == 0 for x in r[t:]), (s, r)
+    assert all(x == 0 for x in r[:max(0, t - 16)]), ("outside the window", s, r)
+    assert max(abs(x - y) for x, y in zip(r, q)) < 1e-5, (s, r, q)
+PY
+done
+expect_error 2 "--heatmap does not apply to a language model" transformer-decode lm.json --prompt 'the cat' --heatmap a.svg
 expect_error 2 "--src does not apply to a language model" transformer-decode lm.json --src 'the cat'
 expect_error 1 "empty source" transformer-decode lm.json --prompt ''
 [[ ! -e x.json ]] || fail "a refused run wrote x.json: $(head -c 200 x.json)"

@@ -151,7 +151,9 @@ std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
   }
   // The tree keeps every row's token at every step: refused before any work when it would not fit.
   const int64_t longest = *std::max_element(max_len.begin(), max_len.end());
-  const double per_token = double(sizeof(Node)) + (o.attention ? double(S) * sizeof(float) : 0.0);
+  // attention per token: over the source, or a language model's over its prompt and output so far
+  const int64_t att_width = model.has_source() ? S : S + longest;
+  const double per_token = double(sizeof(Node)) + (o.attention ? double(att_width) * sizeof(float) : 0.0);
   const double tree_bytes = double(N) * double(K) * double(longest) * per_token;
   AK_CHECK(tree_bytes <= double(kMaxTreeBytes),
            "decode: {} source(s) x {} row(s) x {} tokens would keep {:.0f} MB of hypotheses, more than {} MB (use a "
@@ -159,6 +161,7 @@ std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
            N, K, longest, tree_bytes / 1048576, kMaxTreeBytes / 1048576);
 
   std::unique_ptr<models::DecoderState> state = model.start_decoding(batch, o.use_cache);
+  if (o.attention) state->keep_attention();
   std::vector<Row> rows;
   std::vector<Rng> rngs;
   std::vector<int64_t> expand;
@@ -175,7 +178,8 @@ std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
 
 
   std::vector<Node> nodes;
-  std::vector<float> att;  // [nodes, S] when o.attention
+  std::vector<float> att;  // when o.attention: each node's attention row, W of them (S, or a language model's t)
+  std::vector<std::pair<int64_t, int64_t>> att_row;  // per node: where its row starts in att, and W
   std::vector<std::vector<Ended>> ended(static_cast<size_t>(N));
   std::vector<int64_t> prev(rows.size(), o.bos);
 
@@ -185,7 +189,8 @@ std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
     const int64_t V = lp.dim(1);
     AK_CHECK(eos < V && o.bos < V, "search: <bos> {} or <eos> {} is outside the model's {} target tokens", o.bos, eos, V);
     Tensor a;
-    if (o.attention) a = state->cross_attention(o.attention_layer, o.attention_head);  // [R, S]
+    if (o.attention) a = state->cross_attention(o.attention_layer, o.attention_head);  // [R, W]
+    const int64_t W = o.attention ? a.dim(1) : 0;
     constexpr float kMasked = -std::numeric_limits<float>::infinity();
     for (int64_t r = 0; r < R; ++r) {
       for (int64_t id : o.never)
@@ -194,7 +199,10 @@ std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
     }
     auto add_node = [&](int64_t r, int64_t token) {
       nodes.push_back({rows[size_t(r)].node, token});
-      if (o.attention) att.insert(att.end(), a.data() + r * S, a.data() + (r + 1) * S);
+      if (o.attention) {
+        att_row.emplace_back(static_cast<int64_t>(att.size()), W);
+        att.insert(att.end(), a.data() + r * W, a.data() + (r + 1) * W);
+      }
       return static_cast<int64_t>(nodes.size()) - 1;
     };
     auto finish = [&](int64_t src, int64_t node, double score, int64_t len, bool ended_eos) {
@@ -287,10 +295,14 @@ std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
       std::reverse(path.begin(), path.end());
       for (int64_t node : path)
         if (nodes[size_t(node)].token != eos) h.ids.push_back(nodes[size_t(node)].token);
-      if (o.attention) {
-        h.attention = Tensor({static_cast<int64_t>(path.size()), Sn});  // [steps, S_n]
-        for (size_t s = 0; s < path.size(); ++s)
-          std::copy_n(att.data() + path[s] * S, Sn, h.attention.data() + int64_t(s) * Sn);
+      if (o.attention) {  // [steps, S_n], or a language model's [steps, t at the last step]: zeros past a row's
+        int64_t width = 0;
+        for (int64_t node : path) width = std::max(width, att_row[size_t(node)].second - (S - Sn));
+        h.attention = Tensor({static_cast<int64_t>(path.size()), width});
+        for (size_t s = 0; s < path.size(); ++s) {
+          const auto [start, w] = att_row[size_t(path[s])];
+          std::copy_n(att.data() + start, w - (S - Sn), h.attention.data() + int64_t(s) * width);
+        }
       }
       out[size_t(n)].push_back(std::move(h));
     }

@@ -75,8 +75,9 @@ struct Hypothesis {
   bool ended = false;        // produced <eos> (false: stopped at max_len)
   double score = 0;          // sum of log-probabilities
   double normalized = 0;     // the ranking score (see above)
-  Tensor attention;          // [steps, S_n] when options.attention: one row per step (ids, then <eos> if ended)
-                             // over the source's own S_n tokens; else empty
+  Tensor attention;          // when options.attention, one row per step (ids, then <eos> if ended): [steps, S_n]
+                             // over the source's own S_n tokens; a language model's [steps, S + steps - 1], row s
+                             // over the prompt and the first s outputs (zeros after); else empty
 };
 
 // The sources as a batch (src, src_lengths; <pad> after each row's length). Refuses an empty list or source,

@@ -35,8 +35,12 @@ class DecoderState {
   virtual Tensor step(const std::vector<int64_t>& prev_tokens) = 0;
   // New row r continues old row rows[r] (every index in [0, rows())).
   virtual void select_rows(const std::vector<int64_t>& rows) = 0;
-  // [R, S]: the attention weights over the source of the last step() (zeros past a row's source length).
+  // [R, S]: the attention weights over the source of the last step() (zeros past a row's source length). A
+  // language model's (no source): [R, t], its self-attention over the t tokens so far (prompt and output).
   virtual Tensor cross_attention(int layer, int head) const = 0;
+  // Called before the first step() by a search that will ask for cross_attention(): a state that computes the
+  // weights only when asked starts keeping them.
+  virtual void keep_attention() {}
 };
 
 // Rows `rows` of `t` along dimension `dim` (the new size of `dim` is rows.size()): the gather every

@@ -39,6 +39,9 @@ class TranslationModel : public nn::Module {
  public:
   // The checkpoint's model family: "recurrent" or "transformer".
   virtual std::string_view family() const = 0;
+  // False for a language model: it continues its input (the search's sources are prompts) and its attention
+  // weights are over its own tokens.
+  virtual bool has_source() const { return true; }
   // The model's configuration as stored in a checkpoint's "config" member.
   virtual io::Value config_value() const = 0;
 

@@ -55,6 +55,7 @@ class RecurrentLM : public TranslationModel {
 
   const RecurrentLMConfig& config() const { return config_; }
   std::string_view family() const override { return "recurrent-lm"; }
+  bool has_source() const override { return false; }
   io::Value config_value() const override { return config_.to_value(); }
 
   ForwardResult forward(const TeacherForcedBatch& batch, const ForwardOptions& options = {}) override;

@@ -71,6 +71,7 @@ class TransformerLM : public TranslationModel {
 
   const TransformerLMConfig& config() const { return config_; }
   std::string_view family() const override { return "transformer-lm"; }
+  bool has_source() const override { return false; }
   io::Value config_value() const override { return config_.to_value(); }
 
   // Loss and logits over tgt_in -> tgt_out. options.rng draws the dropout masks (needed when config.dropout > 0

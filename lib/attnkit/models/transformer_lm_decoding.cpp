@@ -15,6 +15,9 @@
 //           as nanoGPT's generate crops its input; the positions of the window move at every token, so nothing
 //           cached still holds and the window runs whole through the forward (with or without the cache).
 //   select: the cached keys and values gathered along their row dimension (models::gather_rows).
+//   attention (keep_attention()): each layer's self-attention weights of the newest query over the tokens so
+//           far, [R, NH, t] (the window's, placed at its positions); a window run without the cache goes
+//           through the same layers on a fresh cache so that its weights exist.
 #include <algorithm>
 #include <utility>
 
@@ -64,7 +67,18 @@ class TransformerLMState : public DecoderState {
     for (int64_t n = 0; n < rows_; ++n)
       history_[size_t(n)].assign(prompts.src.begin() + n * prompts.S, prompts.src.begin() + (n + 1) * prompts.S);
     layers_.resize(model_.decoder_.layers.size());
+    weights_.resize(layers_.size());
     first_ = run(prompts.src, prompts.S);
+  }
+
+  void keep_attention() override {
+    if (keep_) return;
+    keep_ = true;
+    AK_CHECK(!first_.empty(), "{}: keep_attention after the first step", kWho);
+    for (Layer& c : layers_) c = Layer();
+    std::vector<int64_t> prompts;  // [R, S]: the rows as selected so far
+    for (const auto& h : history_) prompts.insert(prompts.end(), h.begin(), h.end());
+    first_ = run(prompts, static_cast<int64_t>(history_[0].size()));  // the prompts again, their weights kept
   }
 
   int64_t rows() const override { return rows_; }
@@ -81,12 +95,32 @@ class TransformerLMState : public DecoderState {
     for (Layer& c : layers_)
       for (Tensor* x : {&c.K, &c.V})
         if (!x->empty()) *x = gather_rows(*x, 0, rows);
+    for (Tensor& w : weights_)
+      if (!w.empty()) w = gather_rows(w, 0, rows);
     if (!first_.empty()) first_ = gather_rows(first_, 0, rows);
     rows_ = static_cast<int64_t>(rows.size());
   }
 
-  Tensor cross_attention(int, int) const override {
-    fail("{}: a language model has no source to attend over", kWho);
+  // [R, t]: the newest token's self-attention over the tokens so far (the prompt's last at the first step);
+  // zeros before a window.
+  Tensor cross_attention(int layer, int head) const override {
+    const int L = static_cast<int>(layers_.size());
+    const int64_t NH = model_.config_.heads;
+    AK_CHECK(keep_, "{}: attention weights were not asked for (keep_attention)", kWho);
+    AK_CHECK(layer >= -1 && layer < L, "{}: attention layer {}: the model has {} layers (0 .. {})", kWho, layer, L,
+             L - 1);
+    AK_CHECK(head >= -1 && head < NH, "{}: attention head {}: the layers have {} heads (0 .. {})", kWho, head, NH,
+             NH - 1);
+    const Tensor& w = weights_[size_t(layer < 0 ? L - 1 : layer)];  // [R, NH, w]
+    const int64_t t = static_cast<int64_t>(history_.empty() ? 0 : history_[0].size()), W = w.empty() ? 0 : w.dim(2);
+    Tensor out({rows_, t});  // [R, t]
+    for (int64_t r = 0; r < rows_; ++r)
+      for (int64_t h = 0; h < NH; ++h) {
+        if (head >= 0 && h != head) continue;
+        const float scale = head >= 0 ? 1.0f : 1.0f / float(NH);
+        for (int64_t s = 0; s < W; ++s) out[r * t + t - W + s] += scale * w[(r * NH + h) * W + s];
+      }
+    return out;
   }
 
  private:
@@ -103,7 +137,7 @@ class TransformerLMState : public DecoderState {
     const int64_t t = static_cast<int64_t>(history_[0].size());
     const int64_t P = model_.config_.positional == nn::PositionalKind::Learned ? model_.config_.max_positions : t;
     Var x;
-    if (use_cache_ && t <= P) {
+    if (use_cache_ && t <= P) {  // the newest T' tokens through the cache
       x = model_.embed(ids, rows_, Tn, t - Tn);  // [R, T', E] at positions t - T' .. t - 1
       for (size_t l = 0; l < layers_.size(); ++l) x = run_layer(l, x);
       x = model_.decoder_.norm.forward(autograd::slice(x, 1, Tn - 1, Tn));  // [R, 1, E]
@@ -112,6 +146,16 @@ class TransformerLMState : public DecoderState {
       std::vector<int64_t> all;
       all.reserve(size_t(rows_ * w));
       for (const auto& h : history_) all.insert(all.end(), h.end() - w, h.end());  // [R, w]
+      if (keep_) {  // the layers on a fresh cache, for their weights
+        std::vector<Layer> fresh(layers_.size());
+        std::swap(layers_, fresh);
+        x = model_.embed(all, rows_, w, 0);  // [R, w, E]
+        for (size_t l = 0; l < layers_.size(); ++l) x = run_layer(l, x);
+        std::swap(layers_, fresh);
+        x = model_.decoder_.norm.forward(autograd::slice(x, 1, w - 1, w));  // [R, 1, E]
+        const Var logits = model_.project(x);                                // [R, 1, V]
+        return ops::log_softmax_forward(logits.value().reshaped({rows_, V}));
+      }
       ops::MaskSpec causal;
       causal.causal = ops::CausalKind::UpperLeft;
       x = model_.decoder_.forward(model_.embed(all, rows_, w, 0), causal);  // [R, w, E]
@@ -129,7 +173,16 @@ class TransformerLMState : public DecoderState {
     c.rows += h.shape()[1];
     ops::MhaOptions o;
     o.mask.causal = ops::CausalKind::LowerRight;  // query i of T' sees keys up to t - T' + i
-    return Var(nn::multihead_attention_forward_projected(layer.self_attn, h.value(), c.K, c.V, o, c.rows).output);
+    if (keep_) o.weights = ops::HeadWeights::PerHead;
+    ops::MhaResult r = nn::multihead_attention_forward_projected(layer.self_attn, h.value(), c.K, c.V, o, c.rows);
+    if (keep_) {  // the newest query's weights [R, NH, t]
+      const int64_t Tq = h.shape()[1], NH = model_.config_.heads, t = c.rows;
+      Tensor& w = weights_[l];
+      w = Tensor({rows_, NH, t});
+      for (int64_t rh = 0; rh < rows_ * NH; ++rh)
+        std::copy_n(r.weights.data() + (rh * Tq + Tq - 1) * t, t, w.data() + rh * t);
+    }
+    return Var(std::move(r.output));
   }
 
   // base + ff(x): linear2(act(linear1(x))) + base.
@@ -154,6 +207,8 @@ class TransformerLMState : public DecoderState {
   bool use_cache_;
   std::vector<Layer> layers_;
   std::vector<std::vector<int64_t>> history_;  // the tokens so far, per row
+  bool keep_ = false;                          // keep the attention weights
+  std::vector<Tensor> weights_;                // per layer [R, NH, w]: the newest query's weights
   Tensor first_;                               // [R, V] until the first step
   int64_t rows_ = 0;
 };
