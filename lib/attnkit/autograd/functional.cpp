@@ -55,12 +55,20 @@ Var add(const Var& a, const Var& b) {
            y.shape_str());
   Tensor out = x;
   const int64_t n = y.numel();
-  for (int64_t i = 0; i < out.numel(); ++i) out[i] += y[i % n];  // out = a + b (b repeated)
+  for (int64_t r = 0; r < out.numel(); r += n) {  // out = a + b (b repeated), a repeat at a time
+    float* __restrict o = out.data() + r;
+    const float* __restrict q = y.data();
+    for (int64_t j = 0; j < n; ++j) o[j] += q[j];
+  }
   return record("add", {a, b}, std::move(out), [n](const auto& dy, const auto& dx) {
     const Tensor& g = *dy[0];
     if (dx[0]) accumulate(*dx[0], g);  // d/da = 1
-    if (dx[1])                          // d/db = sum over the repeats
-      for (int64_t i = 0; i < g.numel(); ++i) (*dx[1])[i % n] += g[i];
+    if (dx[1])                          // d/db = sum over the repeats, in their order
+      for (int64_t r = 0; r < g.numel(); r += n) {
+        float* __restrict d = dx[1]->data();
+        const float* __restrict q = g.data() + r;
+        for (int64_t j = 0; j < n; ++j) d[j] += q[j];
+      }
   });
 }
 
