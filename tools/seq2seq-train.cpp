@@ -648,6 +648,9 @@ int main(int argc, char** argv) {
       throw;
     }
     if (bar && drawn >= 0) std::cerr << '\n';
+    // Stopped by a signal: no process exits before rank 0 has saved (mpirun ends the job when one process exits
+    // non-zero, and would end rank 0 in the middle of its write).
+    if (summary.interrupted && comm.size() > 1) comm.any(false);
     if (!lead) return summary.interrupted ? 128 + (g_signal != 0 ? int(g_signal) : SIGINT) : 0;
     if (!plot_path.empty()) {
       // the whole history when the metrics file has it (earlier parts of a resumed run), else this run's lines
