@@ -342,6 +342,11 @@ int main(int argc, char** argv) {
                                      std::string(name) == "--norm-first" ? " (pre-LN is its default; --post-ln "
                                                                            "for post-LN)" : ""));
     if (train_path.empty()) throw UsageError("--model " + model_name + " needs --train FILE.txt");
+    // Data parallelism covers the encoder-decoders: K processes would each train their own copy of the model.
+    if (comm.size() > 1 || grad_shards > 0 || deterministic_reduce)
+      throw UsageError(fmt::format("--model {} trains in one process: data parallelism (mpirun{}, --grad-shards, "
+                                   "--deterministic-reduce) is for the encoder-decoders", model_name,
+                                   comm.size() > 1 ? fmt::format(" -n {}", comm.size()) : std::string()));
     if (tokenizer != "char" && tokenizer != "byte")
       throw UsageError("--tokenizer " + tokenizer + ": a language model reads char or byte tokens");
     if (transformer && d_model % heads != 0) throw UsageError(fmt::format("--heads {} does not divide --d-model {}", heads, d_model));

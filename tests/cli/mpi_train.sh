@@ -89,6 +89,12 @@ expect_error 2 "--grad-shards 3 is not a multiple of the 2 processes" \
   mpi 2 seq2seq-train "${nodrop[@]}" --batch 6 --grad-shards 3 --save x.json
 expect_error 2 "--batch 10 (the global batch) is not a multiple of the 3 gradient shards" \
   seq2seq-train "${nodrop[@]}" --batch 10 --grad-shards 3 --save x.json
+printf 'the cat sat on the mat and the dog sat on the log.\n%.0s' 1 2 3 4 > lm.txt
+expect_error 2 "--model transformer-lm trains in one process: data parallelism (mpirun -n 2" \
+  mpi 2 seq2seq-train --model transformer-lm --train lm.txt --context 8 --layers 1 --d-model 16 --heads 2 --ff 32 \
+  --steps 2 --save x.json
+expect_error 2 "--model lstm-lm trains in one process" \
+  seq2seq-train --model lstm-lm --train lm.txt --context 8 --hidden 16 --grad-shards 2 --steps 2 --save x.json
 [[ ! -e x.json ]] || fail "a refused run left a checkpoint"
 
 finish mpi_train
