@@ -33,8 +33,7 @@ int main(int argc, char** argv) {
       "  printf 'to be or not to be, that is the question\\n%.0s' 1 2 3 4 5 6 > text.txt\n"
       "  seq2seq-train --model transformer-lm --train text.txt --context 16 --layers 1 --d-model 32 --heads 2 --ff 64 \\\n"
       "      --steps 20 --lr 0.003 --save lm.json\n"
-      "  transformer-decode lm.json --prompt 'to be' --max-new-tokens 10 --strategy sample --temperature 0.8\n"
-      "  transformer-decode lm.json --prompt 'to be' --max-new-tokens 10 --precision int8 --keep-fp32 'output.*'\n");
+      "  transformer-decode lm.json --prompt 'to be' --max-new-tokens 10 --strategy sample --temperature 0.8\n");
   std::string model_path, src, strategy = "greedy", input_format = "auto", heatmap;
   tools::OutputOptions out;
   int64_t batch = 32, beam = 4, n_best = 1, max_len = 0, min_len = 0, top_k = 0;

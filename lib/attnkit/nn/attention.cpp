@@ -124,7 +124,7 @@ ops::Projection MultiheadAttention::out_projection() const {
 
 namespace {
 
-// The parameter holding projection `part` (0 q, 1 k, 2 v, 3 out) of form f, and the first of its rows there
+// The parameter holding m's projection `part` (0 q, 1 k, 2 v, 3 out), and the first of its rows there
 // (in_proj_weight holds q, k, v).
 const Parameter& part_weight(const MultiheadAttention& m, int part, int64_t& row0) {
   row0 = 0;
