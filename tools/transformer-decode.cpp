@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", out.path, "Write the results to FILE (atomically) instead of standard output")
       ->type_name("FILE");
   tools::add_threads_option(app, threads);
+  tools::PrecisionOptions precision;
+  tools::add_precision_options(app, precision);
 
   // A language model: each prompt continued by --max-new-tokens tokens; on a terminal (no -o) with one output
   // per prompt the text is written as it is produced, else one JSON line per prompt.
@@ -220,11 +222,14 @@ int main(int argc, char** argv) {
     o.attention_head = attention_head;
     o.validate();
     set_num_threads(threads);
+    nn::PrecisionPlan plan = tools::precision_plan(precision);
 
     // (the loaders' messages name the files)
     const decode::LoadedModel model =
         weights_path.empty() ? decode::load_checkpoint(model_path) : decode::load_exported(model_path, weights_path);
     decode::use_special_ids(model, o);  // an exported model's specials may sit anywhere in its vocabularies
+    model.model->set_precision(plan);
+    tools::report_precision(plan, "transformer-decode");
     if (model.family == "transformer-lm" || model.family == "recurrent-lm") return generate(model, o);
     if (prompt_opt->count() + new_opt->count() > 0)
       throw UsageError((prompt_opt->count() ? std::string("--prompt") : std::string("--max-new-tokens")) +

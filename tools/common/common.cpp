@@ -149,6 +149,39 @@ void add_input_options(CLI::App& app, InputOptions& in) {
   app.add_flag("--allow-nan", in.allow_nan, "Accept NaN in input tensors (refused by default, with its position)");
 }
 
+void add_precision_options(CLI::App& app, PrecisionOptions& options) {
+  app.add_option("--precision", options.precision,
+                 "Weights multiplied in float32, bfloat16 or int8 (per output channel; activations per row)")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))
+      ->capture_default_str();
+  app.add_option("--keep-fp32", options.keep_fp32,
+                 "Keep the weight matrices whose names match PATTERN (* ? [...]) in float32; repeatable")
+      ->type_name("PATTERN")
+      ->take_all();
+}
+
+nn::PrecisionPlan precision_plan(const PrecisionOptions& options) {
+  const ops::Precision p = ops::precision_from_name(options.precision);
+  if (p == ops::Precision::Fp32 && !options.keep_fp32.empty())
+    throw UsageError("--keep-fp32 goes with --precision bf16 or int8");
+  for (const std::string& pattern : options.keep_fp32)
+    if (pattern.empty()) throw UsageError("--keep-fp32: an empty pattern");
+  return nn::PrecisionPlan(p, options.keep_fp32);
+}
+
+void report_precision(const nn::PrecisionPlan& plan, const std::string& tool) {
+  for (const std::string& pattern : plan.unmatched())
+  {
+    const std::vector<std::string>& names = plan.names();
+    std::string some;
+    for (size_t i = 0; i < names.size() && i < 4; ++i) some += (i ? ", " : "") + names[i];
+    if (names.size() > 4) some += fmt::format(" and {} more", names.size() - 4);
+    throw UsageError(fmt::format("--keep-fp32 {}: no weight matrix of the model has a name it matches (its "
+                                 "weight matrices: {})", pattern, some.empty() ? "none" : some));
+  }
+  if (plan.precision() != ops::Precision::Fp32) std::cerr << tool << ": " << plan.summary() << "\n";
+}
+
 void add_threads_option(CLI::App& app, int& threads) {
   app.add_option("--threads", threads, fmt::format("Threads for the heavy kernels, 0 (one per core) to {}", kMaxThreads))
       ->check(CLI::Validator(

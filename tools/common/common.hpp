@@ -11,6 +11,7 @@
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/io/json_writer.hpp"
 #include "attnkit/io/reference.hpp"
+#include "attnkit/nn/precision.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/with_source.hpp"
 
@@ -66,6 +67,18 @@ void add_input_options(CLI::App& app, InputOptions& in);     // --max-elements, 
 // (libgomp itself dies by SIGSEGV at 100000).
 constexpr int kMaxThreads = 256;
 void add_threads_option(CLI::App& app, int& threads);
+
+// --precision fp32|bf16|int8 and --keep-fp32 PATTERN (repeatable) of the inference tools (nn/precision.hpp).
+struct PrecisionOptions {
+  std::string precision = "fp32";
+  std::vector<std::string> keep_fp32;
+};
+void add_precision_options(CLI::App& app, PrecisionOptions& options);
+// The plan the options ask for; --keep-fp32 with fp32 is a usage error.
+nn::PrecisionPlan precision_plan(const PrecisionOptions& options);
+// After the model took the plan: a --keep-fp32 pattern that matched no weight is a usage error (naming it and
+// where the names come from); otherwise, below fp32, what was lowered is said on stderr ("TOOL: int8: ...").
+void report_precision(const nn::PrecisionPlan& plan, const std::string& tool);
 
 // Where a run's result goes: standard output, or -o FILE (written to a temporary, moved into place
 // by commit(), removed if the run fails). Each write() is one document or record, a newline

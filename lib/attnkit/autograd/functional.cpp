@@ -36,13 +36,16 @@ AxisView axis_view(const Shape& s, int axis) {
 }
 
 // W [out, in] and b [out] (or undefined) as ops::linear_fused reads them, or nullopt when they are malformed.
-std::optional<ops::LinearWeights> linear_weights(const Var& W, const Var& b, const PackedWeight& packed) {
+std::optional<ops::LinearWeights> linear_weights(const Var& W, const Var& b, const PackedWeight& packed,
+                                                 const LowpWeight& lowp = nullptr) {
   const Tensor& w = W.value();
   if (w.rank() != 2 || (b.defined() && b.shape() != Shape{w.dim(0)})) return std::nullopt;
+  if (lowp && (lowp->out != w.dim(0) || lowp->in != w.dim(1))) return std::nullopt;
   ops::LinearWeights l;
   l.W = w.data(), l.out = w.dim(0), l.in = w.dim(1);
   l.b = b.defined() ? b.value().data() : nullptr;
   l.packed = packed;
+  l.lowp = lowp;
   return l;
 }
 
@@ -230,13 +233,17 @@ Var linear(const Var& x, const Var& W, const Var& b) {
   });
 }
 
-Var linear(const Var& x, const Var& W, const Var& b, const LinearThen& then, const PackedWeight& packed) {
-  const std::optional<ops::LinearWeights> l = linear_weights(W, b, packed);
+Var linear(const Var& x, const Var& W, const Var& b, const LinearThen& then, const PackedWeight& packed,
+           const LowpWeight& lowp) {
+  const std::optional<ops::LinearWeights> l = linear_weights(W, b, packed, lowp);
   Shape ys = x.shape();
   if (l && !ys.empty()) ys.back() = l->out;
   const bool fused = !grad_enabled() && l && l->in > 0 && !x.shape().empty() && x.shape().back() == l->in &&
                      (!then.residual || then.residual->shape() == ys);
   if (!fused) {
+    // (malformed shapes: the recorded ops below say what is wrong)
+    AK_CHECK(!lowp || !grad_enabled(), "linear: {} weights [{}, {}] are for inference only (under autograd::NoGrad); "
+             "a recorded product needs the float32 weights", ops::precision_name(lowp->precision), lowp->out, lowp->in);
     Var y = linear(x, W, b);                              // [..., O]
     if (then.relu) y = relu(y);                           // max(y, 0)
     if (then.residual) y = add(*then.residual, y);        // residual + y
@@ -249,16 +256,17 @@ Var linear(const Var& x, const Var& W, const Var& b, const LinearThen& then, con
 }
 
 Var feed_forward(const Var& x, const Var& W1, const Var& b1, const PackedWeight& packed1, const Var& W2, const Var& b2,
-                 const PackedWeight& packed2, const Var& base) {
-  const std::optional<ops::LinearWeights> l1 = linear_weights(W1, b1, packed1), l2 = linear_weights(W2, b2, packed2);
+                 const PackedWeight& packed2, const Var& base, const LowpWeight& lowp1, const LowpWeight& lowp2) {
+  const std::optional<ops::LinearWeights> l1 = linear_weights(W1, b1, packed1, lowp1),
+                                          l2 = linear_weights(W2, b2, packed2, lowp2);
   if (!grad_enabled() && l1 && l2 && l2->in == l1->out && !x.shape().empty() && x.shape().back() == l1->in &&
       x.shape() == base.shape() && l2->out == l1->in) {
     Tensor y = Tensor::uninitialized(base.shape());  // written whole by the products
     ops::feed_forward(*l1, *l2, x.value().data(), x.value().numel() / l1->in, y.data(), base.value().data());
     return Var(std::move(y));
   }
-  const Var h = linear(x, W1, b1, {true, nullptr}, packed1);  // [..., F] = relu(x W1^T + b1)
-  return linear(h, W2, b2, {false, &base}, packed2);          // [..., E] = base + h W2^T + b2
+  const Var h = linear(x, W1, b1, {true, nullptr}, packed1, lowp1);  // [..., F] = relu(x W1^T + b1)
+  return linear(h, W2, b2, {false, &base}, packed2, lowp2);          // [..., E] = base + h W2^T + b2
 }
 
 }  // namespace attnkit::autograd

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnkit/autograd/var.hpp"
+#include "attnkit/ops/lowp_weights.hpp"
 #include "attnkit/ops/matmul.hpp"
 
 namespace attnkit::autograd {
@@ -32,6 +33,9 @@ Var linear(const Var& x, const Var& W, const Var& b);
 
 // W^T packed for the product kernel, kept by the weight's owner (ops::LinearWeights::packed, ops/feed_forward.hpp).
 using PackedWeight = std::function<std::shared_ptr<const ops::GemmPackedB>()>;
+// W in int8 or bfloat16 for inference (ops/lowp_weights.hpp), or null: float32. Only where nothing is recorded:
+// a product recorded for a backward pass with lower-precision weights is refused (they are not W).
+using LowpWeight = std::shared_ptr<const ops::LowpWeights>;
 // What follows the product: act(x W^T + b) + residual, residual [..., out] (nullptr: none).
 struct LinearThen {
   bool relu = false;
@@ -41,11 +45,13 @@ struct LinearThen {
 // with the bias, the ReLU and the residual applied as the kernel stores (ops::linear_fused, W^T read from `packed`),
 // no pass over y after it. Same values either way, bit for bit. (Anything malformed takes the recorded ops, which
 // check shapes and say what is wrong.)
-Var linear(const Var& x, const Var& W, const Var& b, const LinearThen& then, const PackedWeight& packed);
+Var linear(const Var& x, const Var& W, const Var& b, const LinearThen& then, const PackedWeight& packed,
+           const LowpWeight& lowp = nullptr);
 // The feed-forward block inside its residual connection: base + relu(x W1^T + b1) W2^T + b2, x and base [..., E],
 // W1 [F, E], W2 [E, F]. Recording: linear(.., then) twice (relu; then the residual). Not recording: ops::feed_forward,
 // the hidden [rows, F] (32 MB at 16 x 256 x 2048) never whole. Same values either way.
 Var feed_forward(const Var& x, const Var& W1, const Var& b1, const PackedWeight& packed1, const Var& W2, const Var& b2,
-                 const PackedWeight& packed2, const Var& base);
+                 const PackedWeight& packed2, const Var& base, const LowpWeight& lowp1 = nullptr,
+                 const LowpWeight& lowp2 = nullptr);
 
 }  // namespace attnkit::autograd

@@ -13,6 +13,7 @@
 #include "attnkit/io/value.hpp"
 #include "attnkit/models/decoding.hpp"
 #include "attnkit/nn/parameter.hpp"
+#include "attnkit/nn/precision.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/models/inputs.hpp"
 
@@ -58,6 +59,11 @@ class TranslationModel : public nn::Module {
   // parameter found by name and shape-checked before any is changed; `what` names the bundle in messages).
   virtual io::Value parameters_value() const = 0;
   virtual void load_parameters(const io::Value& bundle, std::string_view what) = 0;
+
+  // Inference in lower precision (nn/precision.hpp): every weight matrix the decoding multiplies by, in the
+  // plan's precision for its name (the plan counts them). A model without a lower-precision path refuses any
+  // precision but float32, naming its family. Training a model with lower-precision weights is refused.
+  virtual void set_precision(nn::PrecisionPlan& plan);
 };
 
 }  // namespace attnkit::models

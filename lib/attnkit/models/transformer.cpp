@@ -198,8 +198,28 @@ Var Transformer::encode(const SourceBatch& batch) {
 }
 
 Var Transformer::project(const Var& h) {
-  if (output_) return output_->forward(h);                                                  // [N, T', Vt]
+  if (output_) return output_->forward(h);  // [N, T', Vt]
+  if (std::shared_ptr<const ops::LowpWeights> lowp = tied_lowp())
+    return autograd::linear(h, Var::param(target_table().weight), Var::param(output_bias_), {}, nullptr, lowp);
   return autograd::linear(h, Var::param(target_table().weight), Var::param(output_bias_));  // tied: h W_emb^T + b
+}
+
+std::shared_ptr<const ops::LowpWeights> Transformer::tied_lowp() const {
+  if (tied_precision_ == ops::Precision::Fp32) return nullptr;
+  const Parameter& w = config_.shared_embeddings ? src_embed_.weight : tgt_embed_->weight;  // [Vt, E]
+  return tied_lowp_.get({&w}, [&] {
+    return *ops::make_lowp_weights(w.value.data(), w.value.dim(0), w.value.dim(1), tied_precision_, w.name);
+  });
+}
+
+void Transformer::set_precision(nn::PrecisionPlan& plan) {
+  encoder_.set_precision(plan);
+  decoder_.set_precision(plan);
+  if (output_) return output_->set_precision(plan);
+  const Parameter& w = target_table().weight;
+  tied_precision_ = plan.for_weight(w.name, w.value.dim(0), w.value.dim(1));
+  tied_lowp_ = DerivedSlot<ops::LowpWeights>();
+  tied_lowp();  // made now: a weight the precision cannot hold is refused here
 }
 
 ForwardResult Transformer::forward(const TeacherForcedBatch& batch, const LossOptions& options) {

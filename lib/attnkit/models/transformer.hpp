@@ -97,6 +97,11 @@ class Transformer : public TranslationModel {
   using Module::named_parameters;
   io::Value parameters_value() const override;
   void load_parameters(const io::Value& bundle, std::string_view what) override;
+  // Inference in lower precision (models/model.hpp): the encoder's and decoder's layers' attention projections and feed-forward
+  // matrices, then the output projection (output.weight, or with tied_output the target embedding table's weight, by its
+  // name: the lookup reads it in float32, the product in the plan's precision). Embeddings, positions, norms,
+  // biases, softmax and residuals stay float32.
+  void set_precision(nn::PrecisionPlan& plan) override;
 
   // Dropout on (the default) or off; dropout only ever applies while gradients are recorded.
   void set_training(bool on) { training_ = on; }
@@ -127,6 +132,10 @@ class Transformer : public TranslationModel {
   nn::TransformerEncoder encoder_;
   nn::TransformerDecoder decoder_;
   std::optional<nn::Linear> output_;  // weight and bias, or only the bias (tied)
+  // The tied output product's weight (the embedding table) in tied_precision_, or null (float32).
+  std::shared_ptr<const ops::LowpWeights> tied_lowp() const;
+  ops::Precision tied_precision_ = ops::Precision::Fp32;
+  DerivedSlot<ops::LowpWeights> tied_lowp_;
   Parameter output_bias_;         // tied: "output.bias"
   bool training_ = true;
   uint64_t dropout_seed_ = 1;

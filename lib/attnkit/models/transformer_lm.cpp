@@ -151,8 +151,26 @@ Var TransformerLM::embed(const std::vector<int64_t>& ids, int64_t N, int64_t T, 
 }
 
 Var TransformerLM::project(const Var& h) {
-  if (output_) return output_->forward(h);                                          // [N, T', V]
+  if (output_) return output_->forward(h);  // [N, T', V]
+  if (std::shared_ptr<const ops::LowpWeights> lowp = tied_lowp())
+    return autograd::linear(h, Var::param(embed_.weight), Var::param(output_bias_), {}, nullptr, lowp);
   return autograd::linear(h, Var::param(embed_.weight), Var::param(output_bias_));  // tied: h W_emb^T + b
+}
+
+std::shared_ptr<const ops::LowpWeights> TransformerLM::tied_lowp() const {
+  if (tied_precision_ == ops::Precision::Fp32) return nullptr;
+  const Parameter& w = embed_.weight;  // [V, E]
+  return tied_lowp_.get({&w}, [&] {
+    return *ops::make_lowp_weights(w.value.data(), w.value.dim(0), w.value.dim(1), tied_precision_, w.name);
+  });
+}
+
+void TransformerLM::set_precision(nn::PrecisionPlan& plan) {
+  decoder_.set_precision(plan);
+  if (output_) return output_->set_precision(plan);
+  tied_precision_ = plan.for_weight(embed_.weight.name, embed_.weight.value.dim(0), embed_.weight.value.dim(1));
+  tied_lowp_ = DerivedSlot<ops::LowpWeights>();
+  tied_lowp();  // made now: a weight the precision cannot hold is refused here
 }
 
 ForwardResult TransformerLM::forward(const TeacherForcedBatch& batch, const ForwardOptions& options) {

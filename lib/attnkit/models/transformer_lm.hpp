@@ -90,6 +90,11 @@ class TransformerLM : public TranslationModel {
   using Module::named_parameters;
   io::Value parameters_value() const override;
   void load_parameters(const io::Value& bundle, std::string_view what) override;
+  // Inference in lower precision (models/model.hpp): the decoder layers' attention projections and feed-forward
+  // matrices, then the output projection (output.weight, or with tied_output the embedding table's weight, by its
+  // name: the lookup reads it in float32, the product in the plan's precision). Embeddings, positions, norms,
+  // biases, softmax and residuals stay float32.
+  void set_precision(nn::PrecisionPlan& plan) override;
 
   void set_training(bool on) { training_ = on; }
   bool training() const { return training_; }
@@ -108,6 +113,10 @@ class TransformerLM : public TranslationModel {
   nn::PositionalEncoding pos_;
   nn::TransformerEncoder decoder_;
   std::optional<nn::Linear> output_;
+  // The tied output product's weight (the embedding table) in tied_precision_, or null (float32).
+  std::shared_ptr<const ops::LowpWeights> tied_lowp() const;
+  ops::Precision tied_precision_ = ops::Precision::Fp32;
+  DerivedSlot<ops::LowpWeights> tied_lowp_;
   Parameter output_bias_;  // tied: "output.bias"
   bool training_ = true;
 };

@@ -61,48 +61,120 @@ std::vector<Parameter*> MultiheadAttention::named_parameters() {
 }
 
 ops::Projection MultiheadAttention::q_projection() const {
+  ops::Projection p;
   switch (form) {
-    case MhaWeightForm::InProj: return pytorch_rows(in_proj_weight, 0, in_proj_weight.value.dim(1), in_proj_bias, 0);
-    case MhaWeightForm::SeparateProj: return pytorch_rows(q_proj_weight, 0, q_proj_weight.value.dim(0), in_proj_bias, 0);
-    case MhaWeightForm::Documents: break;
+    case MhaWeightForm::InProj: p = pytorch_rows(in_proj_weight, 0, in_proj_weight.value.dim(1), in_proj_bias, 0); break;
+    case MhaWeightForm::SeparateProj: p = pytorch_rows(q_proj_weight, 0, q_proj_weight.value.dim(0), in_proj_bias, 0); break;
+    case MhaWeightForm::Documents: p = documents(W_Q); break;
   }
-  return documents(W_Q);
+  p.lowp = lowp(0);
+  return p;
 }
 
 ops::Projection MultiheadAttention::k_projection() const {
+  ops::Projection p;
   switch (form) {
     case MhaWeightForm::InProj: {
       const int64_t E = in_proj_weight.value.dim(1);
-      return pytorch_rows(in_proj_weight, E, E, in_proj_bias, E);
+      p = pytorch_rows(in_proj_weight, E, E, in_proj_bias, E);
+      break;
     }
     case MhaWeightForm::SeparateProj: {
       const int64_t E = k_proj_weight.value.dim(0);
-      return pytorch_rows(k_proj_weight, 0, E, in_proj_bias, E);
+      p = pytorch_rows(k_proj_weight, 0, E, in_proj_bias, E);
+      break;
     }
-    case MhaWeightForm::Documents: break;
+    case MhaWeightForm::Documents: p = documents(W_K); break;
   }
-  return documents(W_K);
+  p.lowp = lowp(1);
+  return p;
 }
 
 ops::Projection MultiheadAttention::v_projection() const {
+  ops::Projection p;
   switch (form) {
     case MhaWeightForm::InProj: {
       const int64_t E = in_proj_weight.value.dim(1);
-      return pytorch_rows(in_proj_weight, 2 * E, E, in_proj_bias, 2 * E);
+      p = pytorch_rows(in_proj_weight, 2 * E, E, in_proj_bias, 2 * E);
+      break;
     }
     case MhaWeightForm::SeparateProj: {
       const int64_t E = v_proj_weight.value.dim(0);
-      return pytorch_rows(v_proj_weight, 0, E, in_proj_bias, 2 * E);
+      p = pytorch_rows(v_proj_weight, 0, E, in_proj_bias, 2 * E);
+      break;
     }
-    case MhaWeightForm::Documents: break;
+    case MhaWeightForm::Documents: p = documents(W_V); break;
   }
-  return documents(W_V);
+  p.lowp = lowp(2);
+  return p;
 }
 
 ops::Projection MultiheadAttention::out_projection() const {
-  if (form == MhaWeightForm::Documents) return W_O.value.empty() ? ops::Projection{} : documents(W_O);
-  if (out_proj_weight.value.empty()) return {};
-  return pytorch_rows(out_proj_weight, 0, out_proj_weight.value.dim(0), out_proj_bias, 0);
+  ops::Projection p;
+  if (form == MhaWeightForm::Documents) {
+    if (W_O.value.empty()) return p;
+    p = documents(W_O);
+  } else {
+    if (out_proj_weight.value.empty()) return p;
+    p = pytorch_rows(out_proj_weight, 0, out_proj_weight.value.dim(0), out_proj_bias, 0);
+  }
+  p.lowp = lowp(3);
+  return p;
+}
+
+namespace {
+
+// The parameter holding m's projection `part` (0 q, 1 k, 2 v, 3 out), and the first of its rows there
+// (in_proj_weight holds q, k, v).
+const Parameter& part_weight(const MultiheadAttention& m, int part, int64_t& row0) {
+  row0 = 0;
+  if (part == 3) return m.form == MhaWeightForm::Documents ? m.W_O : m.out_proj_weight;
+  switch (m.form) {
+    case MhaWeightForm::InProj: row0 = part * m.in_proj_weight.value.dim(1); return m.in_proj_weight;
+    case MhaWeightForm::SeparateProj: return part == 0 ? m.q_proj_weight : part == 1 ? m.k_proj_weight : m.v_proj_weight;
+    case MhaWeightForm::Documents: break;
+  }
+  return part == 0 ? m.W_Q : part == 1 ? m.W_K : m.W_V;
+}
+
+}  // namespace
+
+std::shared_ptr<const ops::LowpWeights> MultiheadAttention::lowp(int part) const {
+  const ops::Precision precision = lowp_precision_[size_t(part)];
+  if (precision == ops::Precision::Fp32) return nullptr;
+  int64_t row0 = 0;
+  const Parameter& w = part_weight(*this, part, row0);
+  return lowp_[size_t(part)].get({&w}, [&] {
+    if (form != MhaWeightForm::Documents) {  // rows row0 .. row0 + E of [out, in]
+      const int64_t in = w.value.dim(1), out = part < 3 && form == MhaWeightForm::InProj ? in : w.value.dim(0);
+      return *ops::make_lowp_weights(w.value.data() + row0 * in, out, in, precision, w.name);
+    }
+    const int64_t in = w.value.dim(0), out = w.value.dim(1);  // W [in, out]: the copy is of W^T [out, in]
+    std::vector<float> t(size_t(out * in));
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t o = 0; o < out; ++o) t[size_t(o * in + i)] = w.value[i * out + o];
+    return *ops::make_lowp_weights(t.data(), out, in, precision, w.name);
+  });
+}
+
+void MultiheadAttention::set_precision(PrecisionPlan& plan) {
+  check("multi-head attention");
+  for (int part = 0; part < 4; ++part) {
+    int64_t row0 = 0;
+    const Parameter& w = part_weight(*this, part, row0);
+    ops::Precision& p = lowp_precision_[size_t(part)];
+    if (w.value.empty()) {  // no output projection
+      p = ops::Precision::Fp32;
+      continue;
+    }
+    const bool documents = form == MhaWeightForm::Documents;
+    if (form == MhaWeightForm::InProj && part > 0 && part < 3)
+      p = lowp_precision_[0];  // in_proj_weight: one matrix, asked about once
+    else
+      p = plan.for_weight(w.name, w.value.dim(documents ? 1 : 0), w.value.dim(documents ? 0 : 1));
+    lowp_[size_t(part)] = DerivedSlot<ops::LowpWeights>();
+  }
+  for (int part = 0; part < 4; ++part) lowp(part);  // made now: a weight the precision cannot hold is refused here
 }
 
 void MultiheadAttention::check(std::string_view op) const {
@@ -239,7 +311,7 @@ ops::MhaWeights MultiheadAttention::view() const {
   ops::MhaWeights w;
   w.q = q_projection(), w.k = k_projection(), w.v = v_projection(), w.out = out_projection();
   w.num_heads = num_heads;
-  w.packed = [this](bool self_attention) { return packed_weights(self_attention); };
+  if (!w.lowp()) w.packed = [this](bool self_attention) { return packed_weights(self_attention); };
   const std::vector<const Parameter*> params = named_parameters();
   auto slot = [&](const Parameter& p, int64_t offset = 0) {
     for (size_t i = 0; i < params.size(); ++i)

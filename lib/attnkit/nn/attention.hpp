@@ -14,6 +14,7 @@
 // Q = X W_Q, K = X W_K, V = X W_V.
 //
 #pragma once
+#include <array>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -22,6 +23,7 @@
 #include "attnkit/autograd/var.hpp"
 #include "attnkit/io/value.hpp"
 #include "attnkit/nn/parameter.hpp"
+#include "attnkit/nn/precision.hpp"
 #include "attnkit/ops/mha.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/tensor.hpp"
@@ -66,6 +68,14 @@ class MultiheadAttention : public Module {
   std::vector<Parameter*> named_parameters() override;
   using Module::named_parameters;
 
+  // Inference in lower precision: each weight matrix (in_proj_weight [3E, E] as one, or q/k/v_proj_weight,
+  // out_proj.weight; the documents' W_Q .. W_O) in the plan's precision for its name, made now from the current
+  // values (a value the precision cannot hold is refused here) and remade after they change. The projections
+  // then carry the copy of their own rows (ops::Projection::lowp: in_proj_weight's per output channel int8 or
+  // bfloat16 rows are the same cut in three), no packed float32 weights are made, and a recorded forward is
+  // refused. A float32 plan restores the float32 products.
+  void set_precision(PrecisionPlan& plan);
+
   // The views the kernels read (out_projection() is empty when there is none).
   ops::Projection q_projection() const;
   ops::Projection k_projection() const;
@@ -95,6 +105,11 @@ class MultiheadAttention : public Module {
  private:
   std::shared_ptr<const ops::MhaPackedWeights> packed_weights(bool self_attention) const;
   DerivedSlot<ops::MhaPackedWeights> packed_joined_, packed_apart_;
+  // Projection `part` (0 q, 1 k, 2 v, 3 out) in lowp_precision_[part], or null (float32).
+  std::shared_ptr<const ops::LowpWeights> lowp(int part) const;
+  std::array<ops::Precision, 4> lowp_precision_{ops::Precision::Fp32, ops::Precision::Fp32, ops::Precision::Fp32,
+                                                ops::Precision::Fp32};
+  std::array<DerivedSlot<ops::LowpWeights>, 4> lowp_;
 };
 
 // The kernels of ops/mha.hpp on the module's weights, each checking the module first (`m.check`).

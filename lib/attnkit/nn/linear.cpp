@@ -43,7 +43,20 @@ autograd::Var Linear::forward(const autograd::Var& x) { return forward(x, autogr
 autograd::Var Linear::forward(const autograd::Var& x, const autograd::LinearThen& then) {
   using autograd::Var;
   return autograd::linear(x, Var::param(weight), has_bias_ ? Var::param(bias) : Var(), then,
-                          [this] { return packed_weight(); });
+                          [this] { return packed_weight(); }, lowp_weight());
+}
+
+void Linear::set_precision(PrecisionPlan& plan) {
+  precision_ = plan.for_weight(weight.name, out_features(), in_features());
+  lowp_ = DerivedSlot<ops::LowpWeights>();
+  lowp_weight();  // made now: a weight the precision cannot hold is refused here, not at the first product
+}
+
+std::shared_ptr<const ops::LowpWeights> Linear::lowp_weight() const {
+  if (precision_ == ops::Precision::Fp32) return nullptr;
+  return lowp_.get({&weight}, [&] {
+    return *ops::make_lowp_weights(weight.value.data(), out_features(), in_features(), precision_, weight.name);
+  });
 }
 
 std::shared_ptr<const ops::GemmPackedB> Linear::packed_weight() const {
@@ -57,6 +70,7 @@ ops::LinearWeights Linear::view() const {
   w.W = weight.value.data(), w.out = out_features(), w.in = in_features();
   w.b = has_bias_ ? bias.value.data() : nullptr;
   w.packed = [this] { return packed_weight(); };
+  w.lowp = lowp_weight();
   return w;
 }
 
@@ -65,7 +79,8 @@ autograd::Var feed_forward(Linear& linear1, Linear& linear2, const autograd::Var
   return autograd::feed_forward(x, Var::param(linear1.weight), linear1.has_bias() ? Var::param(linear1.bias) : Var(),
                                 [&linear1] { return linear1.packed_weight(); }, Var::param(linear2.weight),
                                 linear2.has_bias() ? Var::param(linear2.bias) : Var(),
-                                [&linear2] { return linear2.packed_weight(); }, base);
+                                [&linear2] { return linear2.packed_weight(); }, base, linear1.lowp_weight(),
+                                linear2.lowp_weight());
 }
 
 std::vector<Parameter*> Linear::named_parameters() {

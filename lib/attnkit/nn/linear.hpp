@@ -15,6 +15,7 @@
 #include "attnkit/autograd/var.hpp"
 #include "attnkit/io/value.hpp"
 #include "attnkit/nn/parameter.hpp"
+#include "attnkit/nn/precision.hpp"
 #include "attnkit/ops/feed_forward.hpp"
 #include "attnkit/tensor/random.hpp"
 
@@ -49,6 +50,14 @@ class Linear : public Module {
   // The weights as the fused kernels read them (ops/feed_forward.hpp), in place: the layer must outlive the view.
   ops::LinearWeights view() const;
 
+  // Inference in lower precision: the products read `weight` in the plan's precision for its name (int8 or
+  // bfloat16, made from the current values and remade after they change), or in float32 (the default). Under
+  // the tape the layer refuses to run with lower-precision weights.
+  void set_precision(PrecisionPlan& plan);
+  ops::Precision precision() const { return precision_; }
+  // weight in precision(), or null in float32.
+  std::shared_ptr<const ops::LowpWeights> lowp_weight() const;
+
   std::vector<Parameter*> named_parameters() override;
   using Module::named_parameters;
   // weight, then bias ~ U(-1/sqrt(I), 1/sqrt(I)) from `rng` (touch()ed).
@@ -61,6 +70,8 @@ class Linear : public Module {
   bool has_bias_;
   std::string what_;  // for messages: the prefix, or "linear"
   DerivedSlot<ops::GemmPackedB> packed_;  // W^T [I, O] for ops::gemm_packed
+  ops::Precision precision_ = ops::Precision::Fp32;
+  DerivedSlot<ops::LowpWeights> lowp_;  // W in precision_
 };
 
 // The feed-forward block inside its residual connection: base + relu(x W1^T + b1) W2^T + b2 (autograd::feed_forward

@@ -113,6 +113,12 @@ std::vector<Parameter*> TransformerEncoderLayer::named_parameters() {
   return out;
 }
 
+void TransformerEncoderLayer::set_precision(PrecisionPlan& plan) {
+  self_attn.set_precision(plan);
+  linear1.set_precision(plan);
+  linear2.set_precision(plan);
+}
+
 Var TransformerEncoderLayer::forward(const Var& x, const ops::MaskSpec& mask, const DropoutContext& d) {
   AK_CHECK(x.shape().size() == 3 && x.shape()[2] == options.d_model,
            "transformer encoder layer: input {} must be [N, S, {}]", shape_str(x.shape()), options.d_model);
@@ -157,6 +163,13 @@ std::vector<Parameter*> TransformerDecoderLayer::named_parameters() {
        std::initializer_list<Module*>{&self_attn, &multihead_attn, &linear1, &linear2, &norm1, &norm2, &norm3})
     add_all(out, *m);
   return out;
+}
+
+void TransformerDecoderLayer::set_precision(PrecisionPlan& plan) {
+  self_attn.set_precision(plan);
+  multihead_attn.set_precision(plan);
+  linear1.set_precision(plan);
+  linear2.set_precision(plan);
 }
 
 Var TransformerDecoderLayer::feed_forward(const Var& x, const DropoutContext& d) {
@@ -205,6 +218,10 @@ std::vector<Parameter*> TransformerEncoder::named_parameters() {
   return out;
 }
 
+void TransformerEncoder::set_precision(PrecisionPlan& plan) {
+  for (auto& l : layers) l->set_precision(plan);
+}
+
 Var TransformerEncoder::forward(const Var& x, const ops::MaskSpec& mask, const DropoutContext& d) {
   Var y = x;
   for (auto& l : layers) y = l->forward(y, mask, d);  // [N, S, E]
@@ -231,6 +248,10 @@ std::vector<Parameter*> TransformerDecoder::named_parameters() {
   for (auto& l : layers) add_all(out, *l);
   add_all(out, norm);
   return out;
+}
+
+void TransformerDecoder::set_precision(PrecisionPlan& plan) {
+  for (auto& l : layers) l->set_precision(plan);
 }
 
 Var TransformerDecoder::forward(const Var& x, const Var& memory, const ops::MaskSpec& self_mask,

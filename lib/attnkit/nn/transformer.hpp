@@ -87,6 +87,8 @@ class TransformerEncoderLayer : public Module {
 
   // x [N, S, E] -> [N, S, E]; mask: the self-attention's (key lengths, causal, explicit).
   autograd::Var forward(const autograd::Var& x, const ops::MaskSpec& mask, const DropoutContext& dropout = {});
+  // Inference in lower precision (nn/precision.hpp): self_attn, linear1, linear2 (the norms stay float32).
+  void set_precision(PrecisionPlan& plan);
 
   std::vector<Parameter*> named_parameters() override;
   using Module::named_parameters;
@@ -113,6 +115,8 @@ class TransformerDecoderLayer : public Module {
   // The pieces, for incremental decoding (a KV cache): the feed-forward block, and the norms as the
   // layer applies them. pre-LN: x + ff(norm3(x)); post-LN: norm3(x + ff(x)).
   autograd::Var feed_forward(const autograd::Var& x, const DropoutContext& dropout = {});
+  // Inference in lower precision: self_attn, multihead_attn, linear1, linear2 (the norms stay float32).
+  void set_precision(PrecisionPlan& plan);
 
   std::vector<Parameter*> named_parameters() override;
   using Module::named_parameters;
@@ -128,6 +132,7 @@ class TransformerEncoder : public Module {
   LayerNorm norm;
 
   autograd::Var forward(const autograd::Var& x, const ops::MaskSpec& mask, const DropoutContext& dropout = {});
+  void set_precision(PrecisionPlan& plan);  // every layer's, in order
   std::vector<Parameter*> named_parameters() override;
   using Module::named_parameters;
 };
@@ -142,6 +147,7 @@ class TransformerDecoder : public Module {
 
   autograd::Var forward(const autograd::Var& x, const autograd::Var& memory, const ops::MaskSpec& self_mask,
                         const ops::MaskSpec& memory_mask, const DropoutContext& dropout = {});
+  void set_precision(PrecisionPlan& plan);  // every layer's, in order
   std::vector<Parameter*> named_parameters() override;
   using Module::named_parameters;
 };

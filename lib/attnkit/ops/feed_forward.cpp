@@ -33,6 +33,15 @@ void linear_packed(const LinearWeights& l, const GemmPackedB& w, const float* x,
 }  // namespace
 
 void linear_fused(const LinearWeights& l, const float* x, int64_t rows, float* y, bool relu, const float* add) {
+  if (l.lowp) {  // y = act(x W^T + b) + add, the product in lower precision
+    lowp_linear(*l.lowp, x, rows, l.in, l.b, y, l.out);
+    if (relu || add)
+      for (int64_t i = 0; i < rows * l.out; ++i) {
+        const float v = relu ? std::max(y[i], 0.0f) : y[i];
+        y[i] = add ? add[i] + v : v;
+      }
+    return;
+  }
   // y [rows, O] = x [rows, I] W^T, then the epilogue: with W^T packed once where that gives gemm's bits (which
   // would pack it on every call, in every thread)
   if (gemm_packed_matches(rows)) {
@@ -48,7 +57,9 @@ void feed_forward(const LinearWeights& l1, const LinearWeights& l2, const float*
                   const float* add) {
   const int64_t I = l1.in, F = l1.out, O = l2.out;
   AK_CHECK(l2.in == F, "feed_forward: linear1 [{}, {}] then linear2 [{}, {}] do not chain", F, I, O, l2.in);
-  if (!gemm_packed_matches(rows)) {  // linear_fused's own kernels (up to 4 rows: no packed weights; or no panel kernel)
+  if (!gemm_packed_matches(rows) || l1.lowp || l2.lowp) {
+    // linear_fused's own products through the hidden [rows, F]: up to 4 rows (no packed weights), no panel
+    // kernel, or lower-precision weights
     const std::shared_ptr<float> h = ScratchPool::get(rows * F);  // [rows, F]
     linear_fused(l1, x, rows, h.get(), true, nullptr);
     linear_fused(l2, h.get(), rows, y, false, add);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 
+#include "attnkit/ops/lowp_weights.hpp"
 #include "attnkit/ops/matmul.hpp"
 
 namespace attnkit::ops {
@@ -22,6 +23,9 @@ struct LinearWeights {
   // rows, gemm_packed_matches) and only where the processor has a panel kernel: the owner keeps it and
   // repacks it after W changes (the same bits as packing it per call, in every thread).
   std::function<std::shared_ptr<const GemmPackedB>()> packed;
+  // W in int8 or bfloat16 (ops/lowp_weights.hpp), or null: when set, the products read it instead of W (the bias,
+  // the ReLU and the residual still float32, applied after the product).
+  std::shared_ptr<const LowpWeights> lowp;
 };
 
 // y [rows, O] = act(x [rows, I] W^T + b) + add, add [rows, O] or nullptr; relu: act = ReLU, else the identity.

@@ -167,6 +167,15 @@ bool is_self_attention(const MhaWeights& w, const Tensor& q, const Tensor& k, co
          w.k.in == w.v.in;
 }
 
+// Lower-precision weights are for inference: a forward keeping a cache for the backward, or the backward, refuses
+// them (the gradients would be of the float32 weights, not of the ones multiplied by).
+void check_no_lowp(const MhaWeights& w, std::string_view op) {
+  for (const Projection* p : {&w.q, &w.k, &w.v, &w.out})
+    AK_CHECK(!p->lowp, "{}: {} weights [{}, {}] are for inference only (under autograd::NoGrad); a recorded "
+             "forward and its backward need the float32 weights", op, precision_name(p->lowp->precision),
+             p->lowp->out, p->lowp->in);
+}
+
 void check_projection_inputs(const MhaWeights& w, const Tensor& q, const Tensor& k, const Tensor& v,
                              std::string_view op) {
   check_feature(q, "query", w.q, "query projection", op);
@@ -179,6 +188,7 @@ MhaResult mha(const MhaWeights& w, const Tensor& q, const Tensor& k, const Tenso
   constexpr std::string_view op = "multi-head attention";
   const Dims d = check_inputs(q, k, v, op);
   check_projection_inputs(w, q, k, v, op);
+  if (cache) check_no_lowp(w, op);
   const int64_t NH = w.num_heads, E = w.embed_dim(), Ev = w.value_dim();
   const Projection pq = w.q, pk = w.k, pv = w.v, po = w.out;
   const bool has_out = !po.empty();
@@ -196,7 +206,7 @@ MhaResult mha(const MhaWeights& w, const Tensor& q, const Tensor& k, const Tenso
   std::shared_ptr<const MhaPackedWeights> packed;
   // (inference only: training changes the weights every step, and each task packing its own block of
   // the weight keeps both threads busy, where one pack before the team would leave one idle)
-  if (!cache && (gemm_packed_matches(rows) || gemm_packed_matches(d.N * d.S)))
+  if (!cache && !w.lowp() && (gemm_packed_matches(rows) || gemm_packed_matches(d.N * d.S)))
     packed = w.packed ? w.packed(self_attention) : nullptr;
   // the packed weight b for a projection of r rows, or null (ops::gemm packs it)
   auto packed_for = [&](const GemmPackedB MhaPackedWeights::*b, int64_t r) {
@@ -387,6 +397,7 @@ void multihead_attention_backward(const MhaWeights& w, const Tensor& q, const Te
   constexpr std::string_view op = "multi-head attention backward";
   const Dims d = check_inputs(q, k, v, op);
   check_projection_inputs(w, q, k, v, op);
+  check_no_lowp(w, op);
   const int64_t NH = w.num_heads, E = w.embed_dim(), Ev = w.value_dim(), Eo = w.output_dim();
   const int64_t N = d.N, T = d.T, S = d.S, rows = N * T, HS = E / NH, HSv = Ev / NH, P = 2 * E + Ev;
   const Shape out_shape = d.batched ? Shape{N, T, Eo} : Shape{T, Eo};

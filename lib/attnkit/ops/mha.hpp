@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "attnkit/ops/attention.hpp"
+#include "attnkit/ops/lowp_weights.hpp"
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/tensor/tensor.hpp"
 
@@ -41,11 +42,15 @@ namespace attnkit::ops {
 
 // One projection read in place from a weight: y = x W^T + b (W [out, in], PyTorch) or
 // y = x W (W [in, out], the documents' form). b may be null.
+// With `lowp` (inference only) the product reads W in int8 or bfloat16 instead (ops/lowp_weights.hpp: the copy
+// [out, in] of this projection's own rows, whatever W's layout), the bias still float32; a forward that keeps
+// a cache for a backward pass, and the backward, refuse it.
 struct Projection {
   const float* W = nullptr;
   int64_t out = 0, in = 0;
   bool in_out = false;  // W stored [in, out]
   const float* b = nullptr;
+  std::shared_ptr<const LowpWeights> lowp;
   bool empty() const { return W == nullptr; }
 };
 
@@ -62,7 +67,8 @@ MhaPackedWeights pack_mha_weights(const Projection& q, const Projection& k, cons
                                   bool self_attention);
 // The Q, K and V projections as one when their weights are consecutive rows of one [out, in] matrix
 // and their biases consecutive too (PyTorch's in_proj_weight [3E, E] and in_proj_bias): one product
-// [rows, 3E] instead of three, so each block of x is packed once for all three.
+// [rows, 3E] instead of three, so each block of x is packed once for all three. Not with lower-precision
+// weights (each projection holds the copy of its own rows).
 std::optional<Projection> joined_projection(const Projection& q, const Projection& k, const Projection& v);
 
 // The parameter gradients of the projections (null skips one): weights in the projections' own layouts.
@@ -89,11 +95,13 @@ struct MhaWeights {
   int64_t num_heads = 1;
   // The packed weights, asked for only by a forward without a cache whose products are big enough for
   // them (the owner keeps them, rebuilt after a weight changes); null: each product packs its own block.
+  // Never asked for when a projection has lower-precision weights.
   std::function<std::shared_ptr<const MhaPackedWeights>(bool self_attention)> packed;
   MhaGradSlots grads;  // where the parameter gradients go (autograd)
   int64_t embed_dim() const { return q.out; }  // E
   int64_t value_dim() const { return v.out; }  // Ev
   int64_t output_dim() const { return out.empty() ? value_dim() : out.out; }  // Eo
+  bool lowp() const { return q.lowp || k.lowp || v.lowp || out.lowp; }  // any projection in lower precision
 };
 
 enum class HeadWeights { None, Averaged, PerHead };

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "attnkit/tensor/barrier.hpp"
+#include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/scratch_pool.hpp"
 
 namespace attnkit::ops {
@@ -21,6 +22,14 @@ namespace detail {
 // y [rows, out] (row stride ldy) = x [rows, in] (row stride ldx) W^T + b  (or x W)
 void project_rows(const Projection& p, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                   GemmThreads threads, int64_t c0, int64_t cols) {
+  if (p.lowp) {  // (threads: the lower-precision kernels' own policy, one thread inside a team)
+    AK_CHECK(c0 == 0 && (cols < 0 || cols == p.out) && p.lowp->out == p.out && p.lowp->in == p.in,
+             "projection: {} weights [{}, {}] for a product of columns {} .. {} of [{}, {}]",
+             precision_name(p.lowp->precision), p.lowp->out, p.lowp->in, c0, cols < 0 ? p.out : c0 + cols, p.out,
+             p.in);
+    lowp_linear(*p.lowp, x, rows, ldx, p.b, y, ldy);
+    return;
+  }
   if (cols < 0) cols = p.out;
   GemmEpilogue bias;  // + b as the product stores
   bias.bias = p.b ? p.b + c0 : nullptr;
@@ -114,6 +123,7 @@ GemmPackedB pack_projection(const Projection& p) {
 }  // namespace
 
 std::optional<Projection> joined_projection(const Projection& q, const Projection& k, const Projection& v) {
+  if (q.lowp || k.lowp || v.lowp) return std::nullopt;
   const bool rows_follow = !q.in_out && !k.in_out && !v.in_out && q.in == k.in && k.in == v.in &&
                            k.W == q.W + q.out * q.in && v.W == k.W + k.out * k.in;
   const bool bias_follows = (!q.b && !k.b && !v.b) || (q.b && k.b == q.b + q.out && v.b == k.b + k.out);

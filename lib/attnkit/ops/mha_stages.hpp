@@ -16,7 +16,8 @@
 
 namespace attnkit::ops::detail {
 
-// y [rows, out] (row stride ldy) = x [rows, in] (row stride ldx) W^T + b  (or x W)
+// y [rows, out] (row stride ldy) = x [rows, in] (row stride ldx) W^T + b  (or x W); columns c0 .. c0 + cols
+// (cols < 0: all). With p.lowp the columns are all of them (the lower-precision kernels take whole rows).
 void project_rows(const Projection& p, const float* x, int64_t rows, int64_t ldx, float* y, int64_t ldy,
                   GemmThreads threads, int64_t c0 = 0, int64_t cols = -1);
 
@@ -73,6 +74,9 @@ struct ProjBackward {
 // of x, so tasks are blocks of whole rows: guided shares of the register blocks (threads.hpp), big first,
 // down to 2 blocks last (1024 rows on 2 threads: 264, 192, 144, .. 24 rows). With equal blocks one thread
 // waits at the stage's end whenever the other runs a little slower.
+//
+// With lower-precision weights (p.lowp) tasks are blocks of kLowpRows whole rows, each one product of the
+// lower-precision kernels (which quantize the block's rows of x once for all its columns).
 struct LinearJob {
   const float* x;
   int64_t rows, ldx;
@@ -83,10 +87,12 @@ struct LinearJob {
   // with `packed`: called by the task that wrote rows [r0, r1) of y, right after (they are in its cache)
   std::function<void(int64_t, int64_t)> rows_done = nullptr;
   static constexpr int64_t kRows = 512;
+  static constexpr int64_t kLowpRows = 64;
   static int64_t mr() { return std::max<int64_t>(1, gemm_panel_shape().mr); }
   static constexpr int64_t kMinBlocks = 2;  // register blocks in the smallest task of the packed form
   int64_t register_blocks() const { return (rows + mr() - 1) / mr(); }
   int64_t row_blocks() const {
+    if (p.lowp) return (rows + kLowpRows - 1) / kLowpRows;
     if (packed) return std::max<int64_t>(1, attnkit::detail::guided_tasks(register_blocks(), std::max(1, num_threads()), kMinBlocks));
     return (rows + kRows - 1) / kRows;
   }
@@ -95,7 +101,7 @@ struct LinearJob {
     return std::min(rows, attnkit::detail::guided_start(register_blocks(), std::max(1, num_threads()), kMinBlocks, b) * mr());
   }
   int64_t cols() const {  // columns per task: a multiple of 32 (whole panels of either kernel)
-    if (packed) return p.out;
+    if (packed || p.lowp) return p.out;
     const int64_t want = 2 * std::max(1, num_threads());
     const int64_t col_blocks = std::max<int64_t>(1, (want + row_blocks() - 1) / row_blocks());
     return std::max<int64_t>(32, ((p.out + col_blocks - 1) / col_blocks + 31) / 32 * 32);
@@ -103,6 +109,11 @@ struct LinearJob {
   int64_t col_blocks() const { return (p.out + cols() - 1) / cols(); }
   int64_t tasks() const { return row_blocks() * col_blocks(); }
   void run(int64_t task) const {
+    if (p.lowp) {
+      const int64_t r0 = task * kLowpRows, br = std::min(kLowpRows, rows - r0);
+      project_rows(p, x + r0 * ldx, br, ldx, y + r0 * ldy, ldy, GemmThreads::This);
+      return;
+    }
     if (packed) {
       const int64_t r0 = packed_row(task), br = packed_row(task + 1) - r0;
       GemmEpilogue bias;
