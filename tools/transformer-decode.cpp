@@ -109,6 +109,10 @@ int main(int argc, char** argv) {
                           ->type_name("FILE.svg");
   app.add_option("-o,--output", out.path, "Write the results to FILE (atomically) instead of standard output")
       ->type_name("FILE");
+  std::string spm_model_path;
+  app.add_option("--spm-model", spm_model_path, "A SentencePiece model that must be the one stored in the checkpoint "
+                                                "(refused, naming both, when it differs)")
+      ->type_name("FILE.model");
   tools::add_threads_option(app, threads);
 
   // A language model: each prompt continued by --max-new-tokens tokens; on a terminal (no -o) with one output
@@ -215,6 +219,12 @@ int main(int argc, char** argv) {
     // (the loaders' messages name the files)
     const decode::LoadedModel model =
         weights_path.empty() ? decode::load_checkpoint(model_path) : decode::load_exported(model_path, weights_path);
+    if (!spm_model_path.empty()) {
+      if (!model.src_spm)
+        throw UsageError(fmt::format("--spm-model: {} does not use SentencePiece (its tokenizer is {})", model_path,
+                                     models::tokenizer_name(model.src_tokenizer)));
+      models::check_same_spm(*model.src_spm, model_path, models::SpmModel::read_file(spm_model_path), spm_model_path);
+    }
     decode::use_special_ids(model, o);  // an exported model's specials may sit anywhere in its vocabularies
     if (model.family == "transformer-lm" || model.family == "recurrent-lm") return generate(model, o);
     if (prompt_opt->count() + new_opt->count() > 0)
