@@ -1,5 +1,6 @@
 // transformer-decode: decode with a seq2seq-train checkpoint (recurrent or Transformer): greedy, beam or
 // sampling, results streamed one JSON line per source (docs/transformer-decode.md).
+#include <algorithm>
 #include <iostream>
 
 #include <unistd.h>
@@ -145,10 +146,19 @@ int main(int argc, char** argv) {
         throw Error(where + ": " + e.what());
       }
       unknown += u;
+      std::vector<int64_t> produced;  // spm: a piece's text depends on the one before (a line's first "▁")
+      std::string shown;
       if (stream) {
         std::cout << text << std::flush;
         o.on_token = [&](int64_t, int64_t token) {
-          std::cout << decode::target_text(model, decode::target_tokens(model, {token})) << std::flush;
+          if (!model.tgt_spm) {
+            std::cout << decode::target_text(model, decode::target_tokens(model, {token})) << std::flush;
+            return;
+          }
+          produced.push_back(token);
+          const std::string all = decode::target_text(model, decode::target_tokens(model, produced));
+          std::cout << all.substr(std::min(shown.size(), all.size())) << std::flush;
+          shown = all;
         };
       }
       const auto results = decode::search(*model.model, {ids}, o, index++);

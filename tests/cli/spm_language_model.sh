@@ -58,6 +58,28 @@ assert len(g['tokens']) == 6 and isinstance(g['text'], str), g" || fail "generat
 [[ "$(printf 'the cat\nnaïve café\n' | transformer-decode lm.json --max-new-tokens 3 | wc -l)" == 2 ]] ||
   fail "two prompts on stdin did not give two lines"
 
+# on a terminal (a pseudo-terminal here) the text is written as produced: the prompt, then what the JSON's text says
+python3 - <<'PY' || fail "streaming to a terminal"
+import json, os, pty, subprocess
+cmd = ["transformer-decode", "lm.json", "--prompt", "the cat", "--max-new-tokens", "12"]
+m, s = pty.openpty()
+p = subprocess.Popen(cmd, stdout=s)
+os.close(s)
+out = b""
+while True:
+    try:
+        d = os.read(m, 1024)
+    except OSError:
+        break
+    if not d:
+        break
+    out += d
+assert p.wait() == 0
+text = out.decode().replace("\r\n", "\n")
+want = "the cat" + json.loads(subprocess.run(cmd, capture_output=True, check=True).stdout)["text"] + "\n"
+assert text == want, (text, want)
+PY
+
 # exact resume with dropout: 6 straight steps equal 3 + 3 resumed (the options and the model from the checkpoint)
 nowall() { sed 's/"tokens_per_s":[^,}]*,\{0,1\}//' "$@"; }
 seq2seq-train "${common[@]}" --vocab-size 60 --dropout 0.1 --steps 6 --log-every 1 --save e.json --metrics e.jsonl \

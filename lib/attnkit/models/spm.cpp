@@ -279,8 +279,8 @@ std::string SpmModel::decode(const std::vector<int64_t>& ids, bool line_start) c
 namespace {
 
 [[noreturn]] void no_sentencepiece() {
-  fail("--tokenizer spm: this build has no SentencePiece (install libsentencepiece-dev, e.g. with "
-       "scripts/setup.sh, and build again)");
+  fail("SentencePiece tokens (--tokenizer spm): this build has no SentencePiece (install libsentencepiece-dev, "
+       "e.g. with scripts/setup.sh, and build again)");
 }
 
 }  // namespace
