@@ -100,30 +100,31 @@ TextCorpus read_spm(const std::string& path, const models::SpmModel& spm) {
   AK_CHECK(f.good(), "{}: cannot read ({})", path, std::strerror(errno));
   TextCorpus c;
   c.name = path;
+  const auto push = [&](int64_t id) {
+    c.unknown += id == Vocab::kUnk;
+    c.ids.push_back(static_cast<int32_t>(id));
+    AK_CHECK(c.size() < kMaxTokens, "{}: more than {} tokens", path, kMaxTokens);
+  };
   std::string line;
-  std::vector<int64_t> ids;
+  std::vector<int64_t> ids;  // one line's
   int64_t number = 0;
   bool newline_last = false;  // the file ends with '\n'
   while (std::getline(f, line)) {
     ++number;
-    if (number > 1) ids.push_back(spm.newline_id());
+    if (number > 1) push(spm.newline_id());
     size_t at = 0;
+    ids.clear();
     const std::string why = spm.encode_line(line, ids, &at);
     AK_CHECK(why.empty(), "{}: line {}: {} of the line, byte offset {} of the file (the spm tokenizer reads UTF-8 "
              "text)", path, number, why, c.bytes + int64_t(at));
+    for (const int64_t id : ids) push(id);
     newline_last = !f.eof();
     c.bytes += int64_t(line.size()) + (newline_last ? 1 : 0);
-    AK_CHECK(int64_t(ids.size()) < kMaxTokens, "{}: more than {} tokens", path, kMaxTokens);
   }
   AK_CHECK(!f.bad(), "{}: read failed at byte {}", path, c.bytes);
-  if (newline_last) ids.push_back(spm.newline_id());
+  if (newline_last) push(spm.newline_id());
   AK_CHECK(c.bytes > 0, "{}: empty file (a language model needs text)", path);
-  c.ids.reserve(ids.size());
-  for (const int64_t id : ids) {
-    c.unknown += id == Vocab::kUnk;
-    c.ids.push_back(static_cast<int32_t>(id));
-  }
-  if (!ids.empty()) c.first_token_bytes = int64_t(spm.decode({ids[0]}).size());
+  if (!c.ids.empty()) c.first_token_bytes = int64_t(spm.decode({c.ids[0]}).size());
   return c;
 }
 
