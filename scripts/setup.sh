@@ -9,6 +9,7 @@ set -euo pipefail
 packages=(cmake g++ make libcli11-dev libeigen3-dev nlohmann-json3-dev libfmt-dev doctest-dev libfast-float-dev zlib1g-dev ccache festlex-cmu python3 help2man man-db bsdextrautils)
 packages+=(libopenmpi-dev openmpi-bin)  # MPI: data-parallel training (docs/distributed.md)
 packages+=(bible-kjv bible-kjv-text)  # the King James text (and its reader) of examples/11-language-model
+packages+=(libsentencepiece-dev)  # SentencePiece subword tokens (seq2seq-train --tokenizer spm)
 if [[ "${1:-}" == "--fuzz" ]]; then packages+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${packages[@]}"; do

@@ -204,15 +204,30 @@ int main(int argc, char** argv) {
   auto* train_opt = app.add_option("--train", train_path, "Training file: TSV (source TAB target) or JSONL {src, tgt}")
                         ->type_name("FILE");
   app.add_option("--valid", valid_path, "Validation file (same format)")->type_name("FILE");
-  app.add_option("--tokenizer", tokenizer, "Files: tokenizer of the source (and target)")
-      ->check(CLI::IsMember({"char", "space", "ids", "byte"}))
+  app.add_option("--tokenizer", tokenizer, "Files: tokenizer of the source (and target); spm: SentencePiece "
+                                          "subwords, language models only (--vocab-size or --spm-model)")
+      ->check(CLI::IsMember({"char", "space", "ids", "byte", "spm"}))
       ->capture_default_str();
   app.add_option("--target-tokenizer", target_tokenizer, "Files: the target's tokenizer (default: --tokenizer)")
       ->check(CLI::IsMember({"char", "space", "ids", "byte"}));
   app.add_flag("--skip-bad-lines", skip_bad_lines, "Files: skip (and count) bad lines instead of failing");
   app.add_option("--max-len", max_len, "Files: longest sequence accepted; tasks: longest sequence generated")
       ->transform(tools::non_negative());
-  app.add_option("--vocab-size", vocab_size, "Task: tokens 0 .. N-1 (copy, reverse, sort)")->transform(tools::positive())->capture_default_str();
+  app.add_option("--vocab-size", vocab_size, "Task: tokens 0 .. N-1 (copy, reverse, sort); --tokenizer spm: the "
+                                            "SentencePiece model's pieces, trained on --train")
+      ->transform(tools::positive())
+      ->capture_default_str();
+  std::string spm_model_path, spm_type = "unigram";
+  int64_t spm_sentences = 1000000;
+  app.add_option("--spm-model", spm_model_path, "--tokenizer spm: use this SentencePiece model instead of training "
+                                                "one (with --resume: must be the checkpoint's)")
+      ->type_name("FILE.model");
+  app.add_option("--spm-type", spm_type, "--tokenizer spm: the SentencePiece model trained")
+      ->check(CLI::IsMember({"unigram", "bpe"}))
+      ->capture_default_str();
+  app.add_option("--spm-sentences", spm_sentences, "--tokenizer spm: lines sampled from --train to train SentencePiece")
+      ->transform(tools::positive())
+      ->capture_default_str();
   app.add_option("--min-len", min_len, "Task: shortest sequence")->transform(tools::positive())->capture_default_str();
   app.add_option("--train-size", train_size, "Task: training examples")->transform(tools::positive())->capture_default_str();
   app.add_option("--valid-size", valid_size, "Task: held-out examples")->transform(tools::non_negative())->capture_default_str();
@@ -326,10 +341,62 @@ int main(int argc, char** argv) {
 
   // seq2seq-train --model transformer-lm|lstm-lm|gru-lm|rnn-lm: a language model on a text file
   // (train/lm_trainer.hpp).
+  // --tokenizer spm: the checkpoint's SentencePiece model on --resume, else --spm-model's, else one trained on
+  // --train (models/spm.hpp).
+  auto spm_model = [&]() -> models::SpmModel {
+    if (!models::SpmModel::available())
+      throw UsageError("--tokenizer spm: this build has no SentencePiece (install libsentencepiece-dev, e.g. with "
+                       "scripts/setup.sh, and build again)");
+    const bool sized = app.get_option("--vocab-size")->count() > 0;
+    auto agree = [&](const models::SpmModel& m, const std::string& name) {
+      if (sized && vocab_size != m.pieces())
+        throw UsageError(fmt::format("--vocab-size {} disagrees with {}, a SentencePiece model of {} pieces (leave "
+                                     "--vocab-size out)", vocab_size, name, m.pieces()));
+    };
+    const char* training[] = {"--spm-type", "--spm-sentences"};
+    if (!resume_path.empty() || !spm_model_path.empty())
+      for (const char* name : training)
+        if (app.get_option(name)->count() > 0)
+          throw UsageError(fmt::format("{} goes with training a SentencePiece model, not with {}", name,
+                                       resume_path.empty() ? "--spm-model" : "--resume (the checkpoint's model)"));
+    if (!resume_path.empty()) {
+      std::optional<models::SpmModel> stored = train::LmTrainer::stored_spm(resume_path);
+      if (!stored) throw UsageError("--tokenizer spm: the checkpoint " + resume_path + " has no SentencePiece model");
+      if (!spm_model_path.empty())
+        models::check_same_spm(*stored, resume_path, models::SpmModel::read_file(spm_model_path), spm_model_path);
+      agree(*stored, "the checkpoint " + resume_path + "'s");
+      return *stored;
+    }
+    if (!spm_model_path.empty()) {
+      models::SpmModel m = models::SpmModel::read_file(spm_model_path);
+      agree(m, spm_model_path);
+      return m;
+    }
+    if (!sized)
+      throw UsageError("--tokenizer spm needs --vocab-size N (a SentencePiece model of N pieces is trained on --train) "
+                       "or --spm-model FILE.model");
+    if (vocab_size < models::SpmModel::kMinVocabSize || vocab_size > models::SpmModel::kMaxVocabSize)
+      throw UsageError(fmt::format("--vocab-size {} with --tokenizer spm: a SentencePiece model's is in [{}, {}]",
+                                   vocab_size, models::SpmModel::kMinVocabSize, models::SpmModel::kMaxVocabSize));
+    if (spm_sentences < models::SpmModel::kMinSentences)
+      throw UsageError(fmt::format("--spm-sentences {}: SentencePiece samples at least {} lines", spm_sentences,
+                                   models::SpmModel::kMinSentences));
+    models::SpmTrainOptions so;
+    so.vocab_size = vocab_size;
+    so.type = spm_type;
+    so.max_sentences = spm_sentences;
+    models::SpmTrainReport report;
+    models::SpmModel m = models::SpmModel::train(train_path, so, &report);
+    if (report.sampled < report.lines)
+      std::cerr << "seq2seq-train: SentencePiece trained on a random sample of " << report.sampled << " of the "
+                << report.lines << " lines of " << train_path << " (--spm-sentences)\n";
+    return m;
+  };
+
   auto train_language_model = [&]() -> int {
     const bool transformer = model_name == "transformer-lm";
     std::vector<const char*> refused = {"--task", "--target-tokenizer", "--skip-bad-lines", "--max-len",
-                                        "--vocab-size", "--min-len", "--train-size", "--valid-size", "--attention",
+                                        "--min-len", "--train-size", "--valid-size", "--attention",
                                         "--bidirectional", "--attention-style", "--teacher-forcing",
                                         "--label-smoothing", "--epochs", "--vocab", "--norm-first"};
     for (const char* name : transformer ? std::vector<const char*>{"--hidden", "--embed"}
@@ -347,8 +414,12 @@ int main(int argc, char** argv) {
       throw UsageError(fmt::format("--model {} trains in one process: data parallelism (mpirun{}, --grad-shards, "
                                    "--deterministic-reduce) is for the encoder-decoders", model_name,
                                    comm.size() > 1 ? fmt::format(" -n {}", comm.size()) : std::string()));
-    if (tokenizer != "char" && tokenizer != "byte")
-      throw UsageError("--tokenizer " + tokenizer + ": a language model reads char or byte tokens");
+    if (tokenizer != "char" && tokenizer != "byte" && tokenizer != "spm")
+      throw UsageError("--tokenizer " + tokenizer + ": a language model reads char, byte or spm tokens");
+    const bool spm = tokenizer == "spm";
+    for (const char* name : {"--vocab-size", "--spm-model", "--spm-type", "--spm-sentences"})
+      if (!spm && app.get_option(name)->count() > 0)
+        throw UsageError(fmt::format("{} goes with --tokenizer spm (a language model's)", name));
     if (transformer && d_model % heads != 0) throw UsageError(fmt::format("--heads {} does not divide --d-model {}", heads, d_model));
     set_num_threads(threads);
     check_destination("--save", save_path);
@@ -359,7 +430,11 @@ int main(int argc, char** argv) {
     spec.valid_path = valid_path;
     spec.tokenizer = models::tokenizer_from_name(tokenizer);
     spec.context = context;
+    if (spm) spec.spm = spm_model();
     train::TextData data = train::load_text_data(spec);
+    if (data.train.unknown > 0)
+      std::cerr << "seq2seq-train: " << train_path << ": " << data.train.unknown
+                << " tokens are not in the SentencePiece model's vocabulary (read as <unk>)\n";
     if (data.valid.unknown > 0)
       std::cerr << "seq2seq-train: " << valid_path << ": " << data.valid.unknown
                 << " tokens are not in the training text's vocabulary (read as <unk>)\n";
@@ -455,6 +530,11 @@ int main(int argc, char** argv) {
   const int code = tools::run(app, argc, argv, [&]() -> int {
     if (!resume_path.empty()) restore_options(app, resume_path, restored, override_options);
     if (model_name.size() > 3 && model_name.compare(model_name.size() - 3, 3, "-lm") == 0) return train_language_model();
+    if (tokenizer == "spm")
+      throw UsageError("--tokenizer spm goes with a language model (--model transformer-lm, lstm-lm, gru-lm, rnn-lm)");
+    for (const char* name : {"--spm-model", "--spm-type", "--spm-sentences"})
+      if (app.get_option(name)->count() > 0)
+        throw UsageError(fmt::format("{} goes with --tokenizer spm (a language model's)", name));
     if (task.empty() && train_path.empty()) throw UsageError("give --task NAME or --train FILE");
     if (!valid_path.empty() && train_path.empty()) throw UsageError("--valid goes with --train");
     if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn|transformer");

@@ -1,5 +1,6 @@
 // transformer-decode: decode with a seq2seq-train checkpoint (recurrent or Transformer): greedy, beam or
 // sampling, results streamed one JSON line per source (docs/transformer-decode.md).
+#include <algorithm>
 #include <iostream>
 
 #include <unistd.h>
@@ -110,6 +111,10 @@ int main(int argc, char** argv) {
                           ->type_name("FILE.svg");
   app.add_option("-o,--output", out.path, "Write the results to FILE (atomically) instead of standard output")
       ->type_name("FILE");
+  std::string spm_model_path;
+  app.add_option("--spm-model", spm_model_path, "A SentencePiece model that must be the one stored in the checkpoint "
+                                                "(refused, naming both, when it differs)")
+      ->type_name("FILE.model");
   tools::add_threads_option(app, threads);
   tools::PrecisionOptions precision;
   tools::add_precision_options(app, precision);
@@ -152,10 +157,19 @@ int main(int argc, char** argv) {
                                  where, ids.size(), max_new_tokens, context, context);
         said_window = true;
       }
+      std::vector<int64_t> produced;  // spm: a piece's text depends on the one before (a line's first "▁")
+      std::string shown;
       if (stream) {
         std::cout << text << std::flush;
         o.on_token = [&](int64_t, int64_t token) {
-          std::cout << decode::target_text(model, decode::target_tokens(model, {token})) << std::flush;
+          if (!model.tgt_spm) {
+            std::cout << decode::target_text(model, decode::target_tokens(model, {token})) << std::flush;
+            return;
+          }
+          produced.push_back(token);
+          const std::string all = decode::target_text(model, decode::target_tokens(model, produced));
+          std::cout << all.substr(std::min(shown.size(), all.size())) << std::flush;
+          shown = all;
         };
       }
       const auto results = decode::search(*model.model, {ids}, o, index++);
@@ -227,6 +241,12 @@ int main(int argc, char** argv) {
     // (the loaders' messages name the files)
     const decode::LoadedModel model =
         weights_path.empty() ? decode::load_checkpoint(model_path) : decode::load_exported(model_path, weights_path);
+    if (!spm_model_path.empty()) {
+      if (!model.src_spm)
+        throw UsageError(fmt::format("--spm-model: {} does not use SentencePiece (its tokenizer is {})", model_path,
+                                     models::tokenizer_name(model.src_tokenizer)));
+      models::check_same_spm(*model.src_spm, model_path, models::SpmModel::read_file(spm_model_path), spm_model_path);
+    }
     decode::use_special_ids(model, o);  // an exported model's specials may sit anywhere in its vocabularies
     model.model->set_precision(plan);
     tools::report_precision(plan, "transformer-decode");

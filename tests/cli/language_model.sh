@@ -120,7 +120,7 @@ expect_error 1 "empty.txt: empty file" seq2seq-train "${model[@]}" --train empty
 printf 'short' > short.txt
 expect_error 1 "short.txt: 5 tokens, but a context of 16 needs at least 17" seq2seq-train "${model[@]}" --train short.txt --steps 1 --save x.json
 expect_error 2 "--hidden does nothing with --model transformer-lm" seq2seq-train "${common[@]}" --hidden 8 --steps 1 --save x.json
-expect_error 2 "a language model reads char or byte tokens" seq2seq-train "${common[@]}" --tokenizer space --steps 1 --save x.json
+expect_error 2 "a language model reads char, byte or spm tokens" seq2seq-train "${common[@]}" --tokenizer space --steps 1 --save x.json
 expect_error 2 "--context goes with a language model" seq2seq-train --task copy --model lstm --context 8 --steps 1 --save x.json
 # past the 16 learned positions each token reads the last 16 (said on stderr), the same with and without the cache
 long="$(transformer-decode lm.json --prompt 'the cat' --max-new-tokens 20 2> long.err | tokens)" || fail "past the context: exit $?"

@@ -102,7 +102,7 @@ TEST_CASE("tokenizer names and join_tokens") {
   CHECK(tokenizer_from_name("char") == Tokenizer::Char);
   CHECK(tokenizer_from_name("space") == Tokenizer::Space);
   CHECK(tokenizer_from_name("ids") == Tokenizer::Ids);
-  CHECK(error_of([] { tokenizer_from_name("words"); }) == "unknown tokenizer \"words\": expected char, space, ids or byte");
+  CHECK(error_of([] { tokenizer_from_name("words"); }) == "unknown tokenizer \"words\": expected char, space, ids, byte or spm");
   for (Tokenizer t : {Tokenizer::Char, Tokenizer::Space, Tokenizer::Ids})
     CHECK(tokenizer_from_name(tokenizer_name(t)) == t);
   CHECK(join_tokens({"j", "a", "n", " ", "5"}, Tokenizer::Char) == "jan 5");

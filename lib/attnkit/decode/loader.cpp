@@ -74,6 +74,8 @@ LoadedModel load_checkpoint(const std::string& path) {
   m.tgt_vocab = std::move(head.tgt_vocab);
   m.src_tokenizer = head.src_tokenizer;
   m.tgt_tokenizer = head.tgt_tokenizer;
+  m.src_spm = std::move(head.src_spm);
+  m.tgt_spm = std::move(head.tgt_spm);
   m.model = models::model_family(m.family, path).make(v, *head.config, path);
   models::load_parameters(*m.model, v, path);
   models::check_checkpoint_complete(*m.model, v, *head.config, path);
@@ -89,6 +91,19 @@ void use_special_ids(const LoadedModel& m, SearchOptions& options) {
 }
 
 std::vector<int64_t> encode_source(const LoadedModel& m, std::string_view text, int64_t* unknown) {
+  if (m.src_spm) {
+    std::vector<int64_t> ids;
+    try {
+      ids = m.src_spm->encode(text);
+    } catch (const Error& e) {
+      fail("the source cannot be split into spm tokens: {}", e.what());
+    }
+    AK_CHECK(!ids.empty(), "empty source");
+    AK_CHECK(static_cast<int64_t>(ids.size()) <= kMaxTokens, "the source has {} tokens, more than the maximum {}",
+             ids.size(), kMaxTokens);
+    if (unknown) *unknown += std::count(ids.begin(), ids.end(), models::Vocab::kUnk);
+    return ids;
+  }
   std::vector<std::string> tokens;
   const std::string why = models::tokenize(text, m.src_tokenizer, tokens);
   AK_CHECK(why.empty(), "the source cannot be split into {} tokens: {}", models::tokenizer_name(m.src_tokenizer), why);
@@ -105,6 +120,11 @@ std::vector<std::string> target_tokens(const LoadedModel& m, const std::vector<i
 }
 
 std::string target_text(const LoadedModel& m, const std::vector<std::string>& tokens) {
+  if (m.tgt_spm) {
+    std::vector<int64_t> ids;
+    for (const std::string& t : tokens) ids.push_back(m.tgt_vocab.id(t));
+    return m.tgt_spm->decode(ids, false);
+  }
   return models::join_tokens(tokens, m.tgt_tokenizer);
 }
 

@@ -7,12 +7,14 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "attnkit/decode/search.hpp"
 #include "attnkit/models/model.hpp"
+#include "attnkit/models/spm.hpp"
 #include "attnkit/models/vocab.hpp"
 
 namespace attnkit::decode {
@@ -22,6 +24,7 @@ struct LoadedModel {
   std::string family;
   models::Vocab src_vocab, tgt_vocab;
   models::Tokenizer src_tokenizer = models::Tokenizer::Char, tgt_tokenizer = models::Tokenizer::Char;
+  std::optional<models::SpmModel> src_spm, tgt_spm;  // a checkpoint's SentencePiece models (tokenizer spm)
 };
 
 // Reads the checkpoint at `path`; every refusal names the file: not a checkpoint, an unknown family, a
@@ -46,7 +49,8 @@ void use_special_ids(const LoadedModel& m, SearchOptions& options);
 // *unknown). Refuses an empty source, one of more than kMaxTokens tokens and text the tokenizer cannot split
 // (attnkit::Error with the reason).
 std::vector<int64_t> encode_source(const LoadedModel& m, std::string_view text, int64_t* unknown);
-// Target ids -> tokens and the text (joined as the target tokenizer does).
+// Target ids -> tokens and the text (joined as the target tokenizer does; spm: decoded by its model as text that
+// continues the source, a language model's prompt: a leading "▁" is a space).
 std::vector<std::string> target_tokens(const LoadedModel& m, const std::vector<int64_t>& ids);
 std::string target_text(const LoadedModel& m, const std::vector<std::string>& tokens);
 

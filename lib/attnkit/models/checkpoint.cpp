@@ -3,6 +3,7 @@
 #include <cmath>
 #include <set>
 
+#include "attnkit/io/base64.hpp"
 #include "attnkit/io/bundle_lookup.hpp"
 #include "attnkit/models/fields.hpp"
 #include "attnkit/models/recurrent_lm.hpp"
@@ -123,6 +124,13 @@ void add_vocabularies(io::Value& checkpoint, const Vocab& source, const Vocab& t
   checkpoint.set("vocab", std::move(vocab));
 }
 
+void add_spm_models(io::Value& checkpoint, const SpmModel& source, const SpmModel* target) {
+  io::Value spm;
+  spm.set("source", text_value(io::base64_encode(source.serialized())));
+  if (target && *target != source) spm.set("target", text_value(io::base64_encode(target->serialized())));
+  checkpoint.set("spm", std::move(spm));
+}
+
 void add_parameters(io::Value& checkpoint, const TranslationModel& model) {
   const io::Value params = model.parameters_value();  // named: a temporary's members() would dangle
   for (const auto& [name, sub] : params.members()) checkpoint.set(name, sub);
@@ -144,6 +152,22 @@ CheckpointHead read_checkpoint_head(const io::Value& v, const std::string& what)
   const Fields training(top.member("training"), what + ": training");
   h.src_tokenizer = training.choice("src_tokenizer", tokenizer_from_name);
   h.tgt_tokenizer = training.choice("tgt_tokenizer", tokenizer_from_name);
+  if (h.src_tokenizer == Tokenizer::Spm || h.tgt_tokenizer == Tokenizer::Spm) {
+    AK_CHECK(v.find("spm") != nullptr, "{}: the tokenizer is spm, but the checkpoint has no \"spm\" section (its "
+             "SentencePiece model)", what);
+    const Fields spm(top.member("spm"), what + ": spm");
+    const auto model = [&](const char* side) {
+      const std::string name = what + ": spm/" + side;
+      return SpmModel::from_serialized(io::base64_decode(spm.text(side), name), name);
+    };
+    if (h.src_tokenizer == Tokenizer::Spm) h.src_spm = model("source");
+    if (h.tgt_tokenizer == Tokenizer::Spm) h.tgt_spm = spm.has("target") ? model("target") : model("source");
+    const auto check = [&](const std::optional<SpmModel>& m, const Vocab& vocab, const char* side) {
+      if (m) check_same_vocab(m->vocab(), what + ": spm/" + side, vocab, what + ": vocab/" + side, what);
+    };
+    check(h.src_spm, h.src_vocab, "source");
+    check(h.tgt_spm, h.tgt_vocab, "target");
+  }
   return h;
 }
 
@@ -195,8 +219,9 @@ void check_checkpoint_complete(const TranslationModel& model, const io::Value& c
   for (const auto& [name, value] : written.members())
     AK_CHECK(config.is_bundle() && config.find(name) != nullptr,
              "{}: config field \"{}\" is missing (a checkpoint stores every field of its model's config)", what, name);
-  static const std::set<std::string, std::less<>> sections = {"format", "version", "config", "vocab", "training",
-                                                              "rng", "step", "optimizer", "data_order", "window"};
+  static const std::set<std::string, std::less<>> sections = {"format", "version", "config", "vocab", "spm",
+                                                              "training", "rng", "step", "optimizer", "data_order",
+                                                              "window"};
   std::set<std::string> parameters;
   for (const Parameter* p : static_cast<const nn::Module&>(model).named_parameters()) parameters.insert(p->name);
   for (const auto& [name, value] : checkpoint.members()) {

@@ -7,6 +7,9 @@
 //   "training":  the run's settings (train/checkpoint.hpp), "src_tokenizer" and "tgt_tokenizer" among them
 //   "rng":       the training generator (train/checkpoint.hpp)
 //   "vocab":     {"source": {"tokens": [...]}, "target": {"tokens": [...]}} (models/vocab.hpp)
+//   "spm":       a side whose tokenizer is "spm": its SentencePiece model (models/spm.hpp), the serialized
+//                model base64: {"source": "...", "target": "..."}, "target" absent when it is the source's
+//                model (a language model's one); the side's vocabulary must be the model's
 //   "step", "optimizer", "data_order", "window": the training state (train/checkpoint.hpp)
 //   the parameters' sub-bundles ("src_embed", "encoder", ..., TranslationModel::parameters_value), so that
 //   `lstm-run X --weights model.json#encoder` runs a recurrent encoder.
@@ -15,12 +18,14 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "attnkit/io/value.hpp"
 #include "attnkit/models/model.hpp"
+#include "attnkit/models/spm.hpp"
 #include "attnkit/models/tokenizer.hpp"
 #include "attnkit/models/vocab.hpp"
 
@@ -49,6 +54,8 @@ const ModelFamily& model_family(std::string_view name, std::string_view what);
 // ("training", "rng"), the vocabularies, the caller's state, the parameters.
 io::Value checkpoint_head(const TranslationModel& model);
 void add_vocabularies(io::Value& checkpoint, const Vocab& source, const Vocab& target);
+// The "spm" section (above); `target` null or equal to `source`: stored once.
+void add_spm_models(io::Value& checkpoint, const SpmModel& source, const SpmModel* target);
 void add_parameters(io::Value& checkpoint, const TranslationModel& model);
 
 // What every reader of a checkpoint needs, checked: the format and version, the config and its family, the
@@ -58,6 +65,7 @@ struct CheckpointHead {
   std::string family;
   Vocab src_vocab, tgt_vocab;
   Tokenizer src_tokenizer = Tokenizer::Char, tgt_tokenizer = Tokenizer::Char;
+  std::optional<SpmModel> src_spm, tgt_spm;  // the sides whose tokenizer is spm
 };
 CheckpointHead read_checkpoint_head(const io::Value& checkpoint, const std::string& what);
 

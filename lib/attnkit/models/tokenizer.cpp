@@ -74,7 +74,8 @@ std::string shown_token(std::string_view s) {
 }
 
 constexpr EnumName<Tokenizer> kTokenizerNames[] = {
-    {Tokenizer::Char, "char"}, {Tokenizer::Space, "space"}, {Tokenizer::Ids, "ids"}, {Tokenizer::Byte, "byte"}};
+    {Tokenizer::Char, "char"}, {Tokenizer::Space, "space"}, {Tokenizer::Ids, "ids"}, {Tokenizer::Byte, "byte"},
+    {Tokenizer::Spm, "spm"}};
 
 Tokenizer tokenizer_from_name(std::string_view name) {
   if (const std::optional<Tokenizer> tokenizer = parse_name(kTokenizerNames, name)) return *tokenizer;
@@ -85,6 +86,7 @@ std::string_view tokenizer_name(Tokenizer tokenizer) { return name_of(kTokenizer
 
 std::string tokenize(std::string_view text, Tokenizer tokenizer, std::vector<std::string>& out) {
   out.clear();
+  if (tokenizer == Tokenizer::Spm) return "the spm tokenizer needs its SentencePiece model";
   if (tokenizer == Tokenizer::Byte) {
     for (char c : text) out.push_back(byte_token(static_cast<unsigned char>(c)));
     return "";
@@ -142,6 +144,12 @@ std::string join_tokens(const std::vector<std::string>& tokens, Tokenizer tokeni
       else
         out += t;
     }
+    return out;
+  }
+  if (tokenizer == Tokenizer::Spm) {
+    for (const std::string& t : tokens) out += t;
+    for (size_t p = out.find("\xE2\x96\x81"); p != std::string::npos; p = out.find("\xE2\x96\x81", p + 1))
+      out.replace(p, 3, " ");
     return out;
   }
   for (size_t i = 0; i < tokens.size(); ++i) {

@@ -9,6 +9,8 @@
 //   byte   one token per byte, any bytes (no UTF-8 check): the printable ASCII bytes 0x20-0x7E are their own
 //          character, every other byte is written "<0xNN>" (two upper-case hex digits), so that a vocabulary
 //          stays valid UTF-8 ("é" -> <0xC3> <0xA9>); join_tokens turns them back into the bytes.
+//   spm    SentencePiece subword pieces ("▁the", "▁c", "at"): needs its model (models/spm.hpp), so the
+//          functions here refuse it; the language models' text and decoding use the model's own encode and decode.
 //   The special tokens' texts (<pad> <bos> <eos> <unk>) are reserved: data containing one as a token is
 //   refused (a space-tokenized "<eos>" in a data file would otherwise be silently taken as the real one).
 #pragma once
@@ -18,9 +20,9 @@
 
 namespace attnkit::models {
 
-enum class Tokenizer { Char, Space, Ids, Byte };
+enum class Tokenizer { Char, Space, Ids, Byte, Spm };
 
-// "char", "space", "ids", "byte" -> Tokenizer; anything else is an attnkit::Error listing them.
+// "char", "space", "ids", "byte", "spm" -> Tokenizer; anything else is an attnkit::Error listing them.
 Tokenizer tokenizer_from_name(std::string_view name);
 std::string_view tokenizer_name(Tokenizer tokenizer);
 
@@ -30,7 +32,8 @@ std::string_view tokenizer_name(Tokenizer tokenizer);
 std::string tokenize(std::string_view text, Tokenizer tokenizer, std::vector<std::string>& out);
 // The same, throwing attnkit::Error with the reason.
 std::vector<std::string> tokenize(std::string_view text, Tokenizer tokenizer);
-// The inverse for display: char concatenates, byte concatenates the bytes, space and ids join with one space.
+// The inverse for display: char concatenates, byte concatenates the bytes, spm concatenates with "▁" as a
+// space, space and ids join with one space.
 std::string join_tokens(const std::vector<std::string>& tokens, Tokenizer tokenizer);
 
 // The byte tokenizer's token for byte b ("a", " ", "<0x0A>").

@@ -238,6 +238,7 @@ void LmTrainer::save(const std::string& path) const {
   rng.set("inc", text_value(std::to_string(rng_.state().inc)));
   v.set("rng", std::move(rng));
   models::add_vocabularies(v, data_.vocab, data_.vocab);
+  if (data_.spm) models::add_spm_models(v, *data_.spm, nullptr);
   v.set("step", text_value(std::to_string(step_)));
   v.set("optimizer", optimizer_->state());
   if (recurrent_) {
@@ -255,6 +256,11 @@ void LmTrainer::save(const std::string& path) const {
   io::write_value_file(path, v);
 }
 
+std::optional<models::SpmModel> LmTrainer::stored_spm(const std::string& path) {
+  const io::Value v = io::read_value_file(path);
+  return models::read_checkpoint_head(v, path).src_spm;
+}
+
 std::unique_ptr<LmTrainer> LmTrainer::resume(const std::string& path, const LmTrainerOptions& options, TextData data) {
   const io::Value v = io::read_value_file(path);
   const models::CheckpointHead head = models::read_checkpoint_head(v, path);
@@ -267,6 +273,7 @@ std::unique_ptr<LmTrainer> LmTrainer::resume(const std::string& path, const LmTr
   models::check_vocab_sizes(*head.config, head.src_vocab, head.tgt_vocab, path);
   AK_CHECK(head.src_tokenizer == data.tokenizer, "{}: the model reads {} tokens, the data is split into {} tokens",
            path, models::tokenizer_name(head.src_tokenizer), models::tokenizer_name(data.tokenizer));
+  if (head.src_spm && data.spm) models::check_same_spm(*head.src_spm, path, *data.spm, "the data's tokenizer");
   models::check_same_vocab(head.src_vocab, path, data.vocab, data.train.name, path + ": vocabulary");
   const models::Fields top(v, path);
   const models::Fields t(top.member("training"), path + ": training");

@@ -10,6 +10,7 @@
 //   "rng":       {"state", "inc"}: the generator of the windows and the dropout masks after "step" steps
 //   "step", "optimizer", "window" ({"loss", "steps"}: the training-loss sum since the last logged step)
 //   "data_order": the recurrent model's streams: {"position"} and the carried state {"h", "c"} [L, N, H]
+//   "spm":       with the spm tokenizer, its SentencePiece model (models/checkpoint.hpp)
 // Resume: the model, optimizer state and generator come back and the loop continues from "step" up to the
 // options' steps: the same metrics as an uninterrupted run (same thread count).
 // Metrics line: {"step", "loss", "lr", "grad_norm", "tokens_per_s"} and, with a validation file,
@@ -74,6 +75,8 @@ class LmTrainer {
   // Continues the checkpoint at `path` (refusals name it: not a language model's, a vocabulary or tokenizer
   // that differs from the data's, a context past the model's positions).
   static std::unique_ptr<LmTrainer> resume(const std::string& path, const LmTrainerOptions& options, TextData data);
+  // The SentencePiece model stored in the checkpoint at `path` (none: its tokenizer is not spm).
+  static std::optional<models::SpmModel> stored_spm(const std::string& path);
 
   LmSummary run(const std::function<void(const std::string&)>& log = {});
   LmEvaluation evaluate(const TextCorpus& corpus);

@@ -94,6 +94,40 @@ TextCorpus read_building(const std::string& path, Vocab& vocab) {
   return c;
 }
 
+// Reads `path` with a SentencePiece model, a line at a time.
+TextCorpus read_spm(const std::string& path, const models::SpmModel& spm) {
+  std::ifstream f(path, std::ios::binary);
+  AK_CHECK(f.good(), "{}: cannot read ({})", path, std::strerror(errno));
+  TextCorpus c;
+  c.name = path;
+  const auto push = [&](int64_t id) {
+    c.unknown += id == Vocab::kUnk;
+    c.ids.push_back(static_cast<int32_t>(id));
+    AK_CHECK(c.size() < kMaxTokens, "{}: more than {} tokens", path, kMaxTokens);
+  };
+  std::string line;
+  std::vector<int64_t> ids;  // one line's
+  int64_t number = 0;
+  bool newline_last = false;  // the file ends with '\n'
+  while (std::getline(f, line)) {
+    ++number;
+    if (number > 1) push(spm.newline_id());
+    size_t at = 0;
+    ids.clear();
+    const std::string why = spm.encode_line(line, ids, &at);
+    AK_CHECK(why.empty(), "{}: line {}: {} of the line, byte offset {} of the file (the spm tokenizer reads UTF-8 "
+             "text)", path, number, why, c.bytes + int64_t(at));
+    for (const int64_t id : ids) push(id);
+    newline_last = !f.eof();
+    c.bytes += int64_t(line.size()) + (newline_last ? 1 : 0);
+  }
+  AK_CHECK(!f.bad(), "{}: read failed at byte {}", path, c.bytes);
+  if (newline_last) push(spm.newline_id());
+  AK_CHECK(c.bytes > 0, "{}: empty file (a language model needs text)", path);
+  if (!c.ids.empty()) c.first_token_bytes = int64_t(spm.decode({c.ids[0]}).size());
+  return c;
+}
+
 }  // namespace
 
 models::Vocab byte_vocab() {
@@ -103,12 +137,19 @@ models::Vocab byte_vocab() {
 }
 
 TextData load_text_data(const TextDataSpec& spec) {
-  AK_CHECK(spec.tokenizer == Tokenizer::Char || spec.tokenizer == Tokenizer::Byte,
-           "language-model text: tokenizer {} (expected char or byte)", models::tokenizer_name(spec.tokenizer));
+  AK_CHECK(spec.tokenizer == Tokenizer::Char || spec.tokenizer == Tokenizer::Byte || spec.tokenizer == Tokenizer::Spm,
+           "language-model text: tokenizer {} (expected char, byte or spm)", models::tokenizer_name(spec.tokenizer));
   AK_CHECK(spec.context >= 1, "language-model text: context {} (need >= 1)", spec.context);
+  AK_CHECK(spec.tokenizer != Tokenizer::Spm || spec.spm, "language-model text: the spm tokenizer needs its model");
   TextData d;
   d.tokenizer = spec.tokenizer;
-  if (spec.vocab) {
+  if (spec.tokenizer == Tokenizer::Spm) {
+    d.spm = spec.spm;
+    d.vocab = spec.spm->vocab();
+    if (spec.vocab) models::check_same_vocab(*spec.vocab, "the checkpoint", d.vocab, "the SentencePiece model",
+                                             "language-model text");
+    d.train = read_spm(spec.train_path, *spec.spm);
+  } else if (spec.vocab) {
     d.vocab = *spec.vocab;
     d.train = read_with(spec.train_path, spec.tokenizer, d.vocab);
   } else if (spec.tokenizer == Tokenizer::Byte) {
@@ -121,7 +162,7 @@ TextData load_text_data(const TextDataSpec& spec) {
            "{}: {} tokens, but a context of {} needs at least {} (a window and the token after it)", spec.train_path,
            d.train.size(), spec.context, spec.context + 1);
   if (!spec.valid_path.empty()) {
-    d.valid = read_with(spec.valid_path, spec.tokenizer, d.vocab);
+    d.valid = spec.spm ? read_spm(spec.valid_path, *spec.spm) : read_with(spec.valid_path, spec.tokenizer, d.vocab);
     AK_CHECK(d.valid.size() >= 2, "{}: {} token: validation needs at least 2 (one to predict)", spec.valid_path,
              d.valid.size());
   }

@@ -2,9 +2,12 @@
 // Legend: n tokens of a file, C context (tokens per training row), N rows per batch.
 //
 //   tokenizers  char: one token per UTF-8 character (text that is not valid UTF-8 is refused, naming the line
-//               and the byte offset); byte: one token per byte, any bytes (models/tokenizer.hpp's byte tokens).
+//               and the byte offset); byte: one token per byte, any bytes (models/tokenizer.hpp's byte tokens);
+//               spm: SentencePiece pieces (models/spm.hpp), the file read line by line, each line encoded by
+//               the model and the newline token between lines (invalid UTF-8 and U+2581 refused, naming the line
+//               and the byte offset).
 //   vocabulary  the specials, then char: every character of the training file in byte order; byte: all 256
-//               byte tokens in byte order (so any text encodes without <unk>).
+//               byte tokens in byte order (so any text encodes without <unk>); spm: the SentencePiece model's.
 //   windows     training row r of a batch: inputs ids[s .. s + C), targets ids[s + 1 .. s + C + 1), s uniform in
 //               [0, n - C - 1] drawn from the caller's Rng (so a training file needs at least C + 1 tokens).
 //   streams     (the recurrent models' truncated BPTT, as char-rnn) the file cut into N streams of m = (n - 1) / N
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "attnkit/models/inputs.hpp"
+#include "attnkit/models/spm.hpp"
 #include "attnkit/models/tokenizer.hpp"
 #include "attnkit/models/vocab.hpp"
 #include "attnkit/tensor/random.hpp"
@@ -40,15 +44,17 @@ struct TextCorpus {
 
 struct TextDataSpec {
   std::string train_path, valid_path;  // valid_path optional
-  models::Tokenizer tokenizer = models::Tokenizer::Char;  // char or byte
+  models::Tokenizer tokenizer = models::Tokenizer::Char;  // char, byte or spm
   int64_t context = 64;                // C >= 1
   std::optional<models::Vocab> vocab;  // given (a checkpoint's): the files are encoded with it
+  std::optional<models::SpmModel> spm; // spm: the model (trained on the file, read, or a checkpoint's)
 };
 
 struct TextData {
   TextCorpus train, valid;
   models::Vocab vocab;
   models::Tokenizer tokenizer = models::Tokenizer::Char;
+  std::optional<models::SpmModel> spm;  // spm: the model the vocabulary is
 };
 
 // The vocabulary a tokenizer's text builds from, the byte tokenizer's whole one (all 256 bytes).
@@ -56,7 +62,8 @@ models::Vocab byte_vocab();
 
 // Reads the files (the training file builds the vocabulary unless spec.vocab is given). Refuses, naming the
 // file: one that cannot be read, an empty one, invalid UTF-8 with char (line and byte offset), a training file
-// of fewer than C + 1 tokens, a validation file of fewer than 2, a tokenizer other than char and byte.
+// of fewer than C + 1 tokens, a validation file of fewer than 2, a tokenizer other than char, byte and spm, spm
+// without its model.
 TextData load_text_data(const TextDataSpec& spec);
 
 // N random training windows of C tokens (above): tgt_in and tgt_out [N, C], no sources (S = 0).
