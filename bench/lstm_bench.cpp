@@ -8,6 +8,9 @@
 // Prints one JSON object; bench/lstm_vs_torch.py and bench/lstm_backward_vs_torch.py run it
 // interleaved with PyTorch.
 //   lstm_bench --N 64 --T 100 --D 512 --H 512 --threads 2 --reps 5 [--cell lstm] [--backward 1] [--gemms 0] [--malloc-default 1]
+//              [--precision fp32|bf16|int8]
+// --precision bf16 / int8: the forward with W_ih and W_hh in that precision (nn::Recurrent::set_precision;
+// forward only).
 // best_cpu_s: the best rep's process CPU time (robust on a loaded machine with --threads 1);
 // --gemms 0 skips the bare GEMM timings (their fields are then 0).
 // Legend: N batch, T steps, D input size, H hidden size, G gates.
@@ -68,6 +71,7 @@ int main(int argc, char** argv) {
   std::string cell = "lstm";
   bool backward = false;
   bool gemms = true, malloc_default = false;
+  std::string precision = "fp32";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--N") N = std::atoll(v.c_str());
@@ -80,6 +84,7 @@ int main(int argc, char** argv) {
     else if (k == "--backward") backward = v == "1";
     else if (k == "--gemms") gemms = v != "0";
     else if (k == "--malloc-default") malloc_default = v == "1";
+    else if (k == "--precision") precision = v;
     else {
       std::fprintf(stderr, "lstm_bench: unknown option %s\n", k.c_str());
       return 2;
@@ -93,6 +98,12 @@ int main(int argc, char** argv) {
   const int64_t G = ops::gate_count(cfg.cell);
   Rng rng(1);
   nn::Recurrent model = nn::Recurrent::random(cfg, rng);
+  if (precision != "fp32" && (backward || (precision != "bf16" && precision != "int8"))) {
+    std::fprintf(stderr, "lstm_bench: --precision is fp32, bf16 or int8, and bf16 / int8 time the forward only\n");
+    return 2;
+  }
+  nn::PrecisionPlan plan(ops::precision_from_name(precision));
+  model.set_precision(plan);
   Tensor x = rand_normal({N, T, D}, rng);
   ops::RecurrentInputs in;
   in.x = &x;
@@ -143,11 +154,11 @@ int main(int argc, char** argv) {
   // forward: the input and hidden products; backward: twice that (d x and d W_ih, d h and d W_hh)
   const double flops = 2.0 * N * T * (D + H) * G * H * (backward ? 3 : 1);
   std::printf(
-      "{\"N\":%lld,\"T\":%lld,\"D\":%lld,\"H\":%lld,\"threads\":%d,\"cell\":\"%s\",\"backward\":%s,"
+      "{\"N\":%lld,\"T\":%lld,\"D\":%lld,\"H\":%lld,\"threads\":%d,\"cell\":\"%s\",\"precision\":\"%s\",\"backward\":%s,"
       "\"best_s\":%.6g,\"median_s\":%.6g,\"best_cpu_s\":%.6g,\"gflops\":%.4g,"
       "\"input_gemm_s\":%.6g,\"hidden_gemms_s\":%.6g,\"gemm_bound_s\":%.6g,"
       "\"sgemm_peak_gflops\":%.4g}\n",
-      (long long)N, (long long)T, (long long)D, (long long)H, threads, cell.c_str(), backward ? "true" : "false", ours[0], ours[ours.size() / 2],
+      (long long)N, (long long)T, (long long)D, (long long)H, threads, cell.c_str(), precision.c_str(), backward ? "true" : "false", ours[0], ours[ours.size() / 2],
       ours_cpu, flops / ours[0] / 1e9, input_gemm[0], hidden_gemms[0], input_gemm[0] + hidden_gemms[0],
       gemms ? 2.0 * S * S * S / peak[0] / 1e9 : 0.0);
   return 0;

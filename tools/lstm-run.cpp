@@ -74,9 +74,15 @@ int main(int argc, char** argv) {
   tools::add_output_options(app, out);
   tools::add_input_options(app, in);
   tools::add_threads_option(app, threads);
+  tools::PrecisionOptions precision;
+  tools::add_precision_options(app, precision);
 
   return tools::run(app, argc, argv, [&]() -> int {
     set_num_threads(threads);  // the one thread policy: every kernel reads num_threads()
+    nn::PrecisionPlan plan = tools::precision_plan(precision);
+    if (plan.precision() != ops::Precision::Fp32 && !grad_ref.empty())
+      throw UsageError("--grad-output needs the float32 weights (a backward pass); drop --precision " +
+                       precision.precision);
     const ops::CellKind cell = *parse_name(ops::kCellNames, cell_name);  // one of them: --cell checks it
     auto layout_of = [](const std::string& s) { return s == "cs231n" ? nn::WeightLayout::Cs231n : nn::WeightLayout::Torch; };
     const nn::WeightLayout layout = layout_of(layout_text);
@@ -113,6 +119,8 @@ int main(int argc, char** argv) {
         AK_CHECK(name.rfind("weight_hr_l", 0) != 0, "{}: {}: proj_size is not supported (an LSTM with projections)", weights_ref, name);
       model = tools::with_source(weights_ref, [&] { return nn::Recurrent::from_bundle(weights, cell, layout); });
     }
+    model->set_precision(plan);  // the names --keep-fp32 matches: the torch state_dict names (weight_ih_l0, ...)
+    tools::report_precision(plan, "lstm-run");
     // --save-weights is written last: after the run succeeded and its result was written
     if (save_path == "-" && !input_ref.empty() && out.path == "-")
       throw UsageError("--save-weights - and the result would share standard output; give the weights a FILE, or -o FILE for the result");

@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
   app.add_flag("--pretty", out.pretty, "Indent the JSON");
   app.add_option("-o,--output", out.path, "Write the report to FILE (atomically) instead of standard output")->type_name("FILE");
   tools::add_threads_option(app, threads);
+  tools::PrecisionOptions precision;
+  tools::add_precision_options(app, precision);
 
   return tools::run(app, argc, argv, [&]() -> int {
     o.search.strategy = decode::parse_strategy(strategy);
@@ -64,7 +66,11 @@ int main(int argc, char** argv) {
     if (out.pretty && format == "table") throw UsageError("--pretty goes with --format json");
     o.format = input_format == "tsv" ? train::DataFormat::Tsv : input_format == "jsonl" ? train::DataFormat::Jsonl : train::DataFormat::Auto;
     set_num_threads(threads);
+    nn::PrecisionPlan plan = tools::precision_plan(precision);
     const decode::LoadedModel model = decode::load_checkpoint(model_path);
+    model.model->set_precision(plan);
+    tools::report_precision(plan, "seq2seq-eval");
+    o.precision = plan.precision();
     const app::EvalReport report = app::evaluate(model, test_path, o);
     tools::Output output(out);
     if (format == "table") {

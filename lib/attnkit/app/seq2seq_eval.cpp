@@ -101,6 +101,7 @@ std::string eval_json(const EvalReport& r, const EvalOptions& options, bool pret
   j["unknown_source_tokens"] = r.unknown_source_tokens;
   j["strategy"] = strategy_name(options.search.strategy);
   if (options.search.strategy == decode::Strategy::Beam) j["beam"] = options.search.beam;
+  if (options.precision != ops::Precision::Fp32) j["precision"] = ops::precision_name(options.precision);
   nlohmann::ordered_json wrong = nlohmann::ordered_json::array();
   for (const WrongPrediction& w : r.wrong)
     wrong.push_back({{"source", w.source}, {"prediction", w.prediction}, {"reference", w.reference}});
@@ -109,9 +110,12 @@ std::string eval_json(const EvalReport& r, const EvalOptions& options, bool pret
 }
 
 std::string eval_table(const EvalReport& r, const EvalOptions& options) {
-  std::string out = fmt::format("{}: {} lines, {} words (distinct sources), {} search{}\n", r.test, r.lines, r.words,
+  std::string out = fmt::format("{}: {} lines, {} words (distinct sources), {} search{}{}\n", r.test, r.lines, r.words,
                                 strategy_name(options.search.strategy),
-                                options.search.strategy == decode::Strategy::Beam ? fmt::format(" (beam {})", options.search.beam) : "");
+                                options.search.strategy == decode::Strategy::Beam ? fmt::format(" (beam {})", options.search.beam) : "",
+                                options.precision == ops::Precision::Fp32
+                                    ? std::string()
+                                    : fmt::format(", {} weights", ops::precision_name(options.precision)));
   out += fmt::format("exact match     {:7.2f} %   ({} of {} words)\n", 100 * r.exact_match, r.words - r.wrong_words, r.words);
   out += fmt::format("WER             {:7.2f} %   ({} of {} words wrong)\n", 100 * r.wer, r.wrong_words, r.words);
   out += fmt::format("PER             {:7.2f} %   (edit distance {} over {} reference tokens)\n", 100 * r.per, r.edits,

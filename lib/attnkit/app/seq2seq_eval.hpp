@@ -18,6 +18,7 @@
 
 #include "attnkit/decode/loader.hpp"
 #include "attnkit/decode/search.hpp"
+#include "attnkit/ops/lowp_weights.hpp"
 #include "attnkit/train/data.hpp"
 
 namespace attnkit::app {
@@ -27,6 +28,9 @@ struct EvalOptions {
   train::DataFormat format = train::DataFormat::Auto;
   int64_t batch = 64;                        // sources decoded together
   int64_t show = 0;                          // wrong predictions kept for the report (the first ones)
+  // The precision the model's weights are multiplied in (set on the model by the caller, models/model.hpp
+  // set_precision): named in the report when not fp32.
+  ops::Precision precision = ops::Precision::Fp32;
 };
 
 struct WrongPrediction {

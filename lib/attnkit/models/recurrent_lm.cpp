@@ -142,8 +142,25 @@ autograd::RecurrentVars RecurrentLM::run(const std::vector<int64_t>& ids, int64_
   return r;
 }
 
+void RecurrentLM::set_precision(nn::PrecisionPlan& plan) {
+  decoder_.set_precision(plan);
+  if (output_) {
+    output_->set_precision(plan);
+    return;
+  }
+  tied_precision_ = plan.for_weight(embed_.weight.name, embed_.weight.value.dim(0), embed_.weight.value.dim(1));
+  tied_lowp_ = DerivedSlot<ops::LowpWeights>();
+}
+
 Var RecurrentLM::project(const Var& h) {
-  if (output_) return output_->forward(h);                                          // [N, T, V]
+  if (output_) return output_->forward(h);  // [N, T, V]
+  if (tied_precision_ != ops::Precision::Fp32) {  // tied, the product in lower precision (inference only)
+    const Tensor& w = embed_.weight.value;  // [V, E]
+    const std::shared_ptr<const ops::LowpWeights> lowp = tied_lowp_.get({&embed_.weight}, [&] {
+      return *ops::make_lowp_weights(w.data(), w.dim(0), w.dim(1), tied_precision_, embed_.weight.name);
+    });
+    return autograd::linear(h, Var::param(embed_.weight), Var::param(output_bias_), {}, {}, lowp);
+  }
   return autograd::linear(h, Var::param(embed_.weight), Var::param(output_bias_));  // tied: h W_emb^T + b
 }
 

@@ -65,6 +65,9 @@ class RecurrentLM : public TranslationModel {
   std::vector<Parameter*> named_parameters() override;
   using Module::named_parameters;
   io::Value parameters_value() const override;
+  // The recurrent layers' W_ih and W_hh and the output projection (output.weight, or embed.weight when tied)
+  // in the plan's precision; the embedding lookup and the biases stay float32.
+  void set_precision(nn::PrecisionPlan& plan) override;
   void load_parameters(const io::Value& bundle, std::string_view what) override;
 
   void set_training(bool on) { training_ = on; }
@@ -87,6 +90,8 @@ class RecurrentLM : public TranslationModel {
   nn::Recurrent decoder_;
   std::optional<nn::Linear> output_;
   Parameter output_bias_;
+  ops::Precision tied_precision_ = ops::Precision::Fp32;  // tied output: embed.weight as the projection
+  DerivedSlot<ops::LowpWeights> tied_lowp_;
   bool training_ = true, carry_ = false;
   Tensor h_, c_;
 };

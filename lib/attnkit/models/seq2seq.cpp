@@ -197,6 +197,13 @@ void Seq2Seq::load_parameters(const io::Value& bundle, std::string_view what) {
   nn::load_parameters(*this, bundle, what);
 }
 
+void Seq2Seq::set_precision(nn::PrecisionPlan& plan) {
+  for (nn::Recurrent& r : encoder_) r.set_precision(plan);
+  for (nn::Recurrent& r : decoder_) r.set_precision(plan);
+  if (combine_) combine_->set_precision(plan);
+  output_.set_precision(plan);
+}
+
 Var Seq2Seq::drop(const Var& x, const ForwardOptions& o) {
   if (o.dropout <= 0.0f) return x;
   AK_CHECK(o.rng != nullptr, "seq2seq: dropout {} needs a random number generator", o.dropout);

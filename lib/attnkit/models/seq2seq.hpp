@@ -120,6 +120,10 @@ class Seq2Seq : public TranslationModel {
   // Parameters as sub-bundles: {"encoder": {"weight_ih_l0": ...}, "src_embed": {"weight": ...}, ...}.
   io::Value parameters_value() const override;
   void load_parameters(const io::Value& bundle, std::string_view what) override;
+  // The encoder's and decoder's W_ih and W_hh, combine.weight and output.weight in the plan's precision. The
+  // attention's score weights (attention.W, attention.W_q, attention.W_k, attention.v), the embeddings and the
+  // biases stay float32.
+  void set_precision(nn::PrecisionPlan& plan) override;
 
   // Layer k of the encoder / decoder (one nn::Recurrent each, named as layer k of an L-layer module).
   nn::Recurrent& encoder_layer(int k) { return encoder_.at(size_t(k)); }

@@ -20,9 +20,40 @@ ops::RecurrentWeights Recurrent::weights() const {
           return ops::pack_recurrent_direction(config_.cell, config_.hidden_size, p.w_ih.value, p.w_hh.value,
                                                p.b_ih.value, p.b_hh.value);
         });
-    w.directions.push_back({&p.w_ih.value, &p.w_hh.value, std::move(packed)});
+    ops::RecurrentDirection d{&p.w_ih.value, &p.w_hh.value, std::move(packed), nullptr, nullptr};
+    if (i < precision_ih_.size()) {
+      auto lowp = [&](const Parameter& param, ops::Precision precision, const DerivedSlot<ops::LowpWeights>& slot) {
+        return precision == ops::Precision::Fp32
+                   ? nullptr
+                   : slot.get({&param}, [&] {
+                       return *ops::make_recurrent_lowp(config_.cell, config_.hidden_size, param.value, precision,
+                                                        param.name);
+                     });
+      };
+      d.lowp_ih = lowp(p.w_ih, precision_ih_[i], lowp_ih_[i]);
+      d.lowp_hh = lowp(p.w_hh, precision_hh_[i], lowp_hh_[i]);
+    }
+    w.directions.push_back(std::move(d));
   }
   return w;
+}
+
+void Recurrent::set_precision(PrecisionPlan& plan) {
+  std::vector<ops::Precision> ih, hh;
+  for (const DirectionParams& p : params_) {
+    ih.push_back(plan.for_weight(p.w_ih.name, p.w_ih.value.dim(0), p.w_ih.value.dim(1)));
+    hh.push_back(plan.for_weight(p.w_hh.name, p.w_hh.value.dim(0), p.w_hh.value.dim(1)));
+  }
+  precision_ih_ = std::move(ih), precision_hh_ = std::move(hh);
+  lowp_ih_ = std::vector<DerivedSlot<ops::LowpWeights>>(params_.size());
+  lowp_hh_ = std::vector<DerivedSlot<ops::LowpWeights>>(params_.size());
+  weights();  // the copies made now: a weight the precision cannot hold is refused here, not at the first run
+}
+
+bool Recurrent::lowered() const {
+  for (size_t i = 0; i < precision_ih_.size(); ++i)
+    if (precision_ih_[i] != ops::Precision::Fp32 || precision_hh_[i] != ops::Precision::Fp32) return true;
+  return false;
 }
 
 ops::RecurrentResult Recurrent::forward(const ops::RecurrentInputs& inputs, const ops::RunOptions& options) const {
@@ -41,6 +72,8 @@ void Recurrent::backward(const ops::RecurrentInputs& inputs, const ops::Recurren
 
 autograd::RecurrentVars Recurrent::forward(const autograd::Var& x, const autograd::Var& h0, const autograd::Var& c0,
                                            const std::vector<int64_t>* lengths) {
+  AK_CHECK(!autograd::grad_enabled() || !lowered(), "recurrent: weights in lower precision are for inference only "
+           "(under autograd::NoGrad); a recorded forward needs the float32 weights");
   return autograd::recurrent(weights(), named_parameters(), x, h0, c0, lengths);
 }
 

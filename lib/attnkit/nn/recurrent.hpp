@@ -16,6 +16,7 @@
 #include "attnkit/autograd/recurrent.hpp"
 #include "attnkit/io/value.hpp"
 #include "attnkit/nn/parameter.hpp"
+#include "attnkit/nn/precision.hpp"
 #include "attnkit/ops/recurrent_stack.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/tensor.hpp"
@@ -82,6 +83,13 @@ class Recurrent : public Module {
   // (rebuilt first where a parameter changed). Valid while the model lives and its parameters stay.
   ops::RecurrentWeights weights() const;
 
+  // Inference in lower precision: every W_ih and W_hh in the plan's precision for its parameter name (int8 or
+  // bfloat16 copies, made now from the current values and remade after they change), or float32 (the default).
+  // The biases, the gates and the cell state stay float32. With a copy set, a recorded forward (under the tape)
+  // and backward are refused.
+  void set_precision(PrecisionPlan& plan);
+  bool lowered() const;  // some W_ih or W_hh is held in lower precision
+
   // Runs the stack over x [N, T, D] (ops::recurrent_stack_forward). Throws attnkit::Error on shapes
   // that disagree. Several threads may run one model at once (as long as nobody changes its
   // parameters meanwhile).
@@ -104,6 +112,9 @@ class Recurrent : public Module {
   ops::RecurrentConfig config_;
   std::vector<DirectionParams> params_;
   std::vector<DerivedSlot<ops::RecurrentPacked>> packed_;  // per layer*dirs + dir
+  // per layer*dirs + dir: the precision of W_ih and W_hh, and their copies in it (ops::make_recurrent_lowp)
+  std::vector<ops::Precision> precision_ih_, precision_hh_;
+  std::vector<DerivedSlot<ops::LowpWeights>> lowp_ih_, lowp_hh_;
 };
 
 }  // namespace attnkit::nn

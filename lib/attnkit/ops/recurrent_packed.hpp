@@ -13,6 +13,7 @@
 #include "attnkit/ops/gemm_panels.hpp"
 #include "attnkit/ops/matmul.hpp"
 #include "attnkit/ops/recurrent.hpp"
+#include "attnkit/ops/recurrent_stack.hpp"
 #include "attnkit/tensor/tensor.hpp"
 
 namespace attnkit::ops {
@@ -84,6 +85,11 @@ struct RecurrentPacked {
 // b_ih and b_hh [G*H] (shapes checked by the caller).
 RecurrentPacked pack_recurrent_direction(CellKind cell, int64_t H, const Tensor& w_ih, const Tensor& w_hh,
                                          const Tensor& b_ih, const Tensor& b_hh);
+
+// recurrent_stack_forward when a direction has lower-precision weights (RecurrentDirection::lowp_ih, lowp_hh),
+// the inputs already checked: a plain time loop per layer and direction (recurrent_lowp.cpp).
+RecurrentResult recurrent_stack_forward_lowp(const RecurrentWeights& weights, const RecurrentInputs& inputs,
+                                             const RunOptions& options);
 
 // Threads worth using for a time loop of N x H x G*H multiply-adds a step.
 int recurrent_team_size(int threads, int64_t N, int64_t H, int G, int64_t min_macs);

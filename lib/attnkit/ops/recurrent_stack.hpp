@@ -13,8 +13,10 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
+#include "attnkit/ops/lowp_weights.hpp"
 #include "attnkit/ops/recurrent.hpp"
 #include "attnkit/tensor/tensor.hpp"
 
@@ -82,7 +84,20 @@ struct RecurrentDirection {
   const Tensor* w_ih = nullptr;  // [G*H, D_k]   D_0 = D, D_k = dirs*H for k > 0 (backward: d x)
   const Tensor* w_hh = nullptr;  // [G*H, H] (backward: d h_prev)
   std::shared_ptr<const RecurrentPacked> packed;  // built from these weights and their biases
+  // Inference in lower precision (make_recurrent_lowp), or null: float32. When set, x W_ih^T (all the steps at
+  // once) and h_prev W_hh^T (a step) are ops::lowp_linear products of these copies; the biases, the gates'
+  // nonlinearities and the cell state stay float32 (packed's bias rows and b_hn). Forward only: a forward that
+  // keeps a cache for backward, and backward, refuse them.
+  std::shared_ptr<const LowpWeights> lowp_ih;  // W_ih [G*H, D_k], rows in blocked order
+  std::shared_ptr<const LowpWeights> lowp_hh;  // W_hh [G*H, H], rows in blocked order
 };
+
+// w [G*H, K] in PyTorch's layout (gate-major rows) in `precision` (Int8 or Bf16), its rows in the blocked
+// column order of ops/recurrent.hpp (row blocked_column(u, g) = w[g*H + u]), so that a product lands in the
+// layout the cells read. Per output channel: each row keeps its own int8 scale (the same rows as PyTorch's
+// layout, reordered). `what` names the weight in messages (a NaN or infinity is refused).
+std::shared_ptr<const LowpWeights> make_recurrent_lowp(CellKind cell, int64_t H, const Tensor& w, Precision precision,
+                                                       std::string_view what);
 
 // The whole stack: directions[layer*dirs + dir].
 struct RecurrentWeights {

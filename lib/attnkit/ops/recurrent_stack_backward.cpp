@@ -208,6 +208,9 @@ void recurrent_stack_backward(const RecurrentWeights& weights, const RecurrentIn
   AK_CHECK(weights.directions.size() == size_t(L * dirs) && weight_grads.size() == weights.directions.size(),
            "recurrent backward: {} weight sets and {} gradient sets for {} layers x {} directions",
            weights.directions.size(), weight_grads.size(), L, dirs);
+  for (const RecurrentDirection& d : weights.directions)
+    AK_CHECK(!d.lowp_ih && !d.lowp_hh, "recurrent backward: the weights are in lower precision (inference only); "
+             "a backward pass needs the float32 weights");
   AK_CHECK(in.x, "recurrent backward: no input");
   const Tensor& x = *in.x;
   const int64_t N = x.dim(0), T = x.dim(1);

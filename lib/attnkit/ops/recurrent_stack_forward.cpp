@@ -542,6 +542,9 @@ RecurrentResult recurrent_stack_forward(const RecurrentWeights& weights, const R
                n, (*in.lengths)[n], T);
   }
 
+  for (const RecurrentDirection& d : weights.directions)
+    if (d.lowp_ih || d.lowp_hh) return recurrent_stack_forward_lowp(weights, in, options);
+
   const int threads = num_threads();  // the library's one thread policy (set_num_threads)
 
   RecurrentResult r;
