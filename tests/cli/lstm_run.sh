@@ -223,7 +223,8 @@ expect_error 1 "dytm.json: the gradient of output has shape [5, 2, 8], expected 
   lstm-run xb.json --weights wtm.json --grad-output dytm.json
 
 # --- help and version
-lstm-run --help | grep -q "lstm-run --init --input-size 3" || fail "--help lacks the example"
+lstm-run --help > help.txt || fail "--help exited $?"
+grep -q "lstm-run --init --input-size 3" help.txt || fail "--help lacks the example"
 lstm-run --version | grep -q attnkit || fail "--version"
 
 finish lstm-run
