@@ -28,7 +28,7 @@ Tensor direct(const nn::Linear& l, Precision p, const Tensor& x) {
   const auto w = ops::make_lowp_weights(l.weight.value.data(), l.out_features(), l.in_features(), p, "w");
   const int64_t rows = x.numel() / l.in_features();
   Tensor y({rows, l.out_features()});
-  ops::lowp_linear(*w, x.data(), rows, l.in_features(), l.has_bias() ? l.bias.value.data() : nullptr, y.data(),
+  ops::lowp_linear(w, x.data(), rows, l.in_features(), l.has_bias() ? l.bias.value.data() : nullptr, y.data(),
                    l.out_features());
   return y;
 }

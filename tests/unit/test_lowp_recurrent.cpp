@@ -91,7 +91,7 @@ ops::RecurrentResult composed(const Recurrent& model, Precision p, const ops::Re
         return b;
       };
       std::vector<float> xs(size_t(N * T * GH));
-      ops::lowp_linear(*wih, layer_in.data(), N * T, Din, nullptr, xs.data(), GH);
+      ops::lowp_linear(wih, layer_in.data(), N * T, Din, nullptr, xs.data(), GH);
       const std::vector<float> xp = blocked(xs, N * T);
       std::vector<float> h(size_t(N * H), 0.0f), c(size_t(N * H), 0.0f), h2(h), c2(c);
       if (in.h0) std::copy_n(in.h0->data() + idx * N * H, N * H, h.begin());
@@ -99,7 +99,7 @@ ops::RecurrentResult composed(const Recurrent& model, Precision p, const ops::Re
       for (int64_t i = 0; i < T; ++i) {
         const int64_t t = d == 1 ? T - 1 - i : i;
         std::vector<float> hs(size_t(N * GH));
-        ops::lowp_linear(*whh, h.data(), N, H, nullptr, hs.data(), GH);
+        ops::lowp_linear(whh, h.data(), N, H, nullptr, hs.data(), GH);
         const std::vector<float> hp = blocked(hs, N);
         ops::CellStep s;
         s.cell = cfg.cell, s.rows = N, s.hidden = H, s.unit_begin = 0, s.unit_end = H;

@@ -157,7 +157,7 @@ Var RecurrentLM::project(const Var& h) {
   if (tied_precision_ != ops::Precision::Fp32) {  // tied, the product in lower precision (inference only)
     const Tensor& w = embed_.weight.value;  // [V, E]
     const std::shared_ptr<const ops::LowpWeights> lowp = tied_lowp_.get({&embed_.weight}, [&] {
-      return *ops::make_lowp_weights(w.data(), w.dim(0), w.dim(1), tied_precision_, embed_.weight.name);
+      return ops::make_lowp_weights(w.data(), w.dim(0), w.dim(1), tied_precision_, embed_.weight.name);
     });
     return autograd::linear(h, Var::param(embed_.weight), Var::param(output_bias_), {}, {}, lowp);
   }

@@ -208,7 +208,7 @@ std::shared_ptr<const ops::LowpWeights> Transformer::tied_lowp() const {
   if (tied_precision_ == ops::Precision::Fp32) return nullptr;
   const Parameter& w = config_.shared_embeddings ? src_embed_.weight : tgt_embed_->weight;  // [Vt, E]
   return tied_lowp_.get({&w}, [&] {
-    return *ops::make_lowp_weights(w.value.data(), w.value.dim(0), w.value.dim(1), tied_precision_, w.name);
+    return ops::make_lowp_weights(w.value.data(), w.value.dim(0), w.value.dim(1), tied_precision_, w.name);
   });
 }
 

@@ -147,13 +147,13 @@ std::shared_ptr<const ops::LowpWeights> MultiheadAttention::lowp(int part) const
   return lowp_[size_t(part)].get({&w}, [&] {
     if (form != MhaWeightForm::Documents) {  // rows row0 .. row0 + E of [out, in]
       const int64_t in = w.value.dim(1), out = part < 3 && form == MhaWeightForm::InProj ? in : w.value.dim(0);
-      return *ops::make_lowp_weights(w.value.data() + row0 * in, out, in, precision, w.name);
+      return ops::make_lowp_weights(w.value.data() + row0 * in, out, in, precision, w.name);
     }
     const int64_t in = w.value.dim(0), out = w.value.dim(1);  // W [in, out]: the copy is of W^T [out, in]
     std::vector<float> t(size_t(out * in));
     for (int64_t i = 0; i < in; ++i)
       for (int64_t o = 0; o < out; ++o) t[size_t(o * in + i)] = w.value[i * out + o];
-    return *ops::make_lowp_weights(t.data(), out, in, precision, w.name);
+    return ops::make_lowp_weights(t.data(), out, in, precision, w.name);
   });
 }
 

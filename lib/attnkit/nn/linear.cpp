@@ -55,7 +55,7 @@ void Linear::set_precision(PrecisionPlan& plan) {
 std::shared_ptr<const ops::LowpWeights> Linear::lowp_weight() const {
   if (precision_ == ops::Precision::Fp32) return nullptr;
   return lowp_.get({&weight}, [&] {
-    return *ops::make_lowp_weights(weight.value.data(), out_features(), in_features(), precision_, weight.name);
+    return ops::make_lowp_weights(weight.value.data(), out_features(), in_features(), precision_, weight.name);
   });
 }
 

@@ -26,7 +26,7 @@ ops::RecurrentWeights Recurrent::weights() const {
         return precision == ops::Precision::Fp32
                    ? nullptr
                    : slot.get({&param}, [&] {
-                       return *ops::make_recurrent_lowp(config_.cell, config_.hidden_size, param.value, precision,
+                       return ops::make_recurrent_lowp(config_.cell, config_.hidden_size, param.value, precision,
                                                         param.name);
                      });
       };

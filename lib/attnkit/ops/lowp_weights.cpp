@@ -14,18 +14,17 @@ Precision precision_from_name(std::string_view name) {
 
 std::string_view precision_name(Precision precision) { return name_of(kPrecisionNames, precision); }
 
-std::shared_ptr<const LowpWeights> make_lowp_weights(const float* W, int64_t out, int64_t in, Precision precision,
-                                                     std::string_view what) {
+LowpWeights make_lowp_weights(const float* W, int64_t out, int64_t in, Precision precision, std::string_view what) {
   AK_CHECK(precision != Precision::Fp32, "{}: float32 weights need no lower-precision copy", what);
   for (int64_t i = 0; i < out * in; ++i)
     AK_CHECK(std::isfinite(W[i]), "{}: weight [{}, {}] is {}; it cannot be held in {}", what, i / in, i % in, W[i],
              precision_name(precision));
-  auto w = std::make_shared<LowpWeights>();
-  w->precision = precision, w->out = out, w->in = in;
+  LowpWeights w;
+  w.precision = precision, w.out = out, w.in = in;
   if (precision == Precision::Int8)
-    w->q8 = quantize_q8(W, out, in);
+    w.q8 = quantize_q8(W, out, in);
   else
-    w->bf16 = quantize_bf16(W, out, in);
+    w.bf16 = quantize_bf16(W, out, in);
   return w;
 }
 

@@ -31,8 +31,7 @@ struct LowpWeights {
 
 // W [O, I] row-major (nn.Linear's layout) in `precision` (Int8 or Bf16; a NaN or infinity is refused, naming
 // `what`).
-std::shared_ptr<const LowpWeights> make_lowp_weights(const float* W, int64_t out, int64_t in, Precision precision,
-                                                     std::string_view what);
+LowpWeights make_lowp_weights(const float* W, int64_t out, int64_t in, Precision precision, std::string_view what);
 
 // y [rows, O] (stride ldy) = x [rows, I] (stride ldx) W^T + b (b [O] or null). Threads: the kernels' policy.
 void lowp_linear(const LowpWeights& w, const float* x, int64_t rows, int64_t ldx, const float* b, float* y,

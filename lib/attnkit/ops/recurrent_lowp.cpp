@@ -13,8 +13,8 @@
 
 namespace attnkit::ops {
 
-std::shared_ptr<const LowpWeights> make_recurrent_lowp(CellKind cell, int64_t H, const Tensor& w, Precision precision,
-                                                       std::string_view what) {
+LowpWeights make_recurrent_lowp(CellKind cell, int64_t H, const Tensor& w, Precision precision,
+                                std::string_view what) {
   const int G = gate_count(cell);
   AK_CHECK(w.rank() == 2 && w.dim(0) == G * H, "{}: shape {}, expected [{}, K] ({} gates x {} units)", what,
            w.shape_str(), G * H, G, H);

@@ -96,8 +96,8 @@ struct RecurrentDirection {
 // column order of ops/recurrent.hpp (row blocked_column(u, g) = w[g*H + u]), so that a product lands in the
 // layout the cells read. Per output channel: each row keeps its own int8 scale (the same rows as PyTorch's
 // layout, reordered). `what` names the weight in messages (a NaN or infinity is refused).
-std::shared_ptr<const LowpWeights> make_recurrent_lowp(CellKind cell, int64_t H, const Tensor& w, Precision precision,
-                                                       std::string_view what);
+LowpWeights make_recurrent_lowp(CellKind cell, int64_t H, const Tensor& w, Precision precision,
+                                std::string_view what);
 
 // The whole stack: directions[layer*dirs + dir].
 struct RecurrentWeights {
