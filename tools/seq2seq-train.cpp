@@ -15,6 +15,7 @@
 
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/io/tensor_file.hpp"
+#include "attnkit/models/checkpoint.hpp"
 #include "attnkit/models/fields.hpp"
 #include "attnkit/models/seq2seq.hpp"
 #include "attnkit/models/size_estimate.hpp"
@@ -305,6 +306,14 @@ int main(int argc, char** argv) {
   auto* epochs_opt = app.add_option("--epochs", epochs, "Train this many epochs in all (instead of --steps)")
                          ->transform(tools::whole_range(1, train::kMaxSteps));
   app.add_option("--save-every", save_every, "Also save the checkpoint every N steps")->transform(tools::positive());
+  int64_t keep_last = 0;
+  app.add_option("--keep-last", keep_last, "With --save-every: also keep those saves and the last as numbered "
+                                           "checkpoints MODEL.stepS.json, the newest N (for --average)")
+      ->transform(tools::positive());
+  std::vector<std::string> average_paths;
+  app.add_option("--average", average_paths, "Average the parameters of these checkpoints of one model into --save "
+                                             "(checkpoint averaging; no training)")
+      ->type_name("MODEL.json ...");
   app.add_option("--plot", plot_path, "Draw training and validation loss against step (SVG)")->type_name("FILE.svg");
   app.add_option("--vocab", vocab_path, "Vocabulary file: one token per line, or JSON (docs/seq2seq-train.md)")
       ->type_name("FILE");
@@ -467,6 +476,7 @@ int main(int argc, char** argv) {
     o.seed = seed;
     o.log_every = log_every;
     o.save_every = save_every;
+    o.keep_last = keep_last;
     o.save_path = save_path;
     o.metrics_path = metrics_path;
     for (const std::string& name : lm_restored) {
@@ -527,7 +537,31 @@ int main(int argc, char** argv) {
     return 0;
   };
 
+  // seq2seq-train --average A.json B.json ... --save avg.json (models/checkpoint.hpp, average_checkpoints)
+  auto average = [&]() -> int {
+    for (const CLI::Option* opt : app.get_options()) {
+      const std::string name = opt->get_name();
+      if (opt->count() > 0 && name != "--average" && name != "--save")
+        throw UsageError(fmt::format("{} does nothing with --average (it averages checkpoints; it does not train)",
+                                     name));
+    }
+    if (average_paths.size() < 2)
+      throw UsageError(fmt::format("--average needs two or more checkpoints (given {})", average_paths.size()));
+    check_destination("--save", save_path);
+    const io::Value v = models::average_checkpoints(average_paths);
+    io::write_value_file(save_path, v);
+    nlohmann::json j;
+    j["checkpoint"] = save_path;
+    j["averaged"] = average_paths.size();
+    j["steps"] = models::Fields(*v.find("averaged"), save_path).text("steps");
+    tools::emit(tools::OutputOptions{}, j.dump());
+    return 0;
+  };
+
   const int code = tools::run(app, argc, argv, [&]() -> int {
+    if (!average_paths.empty()) return average();
+    if (keep_last > 0 && save_every == 0)
+      throw UsageError("--keep-last N keeps the saves of --save-every: give --save-every STEPS");
     if (!resume_path.empty()) restore_options(app, resume_path, restored, override_options);
     if (model_name.size() > 3 && model_name.compare(model_name.size() - 3, 3, "-lm") == 0) return train_language_model();
     if (tokenizer == "spm")
@@ -663,6 +697,7 @@ int main(int argc, char** argv) {
       if (!value.empty()) o.command_options.emplace_back(name, value);
     }
     o.save_every = save_every;
+    o.keep_last = keep_last;
     o.communicator = &comm;
     o.grad_shards = grad_shards;
     o.deterministic_reduce = deterministic_reduce;

@@ -5,6 +5,8 @@
 
 #include "attnkit/io/base64.hpp"
 #include "attnkit/io/bundle_lookup.hpp"
+#include "attnkit/io/json_writer.hpp"
+#include "attnkit/io/tensor_file.hpp"
 #include "attnkit/models/fields.hpp"
 #include "attnkit/models/recurrent_lm.hpp"
 #include "attnkit/models/seq2seq.hpp"
@@ -221,7 +223,7 @@ void check_checkpoint_complete(const TranslationModel& model, const io::Value& c
              "{}: config field \"{}\" is missing (a checkpoint stores every field of its model's config)", what, name);
   static const std::set<std::string, std::less<>> sections = {"format", "version", "config", "vocab", "spm",
                                                               "training", "rng", "step", "optimizer", "data_order",
-                                                              "window"};
+                                                              "window", "shard_rngs", "averaged"};
   std::set<std::string> parameters;
   for (const Parameter* p : static_cast<const nn::Module&>(model).named_parameters()) parameters.insert(p->name);
   for (const auto& [name, value] : checkpoint.members()) {
@@ -232,6 +234,99 @@ void check_checkpoint_complete(const TranslationModel& model, const io::Value& c
       AK_CHECK(parameters.count(t) > 0, "{}: tensor {} is not a parameter of the {} model its config describes", what,
                t, model.family());
   }
+}
+
+io::Value average_checkpoints(const std::vector<std::string>& paths) {
+  AK_CHECK(paths.size() >= 1, "averaging: no checkpoints given");
+  struct Model {
+    CheckpointHead head;
+    std::unique_ptr<TranslationModel> model;
+    io::Value config, training;
+    std::string step;
+  };
+  const auto load = [](const std::string& path) {
+    const io::Value v = io::read_value_file(path);
+    Model m;
+    m.head = read_checkpoint_head(v, path);
+    m.model = model_family(m.head.family, path).make(v, *m.head.config, path);
+    load_parameters(*m.model, v, path);
+    check_checkpoint_complete(*m.model, v, *m.head.config, path);
+    check_vocab_sizes(m.model->config_value(), m.head.src_vocab, m.head.tgt_vocab, path);
+    m.config = m.model->config_value();
+    m.training = *v.find("training");
+    m.head.config = nullptr;  // pointed into v
+    m.step = v.find("step") ? Fields(v, path).text("step") : "-";
+    return m;
+  };
+  Model first = load(paths[0]);
+  std::vector<Parameter*> params = first.model->named_parameters();
+  std::vector<std::vector<double>> sums(params.size());
+  for (size_t i = 0; i < params.size(); ++i)
+    sums[i].assign(params[i]->value.data(), params[i]->value.data() + params[i]->value.numel());
+  std::string steps = first.step;
+  io::Value training = first.training;
+  for (size_t k = 1; k < paths.size(); ++k) {
+    const std::string& path = paths[k];
+    Model m = load(path);
+    const std::string one = "checkpoints of one model are averaged";
+    AK_CHECK(m.head.family == first.head.family, "{}: a {} model, but {} holds a {} model ({})", path, m.head.family,
+             paths[0], first.head.family, one);
+    for (const auto& [name, value] : first.config.members()) {
+      const io::Value* other = m.config.find(name);
+      const std::string a = io::to_json(value), b = other ? io::to_json(*other) : "(none)";
+      AK_CHECK(a == b, "{}: config {} is {}, but {}'s is {} ({})", path, name, b, paths[0], a, one);
+    }
+    check_same_vocab(first.head.src_vocab, paths[0] + ": vocab/source", m.head.src_vocab, path + ": vocab/source",
+                     path);
+    check_same_vocab(first.head.tgt_vocab, paths[0] + ": vocab/target", m.head.tgt_vocab, path + ": vocab/target",
+                     path);
+    AK_CHECK(m.head.src_tokenizer == first.head.src_tokenizer && m.head.tgt_tokenizer == first.head.tgt_tokenizer,
+             "{}: tokenizers {} / {}, but {}'s are {} / {} ({})", path, tokenizer_name(m.head.src_tokenizer),
+             tokenizer_name(m.head.tgt_tokenizer), paths[0], tokenizer_name(first.head.src_tokenizer),
+             tokenizer_name(first.head.tgt_tokenizer), one);
+    const auto same_spm = [&](const std::optional<SpmModel>& a, const std::optional<SpmModel>& b, const char* side) {
+      if (a && b) check_same_spm(*a, paths[0] + ": spm/" + side, *b, path + ": spm/" + side);
+    };
+    same_spm(first.head.src_spm, m.head.src_spm, "source");
+    same_spm(first.head.tgt_spm, m.head.tgt_spm, "target");
+    const std::vector<Parameter*> mine = m.model->named_parameters();
+    AK_ASSERT(mine.size() == params.size(), "averaging: parameter lists differ for one config");
+    for (size_t i = 0; i < params.size(); ++i) {
+      AK_ASSERT(mine[i]->name == params[i]->name && mine[i]->value.shape() == params[i]->value.shape(),
+                "averaging: parameter {} differs for one config", params[i]->name);
+      const float* x = mine[i]->value.data();
+      for (size_t j = 0; j < sums[i].size(); ++j) sums[i][j] += x[j];
+    }
+    steps += " " + m.step;
+    training = m.training;
+  }
+  const double n = static_cast<double>(paths.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    float* x = params[i]->value.data();
+    for (size_t j = 0; j < sums[i].size(); ++j) x[j] = static_cast<float>(sums[i][j] / n);
+  }
+  io::Value v = checkpoint_head(*first.model);
+  v.set("training", std::move(training));
+  add_vocabularies(v, first.head.src_vocab, first.head.tgt_vocab);
+  if (first.head.src_spm || first.head.tgt_spm) {
+    const SpmModel& source = first.head.src_spm ? *first.head.src_spm : *first.head.tgt_spm;
+    add_spm_models(v, source, first.head.tgt_spm ? &*first.head.tgt_spm : nullptr);
+  }
+  io::Value averaged;
+  averaged.set("checkpoints", text_value(std::to_string(paths.size())));
+  averaged.set("steps", text_value(steps));
+  v.set("averaged", std::move(averaged));
+  add_parameters(v, *first.model);
+  return v;
+}
+
+void check_not_averaged(const io::Value& checkpoint, const std::string& what) {
+  const io::Value* averaged = checkpoint.is_bundle() ? checkpoint.find("averaged") : nullptr;
+  if (averaged == nullptr) return;
+  const Fields a(*averaged, what + ": averaged");
+  fail("{}: an average of {} checkpoints (steps {}) holds no training state (optimizer, step, data order); training "
+       "resumes from one of the checkpoints averaged, decoding reads the average", what, a.text("checkpoints"),
+       a.text("steps"));
 }
 
 }  // namespace attnkit::models

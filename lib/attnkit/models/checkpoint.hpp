@@ -82,4 +82,14 @@ void load_parameters(TranslationModel& model, const io::Value& weights, const st
 void check_checkpoint_complete(const TranslationModel& model, const io::Value& checkpoint, const io::Value& config,
                                const std::string& what);
 
+// Checkpoint averaging (Marian's and fairseq's): the checkpoints at `paths` (JSON, .safetensors or .npz), every one
+// of the same model (config, vocabularies, tokenizers and SentencePiece models equal to the first's; refusals name
+// the file and the field), read one at a time; each parameter the mean of theirs (summed in double). The result is
+// the last checkpoint's model part (format, config, "training" settings, vocabularies, "spm") with the averaged
+// parameters and an "averaged" section, {"checkpoints": "N", "steps": "S1 S2 ..."} (each input's "step", "-" for
+// one without: an average itself). It holds no training state: decoding reads it, training does not resume from it.
+io::Value average_checkpoints(const std::vector<std::string>& paths);
+// Training resumes from a training checkpoint: refuses an average, naming `what`.
+void check_not_averaged(const io::Value& checkpoint, const std::string& what);
+
 }  // namespace attnkit::models

@@ -88,6 +88,7 @@ std::unique_ptr<Trainer> Trainer::resume_text(std::string_view text, const std::
 
 std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::string& path,
                                                const TrainerOptions& options, TrainingData data) {
+  models::check_not_averaged(v, path);
   const models::CheckpointHead head = models::read_checkpoint_head(v, path);
   const models::Fields top(v, path);
   const bool transformer = head.family == "transformer";

@@ -101,6 +101,8 @@ void LmTrainer::save_checked(const std::string& path) const {
                step_, p->name, shown(x[i]), i);
   }
   save(path);
+  snapshots_.after_save(path, step_, options_.save_every, options_.steps, options_.keep_last,
+                        [this](const std::string& p) { save(p); });
 }
 
 models::TeacherForcedBatch LmTrainer::next_batch() {
@@ -263,6 +265,7 @@ std::optional<models::SpmModel> LmTrainer::stored_spm(const std::string& path) {
 
 std::unique_ptr<LmTrainer> LmTrainer::resume(const std::string& path, const LmTrainerOptions& options, TextData data) {
   const io::Value v = io::read_value_file(path);
+  models::check_not_averaged(v, path);
   const models::CheckpointHead head = models::read_checkpoint_head(v, path);
   AK_CHECK(head.family == "transformer-lm" || head.family == "recurrent-lm",
            "{}: the checkpoint's model is a {} model, not a language model", path, head.family);

@@ -46,6 +46,7 @@ struct LmTrainerOptions {
   uint64_t seed = 1;                  // the initialisation, the windows and the dropout masks
   int64_t log_every = 100;
   int64_t save_every = 0;
+  int64_t keep_last = 0;  // numbered snapshots of the periodic and last saves, the newest N (train/snapshots.hpp)
   std::string save_path, metrics_path;
   std::vector<std::pair<std::string, std::string>> command_options;  // saved as "options" (train/trainer.hpp)
   std::function<bool()> stop_requested;
@@ -101,6 +102,7 @@ class LmTrainer {
   int64_t step_ = 0, start_step_ = 0;
   double window_loss_ = 0;
   int64_t window_steps_ = 0;
+  mutable Snapshots snapshots_;
 };
 
 }  // namespace attnkit::train

@@ -147,6 +147,8 @@ void Trainer::save_checked(const std::string& path, const std::string& when) con
                p->name, shown(x[i]), i);
   }
   save(path);
+  snapshots_.after_save(path, step_, options_.save_every, options_.steps, options_.keep_last,
+                        [this](const std::string& p) { save(p); });
 }
 
 Evaluation Trainer::evaluate(const Corpus& corpus) {

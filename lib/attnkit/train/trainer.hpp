@@ -35,6 +35,7 @@
 #include "attnkit/train/distributed.hpp"
 #include "attnkit/train/optimizer.hpp"
 #include "attnkit/train/schedule.hpp"
+#include "attnkit/train/snapshots.hpp"
 #include "attnkit/train/tasks.hpp"
 #include "attnkit/train/vocab.hpp"
 
@@ -83,6 +84,7 @@ struct TrainerOptions {
   // Operations. schedule.t_max == 0 with a cosine schedule: the run's length (steps, or epochs' steps).
   int64_t epochs = 0;           // > 0: train up to this many epochs (steps = epochs * batches per epoch)
   int64_t save_every = 0;       // > 0: a checkpoint every this many steps too (the last one is always saved)
+  int64_t keep_last = 0;        // > 0: those saves and the last also as numbered snapshots, the newest N (snapshots.hpp)
   // The training configuration as the command line gave it (option name -> value text: the data source,
   // optimizer, rate and schedule, ...), saved in the checkpoint's "training" section as "options" so that
   // --resume can restore it; empty: none saved.
@@ -170,6 +172,7 @@ class Trainer {
   Communicator* comm_ = nullptr;
   std::unique_ptr<ShardedStep> sharded_;  // with several shards or processes
   int64_t checkpoint_shards_ = 1;
+  mutable Snapshots snapshots_;
   mutable std::vector<Rng::State> shard_states_;  // every shard's Rng, gathered before a save
 
   // Refuses (naming the step) parameters that are not finite, then saves (rank 0; collective).

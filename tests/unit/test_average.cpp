@@ -1,0 +1,124 @@
+// Checkpoint averaging (models/checkpoint.hpp, average_checkpoints) and the numbered snapshots it averages
+// (train/snapshots.hpp): each averaged parameter is the mean of the inputs'; checkpoints of another model are
+// refused naming the file and the field; training does not resume from an average.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "attnkit/io/bundle_lookup.hpp"
+#include "attnkit/io/tensor_file.hpp"
+#include "attnkit/models/fields.hpp"
+#include "attnkit/models/checkpoint.hpp"
+#include "attnkit/tensor/threads.hpp"
+#include "attnkit/train/snapshots.hpp"
+#include "attnkit/train/trainer.hpp"
+#include "test_util.hpp"
+
+using namespace attnkit;
+
+namespace {
+
+train::TrainingData average_data() {
+  train::DataSpec spec;
+  train::TaskOptions t;
+  t.name = "reverse";
+  t.vocab_size = 5;
+  t.min_len = 2;
+  t.max_len = 4;
+  t.train_size = 40;
+  t.valid_size = 0;
+  t.seed = 3;
+  spec.task = t;
+  return train::load_training_data(spec);
+}
+
+train::TrainerOptions average_options(const std::string& save, int64_t hidden = 12) {
+  train::TrainerOptions o;
+  o.model.cell = nn::CellKind::Lstm;
+  o.model.attention = models::AttentionKind::Additive;
+  o.model.embed = 8;
+  o.model.hidden = hidden;
+  o.steps = 7;
+  o.batch_size = 8;
+  o.schedule.lr = 0.01;
+  o.log_every = 100;
+  o.save_path = save;
+  o.save_every = 2;
+  o.keep_last = 3;
+  return o;
+}
+
+std::string temp_stem(const char* name) {
+  return (std::filesystem::temp_directory_path() / (std::string("attnkit_") + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+}  // namespace
+
+TEST_CASE("snapshots: numbered paths keep the extension") {
+  CHECK(train::snapshot_path("run/model.json", 1000) == "run/model.step1000.json");
+  CHECK(train::snapshot_path("m.safetensors", 5) == "m.step5.safetensors");
+  CHECK(train::snapshot_path("model", 7) == "model.step7");
+  CHECK(train::snapshot_path("a.b/model", 7) == "a.b/model.step7");
+}
+
+TEST_CASE("checkpoint averaging: the mean of the snapshots, refused across models, not resumable") {
+  set_num_threads(1);
+  const std::string stem = temp_stem("avg");
+  train::Trainer t(average_options(stem + ".json"), average_data());
+  t.run();
+  // saves at 2, 4, 6 and the last step 7; the newest 3 kept
+  CHECK(!std::filesystem::exists(stem + ".step2.json"));
+  for (int s : {4, 6, 7}) CHECK(std::filesystem::exists(stem + ".step" + std::to_string(s) + ".json"));
+  const std::vector<std::string> paths = {stem + ".step4.json", stem + ".step6.json", stem + ".step7.json"};
+  const io::Value avg = models::average_checkpoints(paths);
+  std::vector<io::Value> inputs;
+  for (const auto& p : paths) inputs.push_back(io::read_value_file(p));
+  int64_t checked = 0, count = 0;
+  bool moved = false;
+  for (const Parameter* p : t.model().named_parameters()) {
+    std::vector<const Tensor*> x;
+    for (const auto& v : inputs) x.push_back(io::find_tensor(v, p->name, "input"));
+    count += p->value.numel();
+    const Tensor* a = io::find_tensor(avg, p->name, "average");
+    REQUIRE(a != nullptr);
+    REQUIRE(a->shape() == p->value.shape());
+    for (int64_t i = 0; i < a->numel(); ++i) {
+      const double mean = (double(x[0]->data()[i]) + double(x[1]->data()[i]) + double(x[2]->data()[i])) / 3.0;
+      CHECK(a->data()[i] == doctest::Approx(mean).epsilon(1e-6));
+      moved = moved || x[0]->data()[i] != x[2]->data()[i];
+      ++checked;
+    }
+  }
+  CHECK(checked == count);
+  CHECK(count > 1000);
+  CHECK(moved);  // the snapshots differ: the average is not one of them
+  const models::Fields averaged(*avg.find("averaged"), "avg");
+  CHECK(averaged.text("checkpoints") == "3");
+  CHECK(averaged.text("steps") == "4 6 7");
+  CHECK(avg.find("optimizer") == nullptr);
+  CHECK(avg.find("step") == nullptr);
+
+  // training does not resume from it
+  const std::string avg_path = stem + ".avg.json";
+  io::write_value_file(avg_path, avg);
+  CHECK_THROWS_WITH_AS(train::Trainer::resume(avg_path, average_options(""), average_data()),
+                       doctest::Contains("an average of 3 checkpoints (steps 4 6 7) holds no training state"),
+                       attnkit::Error);
+
+  // another model's checkpoint is refused, naming it and the field
+  const std::string other = temp_stem("avg_other");
+  train::TrainerOptions o = average_options(other + ".json", 10);
+  o.keep_last = 0;
+  train::Trainer(o, average_data()).run();
+  CHECK_THROWS_WITH_AS(models::average_checkpoints({paths[0], other + ".json"}),
+                       doctest::Contains(doctest::String((other + ".json: config hidden is \"10\", but " + paths[0] +
+                                                          "'s is \"12\"").c_str())),
+                       attnkit::Error);
+  for (const auto& p : paths) std::filesystem::remove(p);
+  for (const auto& p : {stem + ".json", avg_path, other + ".json"}) std::filesystem::remove(p);
+}
