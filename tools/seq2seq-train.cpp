@@ -545,6 +545,7 @@ int main(int argc, char** argv) {
         throw UsageError(fmt::format("{} does nothing with --average (it averages checkpoints; it does not train)",
                                      name));
     }
+    if (comm.size() > 1) throw UsageError("--average runs in one process, not under mpirun");
     if (average_paths.size() < 2)
       throw UsageError(fmt::format("--average needs two or more checkpoints (given {})", average_paths.size()));
     check_destination("--save", save_path);
@@ -553,7 +554,10 @@ int main(int argc, char** argv) {
     nlohmann::json j;
     j["checkpoint"] = save_path;
     j["averaged"] = average_paths.size();
-    j["steps"] = models::Fields(*v.find("averaged"), save_path).text("steps");
+    nlohmann::json steps = nlohmann::json::array();  // each input's step; null for one without (an average)
+    std::istringstream words(models::Fields(*v.find("averaged"), save_path).text("steps"));
+    for (std::string w; words >> w;) steps.push_back(w == "-" ? nlohmann::json() : nlohmann::json(std::stoll(w)));
+    j["steps"] = steps;
     tools::emit(tools::OutputOptions{}, j.dump());
     return 0;
   };
