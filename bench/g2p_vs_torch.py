@@ -3,6 +3,11 @@
 
   /usr/bin/python3 bench/g2p_vs_torch.py [--build build] [--rounds 5] [--reps 20] [--threads 2]
       [--N 64] [--S 8] [--T 8] [--H 128] [--E 64] [--Vs 30] [--Vt 45] [--dropout 0.1]
+  /usr/bin/python3 bench/g2p_vs_torch.py --train-run train.tsv test.tsv [--steps 12000] [--H 128] [--E 64]
+      [--N 64] [--dropout 0.1] [--label-smoothing 0] [--lr 0.003] [--warmup 200] [--threads 2]
+
+The second form trains the same module on the G2P data with bench/g2p.sh's recipe and scores the test words as
+seq2seq-eval does: the WER of PyTorch's run of the recipe at the wall time it took.
 
 The model is the one bench/g2p.sh trains (seq2seq-train --model lstm --attention additive --bidirectional
 --hidden 128 --embed 64 --dropout 0.1 --batch 64 --clip 1, the default --attention-style luong), with the
@@ -74,7 +79,26 @@ def make_model(torch, a):
             ctx = torch.bmm(w, enc)                                                   # [N, T, Hd]
             h_t = torch.tanh(self.combine(torch.cat([s, ctx], -1)))                   # [N, T, Hd]
             logits = self.output(self.drop(h_t))                                      # [N, T, Vt]
-            return nn.functional.cross_entropy(logits.reshape(-1, a.Vt), tgt_out.reshape(-1), ignore_index=0)
+            return nn.functional.cross_entropy(logits.reshape(-1, a.Vt), tgt_out.reshape(-1), ignore_index=0,
+                                               label_smoothing=getattr(a, "label_smoothing", 0.0))
+
+        def encode(self, src, src_lengths):
+            """The encoder of forward(): enc [N, S, Hd], enc W_k [N, S, A], the padding mask [N, S], s_0."""
+            x = self.src_embed(src)
+            packed = nn.utils.rnn.pack_padded_sequence(x, src_lengths, batch_first=True, enforce_sorted=False)
+            enc, (h, c) = self.encoder(packed)
+            enc, _ = nn.utils.rnn.pad_packed_sequence(enc, batch_first=True, total_length=src.shape[1])
+            pad = torch.arange(src.shape[1])[None, :] >= src_lengths[:, None]
+            s0 = (torch.cat([h[0], h[1]], -1).unsqueeze(0), torch.cat([c[0], c[1]], -1).unsqueeze(0))
+            return enc, enc @ self.W_k, pad, s0
+
+        def step(self, y, state, enc, keys, pad):
+            """One decoder step of forward() for the previous tokens y [N]: logits [N, Vt] and the new state."""
+            s, state = self.decoder(self.tgt_embed(y)[:, None, :], state)             # [N, 1, Hd]
+            e = torch.tanh((s @ self.W_q) + keys) @ self.v                            # [N, S]
+            w = torch.softmax(e.masked_fill(pad, float("-inf")), -1)
+            ctx = torch.bmm(w[:, None, :], enc)                                       # [N, 1, Hd]
+            return self.output(torch.tanh(self.combine(torch.cat([s, ctx], -1))))[:, 0], state
 
     return Model()
 
@@ -117,6 +141,101 @@ def check_checkpoint(torch, a, checkpoint, tsv):
     print(f"PyTorch module with {checkpoint}'s weights, mean token loss on {tsv}: {loss.item():.7f}")
 
 
+def edit_distance(a, b):
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+
+
+def train_run(torch, a, train_tsv, test_tsv):
+    """--train-run: bench/g2p.sh's recipe on this module: the same data, batch, Adam, warmup + cosine to 0 over
+    --steps, clip 1, dropout and label smoothing; then greedy decoding of the test words scored as seq2seq-eval
+    scores them (a word right when it equals any of its pronunciations; PER: edits to the closest one over its
+    length). Prints the training wall time, target tokens/s and the scores."""
+    import math
+    import random
+    import time
+    read = lambda p: [l.rstrip("\n").split("\t") for l in open(p, encoding="utf-8") if l.strip()]
+    train, test = read(train_tsv), read(test_tsv)
+    specials = ["<pad>", "<bos>", "<eos>", "<unk>"]
+    sv = specials + sorted({ch for s, _ in train for ch in s})
+    tv = specials + sorted({w for _, y in train for w in y.split()})
+    si, ti = {w: i for i, w in enumerate(sv)}, {w: i for i, w in enumerate(tv)}
+    a.Vs, a.Vt = len(sv), len(tv)
+    torch.manual_seed(a.seed)
+    rng = random.Random(a.seed)
+    m = make_model(torch, a).train()
+    opt = torch.optim.Adam(m.parameters(), lr=a.lr)
+    warm = a.warmup
+    rate = lambda k: a.lr * (k / warm if k < warm else 0.5 * (1 + math.cos(math.pi * (k - warm) / max(1, a.steps - warm))))
+    src = [[si.get(ch, 3) for ch in s] for s, _ in train]
+    tgt = [[ti.get(w, 3) for w in y.split()] for _, y in train]
+    pad = lambda rows, n: torch.tensor([r + [0] * (n - len(r)) for r in rows])
+    order, at, tokens = [], 0, 0
+    print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads: {len(train)} training pairs, "
+          f"{a.steps} steps of batch {a.N}, H {a.H}, E {a.E}, dropout {a.dropout}, label smoothing "
+          f"{a.label_smoothing}, lr {a.lr}, warmup {warm}, cosine", flush=True)
+    start = time.perf_counter()
+    for k in range(1, a.steps + 1):
+        if at + a.N > len(order):
+            order, at = list(range(len(train))), 0
+            rng.shuffle(order)
+        rows, at = order[at:at + a.N], at + a.N
+        xs, ys = [src[i] for i in rows], [tgt[i] for i in rows]
+        S, T = max(map(len, xs)), max(len(y) + 1 for y in ys)
+        for g in opt.param_groups:
+            g["lr"] = rate(k)
+        opt.zero_grad(set_to_none=True)
+        loss = m(pad(xs, S), pad([[1] + y for y in ys], T), pad([y + [2] for y in ys], T),
+                 torch.tensor([len(x) for x in xs]))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+        opt.step()
+        tokens += sum(len(y) + 1 for y in ys)
+        if k % a.log_every == 0 or k == a.steps:
+            t = time.perf_counter() - start
+            print(f"step {k}: loss {loss.item():.4f}, {t:.1f} s, {tokens / t:.0f} target tokens/s", flush=True)
+    seconds = time.perf_counter() - start
+    m.eval()
+    refs = {}
+    for s, y in test:
+        refs.setdefault(s, []).append(y.split())
+    words = list(refs)
+    wrong = edits = ref_tokens = 0
+    with torch.no_grad():
+        for b in range(0, len(words), 256):
+            batch = words[b:b + 256]
+            xs = [[si.get(ch, 3) for ch in w] for w in batch]
+            lengths = torch.tensor([len(x) for x in xs])
+            enc, keys, mask, state = m.encode(pad(xs, max(map(len, xs))), lengths)
+            y = torch.full((len(batch),), 1, dtype=torch.long)
+            out, done = [[] for _ in batch], [False] * len(batch)
+            for _ in range(int(lengths.max()) + 10):
+                logits, state = m.step(y, state, enc, keys, mask)
+                logits[:, [0, 1, 3]] = float("-inf")  # never <pad>, <bos>, <unk> (seq2seq-eval's rule)
+                y = logits.argmax(-1)
+                for i, t in enumerate(y.tolist()):
+                    if not done[i]:
+                        if t == 2:
+                            done[i] = True
+                        else:
+                            out[i].append(tv[t])
+                if all(done):
+                    break
+            for w, o in zip(batch, out):
+                best = min(refs[w], key=lambda r: edit_distance(o, r))
+                d = edit_distance(o, best)
+                wrong += d > 0
+                edits += d
+                ref_tokens += len(best)
+    print(f"training wall time {seconds:.1f} s ({tokens / seconds:.0f} target tokens/s); {test_tsv}: "
+          f"{len(words)} words, WER {100 * wrong / len(words):.2f}% ({wrong} wrong), "
+          f"PER {100 * edits / ref_tokens:.2f}% ({edits} edits over {ref_tokens} reference tokens)", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -127,9 +246,24 @@ def main():
     for k, v in (("N", 64), ("S", 8), ("T", 8), ("H", 128), ("E", 64), ("Vs", 30), ("Vt", 45)):
         ap.add_argument(f"--{k}", type=int, default=v)
     ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--train-run", nargs=2, metavar=("TRAIN_TSV", "TEST_TSV"),
+                    help="instead of timing one step: train the module on TRAIN_TSV with the recipe options below "
+                         "and score greedy decoding of TEST_TSV (WER, PER)")
+    ap.add_argument("--steps", type=int, default=12000)
+    ap.add_argument("--lr", type=float, default=0.003)
+    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--label-smoothing", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--log-every", type=int, default=1000)
     ap.add_argument("--check", nargs=2, metavar=("CHECKPOINT", "TSV"),
                     help="instead of timing: the PyTorch module's mean token loss on TSV with the checkpoint's weights")
     a = ap.parse_args()
+    if a.train_run:
+        torch = import_torch(a.threads)
+        if torch is None:
+            raise SystemExit("--train-run needs PyTorch")
+        train_run(torch, a, *a.train_run)
+        return
     if a.check:
         torch = import_torch(a.threads)
         if torch is None:
