@@ -258,18 +258,13 @@ def main():
     ap.add_argument("--check", nargs=2, metavar=("CHECKPOINT", "TSV"),
                     help="instead of timing: the PyTorch module's mean token loss on TSV with the checkpoint's weights")
     a = ap.parse_args()
-    if a.train_run:
-        torch = import_torch(a.threads)
-        if torch is None:
-            raise SystemExit("--train-run needs PyTorch")
-        train_run(torch, a, *a.train_run)
-        return
-    if a.check:
-        torch = import_torch(a.threads)
-        if torch is None:
-            raise SystemExit("--check needs PyTorch")
-        check_checkpoint(torch, a, *a.check)
-        return
+    for mode, run, given in (("--train-run", train_run, a.train_run), ("--check", check_checkpoint, a.check)):
+        if given:
+            torch = import_torch(a.threads)
+            if torch is None:
+                raise SystemExit(f"{mode} needs PyTorch")
+            run(torch, a, *given)
+            return
     binary = bench_binary(a.build, "seq2seq_step_bench")
     torch = import_torch(a.threads)
     step = torch_step(torch, a) if torch is not None else None
