@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Faults under mpirun -n 2 (docs/distributed.md): a process killed with SIGKILL ends the job promptly with a
 # non-zero status and the last checkpoint intact (it resumes); SIGINT to a process stops every process at the
-# same step, rank 0 saves once, mpirun exits 130; SIGINT to mpirun does the same but for Open MPI's status 1;
+# same step, rank 0 saves once, mpirun exits 130; SIGINT to mpirun does the same but for Open MPI's status 1
+# (MPICH's mpiexec: 130 or 0);
 # bad input stops every process with the message, exit 1, no hang.
 set -euo pipefail
 source "$ATTNKIT_SOURCE/tests/cli/lib/mpi.sh"  # skips without MPI; mpi K CMD...
@@ -35,7 +36,7 @@ stopped_once() {
   step=$(sed -n 's/.*stopped after step \([0-9]*\);.*/\1/p' err.txt)
   [[ $(python3 -c 'import json; print(json.load(open("int.json"))["step"])') == "$step" ]] \
     || fail "$1: the checkpoint is not at the step the message names ($step)"
-  [[ ! -s out.txt ]] || fail "$1: a summary on stdout"
+  [[ -z $(grep -v '^\[mpiexec@' out.txt) ]] || fail "$1: a summary on stdout"  # (MPICH's mpiexec speaks there)
 }
 
 # SIGINT to one of the processes (any one): every process stops after the same step, rank 0 saves once, every
@@ -51,6 +52,7 @@ stopped_once "SIGINT to a process" SIGINT
 
 # SIGINT to mpirun (Ctrl-C): Open MPI's mpirun sends the processes SIGTERM after odls_base_sigkill_timeout
 # seconds and SIGKILL as long after; they stop after the same step, rank 0 saves once, and mpirun exits 1
+# (MPICH's mpiexec: SIGINT, and 130 or 0)
 rm -f int.json
 status=0
 if $mpi_openmpi; then
@@ -59,14 +61,16 @@ else
   mpi 2 seq2seq-train "${c[@]}" --save "$work/int.json" > out.txt 2> err.txt & job=$!
 fi
 wait_for int.json
-pkill -INT -f -- "^mpirun.*--save $work/int.json" || pkill -INT -f -- "mpiexec.*--save $work/int.json"
+signal_launcher INT "--save $work/int.json" || fail "no launcher to signal"
 wait "$job" || status=$?
 if $mpi_openmpi; then
   [[ $status == 1 ]] || fail "SIGINT to Open MPI's mpirun: exited $status, not 1 (124: a hang)"
   stopped_once "SIGINT to mpirun" SIGTERM
 else
-  [[ $status != 0 && $status != 124 ]] || fail "SIGINT to mpiexec: exited $status"
-  stopped_once "SIGINT to mpiexec" 'SIG[A-Z]*'
+  # MPICH's mpiexec (Hydra) passes SIGINT on to the processes and returns their status, or 0 when it closed
+  # its processes' connections before their statuses came (the stop line and the checkpoint tell)
+  [[ $status == 130 || $status == 0 ]] || fail "SIGINT to MPICH's mpiexec: exited $status, not 130 (124: a hang)"
+  stopped_once "SIGINT to mpiexec" SIGINT
 fi
 
 # bad input: every process stops with the message
