@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "attnkit/train/data_part.hpp"
+#include "attnkit/train/data_source.hpp"
 #include "test_util.hpp"
 
 using namespace attnkit;
@@ -85,4 +86,35 @@ TEST_CASE("data parts: a part's bad line is named by the part's first byte; a pa
   CHECK(read_corpus_part(one.path, 0, 4, DataOptions{}).size() == 1);  // JSONL from the name
   CHECK(error_of([&] { read_file_part("-", 0, 2); }) ==
         "-: not a regular file (each process reads its part of the training file, so it must be able to seek)");
+}
+
+TEST_CASE("data parts: the parts' examples and merged token counts are the whole file's, for every cut") {
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += std::string(1, char('a' + i % 7)) + std::string(size_t(i % 5 + 1), 'q') + "\t" +
+                                      std::to_string(i * 37 % 11) + "\n";
+  PartFile f("whole.tsv", text);
+  DataSpec spec;
+  spec.train_path = f.path;
+  spec.data.target_tokenizer = Tokenizer::Space;
+  const TrainingData whole = load_training_data(spec);
+  for (int64_t parts = 1; parts <= 6; ++parts) {
+    const PartedData d = load_training_parts(spec, single_process(), parts);
+    REQUIRE(d.parts.size() == size_t(parts));
+    std::vector<Example> examples;
+    for (const Corpus& c : d.parts) examples.insert(examples.end(), c.examples.begin(), c.examples.end());
+    REQUIRE(examples.size() == whole.train.examples.size());
+    for (size_t i = 0; i < examples.size(); ++i) {
+      CHECK(examples[i].src == whole.train.examples[i].src);
+      CHECK(examples[i].tgt == whole.train.examples[i].tgt);
+    }
+    CHECK(d.src_vocab.tokens() == whole.src_vocab.tokens());
+    CHECK(d.tgt_vocab.tokens() == whole.tgt_vocab.tokens());
+  }
+  VocabBuilder b;
+  b.add({"x", "y", "x"});
+  const std::string bytes = b.to_bytes();
+  CHECK(VocabBuilder::from_bytes(bytes, "counts").build(VocabOrder::FirstSeen).tokens() ==
+        b.build(VocabOrder::FirstSeen).tokens());
+  CHECK(error_of([&] { VocabBuilder::from_bytes(bytes.substr(0, bytes.size() - 1), "counts"); }) ==
+        "counts: token counts cut short");
 }
