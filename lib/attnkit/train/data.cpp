@@ -15,12 +15,6 @@ bool ends_with(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
 }
 
-DataFormat pick_format(std::string_view name, DataFormat format) {
-  if (format != DataFormat::Auto) return format;
-  if (ends_with(name, ".jsonl") || ends_with(name, ".ndjson") || ends_with(name, ".json")) return DataFormat::Jsonl;
-  return DataFormat::Tsv;
-}
-
 bool blank(std::string_view line) { return line.find_first_not_of(' ') == std::string_view::npos; }
 
 // nlohmann's message without its "[json.exception.parse_error.101] " prefix.
@@ -94,14 +88,20 @@ std::string Corpus::bad_lines_summary() const {
   return out;
 }
 
+DataFormat data_format(std::string_view name, DataFormat format) {
+  if (format != DataFormat::Auto) return format;
+  if (ends_with(name, ".jsonl") || ends_with(name, ".ndjson") || ends_with(name, ".json")) return DataFormat::Jsonl;
+  return DataFormat::Tsv;
+}
+
 Corpus parse_corpus(std::string_view text, std::string_view name, const DataOptions& options) {
   AK_CHECK(options.max_len >= 0, "{}: the maximum length must be >= 0, got {}", name, options.max_len);
-  const DataFormat format = pick_format(name, options.format);
+  const DataFormat format = data_format(name, options.format);
   Corpus corpus;
   corpus.name = std::string(name);
   corpus.src_tokenizer = options.tokenizer;
   corpus.tgt_tokenizer = options.target_tokenizer.value_or(options.tokenizer);
-  AK_CHECK(!text.empty(), "{}: the file is empty (expected one example per line)", name);
+  AK_CHECK(!text.empty() || options.allow_empty, "{}: the file is empty (expected one example per line)", name);
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte-order mark
 
   std::string src, tgt;
@@ -129,7 +129,7 @@ Corpus parse_corpus(std::string_view text, std::string_view name, const DataOpti
     }
     corpus.examples.push_back(std::move(ex));
   }
-  if (corpus.examples.empty()) {
+  if (corpus.examples.empty() && !options.allow_empty) {
     AK_CHECK(corpus.bad_lines > 0, "{}: no examples (every line is blank)", name);
     fail("{}: no examples left: {}", name, corpus.bad_lines_summary());
   }

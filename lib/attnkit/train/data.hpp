@@ -38,7 +38,12 @@ struct DataOptions {
   int64_t max_len = 0;          // > 0: most tokens on either side (without <bos>/<eos>); 0: no limit
   bool skip_bad_lines = false;  // count and skip bad lines instead of failing on the first
   int64_t max_reported = 5;     // bad-line messages kept when skipping
+  bool allow_empty = false;     // no examples is an empty Corpus, not an error (one part of a file)
 };
+
+// The format a file of this name is read in: `format` unless Auto, else JSONL for .jsonl, .ndjson and .json,
+// TSV otherwise.
+DataFormat data_format(std::string_view name, DataFormat format);
 
 struct Example {
   std::vector<std::string> src;

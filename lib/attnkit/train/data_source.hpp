@@ -3,8 +3,10 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "attnkit/train/data.hpp"
+#include "attnkit/train/distributed.hpp"
 #include "attnkit/train/tasks.hpp"
 #include "attnkit/train/vocab.hpp"
 
@@ -30,5 +32,20 @@ struct TrainingData {
 // (source side and target side each in the tokenizer's default order); with spec.vocab_path, the
 // vocabularies of that file instead (tokens it lacks become <unk>). Errors name the file and line.
 TrainingData load_training_data(const DataSpec& spec);
+
+// The training file of spec cut into `parts` parts (train/data_part.hpp), of which this process reads only its
+// own, parts [first, first + parts / comm.size()) with first = comm.rank() · parts / comm.size(): one Corpus a
+// part. The vocabularies are spec.vocab_path's, or the whole training file's: every part's token counts are
+// gathered over `comm` and merged in part order, which gives the vocabularies of the whole file for every
+// process count without any process reading it whole. The validation file is read by rank 0 only (it
+// evaluates). Refused as read_corpus refuses it: a file none of whose parts holds an example. Collective.
+struct PartedData {
+  std::vector<Corpus> parts;  // this process's, in part order
+  int64_t first = 0;          // the first one's index
+  Corpus valid;               // rank 0's; empty elsewhere
+  Vocab src_vocab, tgt_vocab;
+  std::string vocab_source;   // the vocabulary file, or ""
+};
+PartedData load_training_parts(const DataSpec& spec, Communicator& comm, int64_t parts);
 
 }  // namespace attnkit::train
