@@ -1,6 +1,6 @@
 // One part of a data file (train/data_part.hpp): every line in exactly one part, the parts in order being the
 // file, each part reading its range (and the end of a line crossing it) only, and a part's bad line named by
-// the part's first byte.
+// the line's own byte in the file.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -68,11 +68,14 @@ TEST_CASE("data parts: a part reads its own range only") {
         f.path + ": byte " + std::to_string(text.size()) + " is a NUL byte: not a text file");
 }
 
-TEST_CASE("data parts: a part's bad line is named by the part's first byte; a part inside one line is empty") {
+TEST_CASE("data parts: a part's bad line is named by its byte in the file; a part inside one line is empty") {
   PartFile f("bad.tsv", "a\tb\nc\td\ne\tf\ng h\n");  // 16 bytes; part 1 of 2 is bytes 8..15
   CHECK(read_corpus_part(f.path, 0, 2, DataOptions{}).size() == 2);
   CHECK(error_of([&] { read_corpus_part(f.path, 1, 2, DataOptions{}); }) ==
-        f.path + " (from byte 8):2: no tab between source and target");
+        f.path + ": the line at byte 12: no tab between source and target");
+  std::pair<int64_t, int64_t> range;
+  read_corpus_part(f.path, 0, 2, DataOptions{}, &range);
+  CHECK(range == std::pair<int64_t, int64_t>{0, 8});
   DataOptions skip;
   skip.skip_bad_lines = true;
   const Corpus c = read_corpus_part(f.path, 1, 2, skip);
@@ -98,7 +101,7 @@ TEST_CASE("data parts: the parts' examples and merged token counts are the whole
   spec.data.target_tokenizer = Tokenizer::Space;
   const TrainingData whole = load_training_data(spec);
   for (int64_t parts = 1; parts <= 6; ++parts) {
-    const PartedData d = load_training_parts(spec, single_process(), parts);
+    const TrainingData d = load_training_parts(spec, single_process(), parts);
     REQUIRE(d.parts.size() == size_t(parts));
     std::vector<Example> examples;
     for (const Corpus& c : d.parts) examples.insert(examples.end(), c.examples.begin(), c.examples.end());

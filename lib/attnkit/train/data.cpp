@@ -110,6 +110,7 @@ Corpus parse_corpus(std::string_view text, std::string_view name, const DataOpti
     size_t end = text.find('\n', start);
     if (end == std::string_view::npos) end = text.size();
     std::string_view line = text.substr(start, end - start);
+    const int64_t line_byte = options.first_byte + static_cast<int64_t>(start);
     start = end + 1;
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
@@ -120,7 +121,8 @@ Corpus parse_corpus(std::string_view text, std::string_view name, const DataOpti
     std::string bad = format == DataFormat::Tsv ? split_tsv(line, src, tgt) : split_jsonl(line, src, tgt);
     if (bad.empty()) bad = make_example(src, tgt, options, ex);
     if (!bad.empty()) {
-      std::string message = fmt::format("{}:{}: {}", name, line_no, bad);
+      std::string message = options.first_byte >= 0 ? fmt::format("{}: the line at byte {}: {}", name, line_byte, bad)
+                                                    : fmt::format("{}:{}: {}", name, line_no, bad);
       if (!options.skip_bad_lines) throw Error(message);
       ++corpus.bad_lines;
       if (static_cast<int64_t>(corpus.bad_line_messages.size()) < options.max_reported)

@@ -39,6 +39,9 @@ struct DataOptions {
   bool skip_bad_lines = false;  // count and skip bad lines instead of failing on the first
   int64_t max_reported = 5;     // bad-line messages kept when skipping
   bool allow_empty = false;     // no examples is an empty Corpus, not an error (one part of a file)
+  // >= 0: the text starts at this byte of the file (one part of it), and a bad line is named by its own
+  // byte in the file, "<file>: the line at byte <n>: <reason>", instead of a line number the part cannot know
+  int64_t first_byte = -1;
 };
 
 // The format a file of this name is read in: `format` unless Auto, else JSONL for .jsonl, .ndjson and .json,

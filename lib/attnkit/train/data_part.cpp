@@ -83,14 +83,15 @@ FilePart read_file_part(const std::string& path, int64_t part, int64_t parts) {
   return p;
 }
 
-Corpus read_corpus_part(const std::string& path, int64_t part, int64_t parts, const DataOptions& options) {
+Corpus read_corpus_part(const std::string& path, int64_t part, int64_t parts, const DataOptions& options,
+                        std::pair<int64_t, int64_t>* range) {
   const FilePart p = read_file_part(path, part, parts);
+  if (range) *range = {p.range_begin, p.range_end};
   DataOptions o = options;
   o.format = data_format(path, options.format);
   o.allow_empty = true;
-  Corpus corpus = parse_corpus(p.text, p.begin == 0 ? path : fmt::format("{} (from byte {})", path, p.begin), o);
-  corpus.name = path;
-  return corpus;
+  if (p.begin > 0) o.first_byte = p.begin;
+  return parse_corpus(p.text, path, o);
 }
 
 }  // namespace attnkit::train

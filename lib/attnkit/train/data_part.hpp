@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "attnkit/train/data.hpp"
 
@@ -27,9 +28,11 @@ struct FilePart {
 FilePart read_file_part(const std::string& path, int64_t part, int64_t parts);
 
 // The examples of one part of a data file, as read_corpus reads the whole file (the format from the file's
-// name, the byte-order mark of part 0); messages name the part's lines as "train.tsv (from byte 1200):3: ...",
-// line 3 of the part that starts at byte 1200. An empty part, or one with no examples, is an empty Corpus
-// (another part has the file's examples); corpus.name is the path.
-Corpus read_corpus_part(const std::string& path, int64_t part, int64_t parts, const DataOptions& options);
+// name, the byte-order mark of part 0). A bad line is named by its line number in part 0, which starts the
+// file ("train.tsv:3: ..."), and by its own byte in the file elsewhere ("train.tsv: the line at byte 1200: ...").
+// An empty part, or one with no examples, is an empty Corpus (another part has the file's examples);
+// corpus.name is the path. `range`, when given, receives the part's byte range [range_begin, range_end).
+Corpus read_corpus_part(const std::string& path, int64_t part, int64_t parts, const DataOptions& options,
+                        std::pair<int64_t, int64_t>* range = nullptr);
 
 }  // namespace attnkit::train
