@@ -333,7 +333,7 @@ int main(int argc, char** argv) {
       "--task", "--train", "--valid", "--tokenizer", "--target-tokenizer", "--skip-bad-lines", "--max-len",
       "--vocab-size", "--min-len", "--train-size", "--valid-size", "--vocab", "--optimizer", "--lr", "--schedule",
       "--warmup", "--label-smoothing", "--clip", "--dropout", "--teacher-forcing", "--batch", "--seed",
-      "--model", "--context"};
+      "--model", "--context", "--deterministic-reduce"};
   // Of those, the ones a language model's checkpoint stores.
   const std::vector<std::string> lm_restored = {"--model", "--train", "--valid", "--tokenizer", "--context",
                                                 "--optimizer", "--lr", "--schedule", "--warmup", "--clip",
@@ -688,6 +688,7 @@ int main(int argc, char** argv) {
       CLI::Option* opt = app.get_option(name);
       std::string value = opt->count() > 0 ? opt->as<std::string>() : opt->get_default_str();
       if (name == "--skip-bad-lines") value = skip_bad_lines ? "true" : "false";
+      if (name == "--deterministic-reduce") value = deterministic_reduce ? "true" : "";  // saved when given
       if (name == "--teacher-forcing" && o.family == "transformer") continue;  // a recurrent option
       if (name == "--model" || name == "--context") continue;                  // a language model's
       if (!value.empty()) o.command_options.emplace_back(name, value);
