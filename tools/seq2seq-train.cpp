@@ -317,7 +317,7 @@ int main(int argc, char** argv) {
   bool deterministic_reduce = false;
   app.add_option("--grad-shards", grad_shards,
                  "Cut each batch into N shards whose gradients are summed (default: one per MPI process; "
-                 "a multiple of them, dividing --batch)")
+                 "a multiple of them, dividing --batch); with --train each shard trains on its own part of the file")
       ->transform(tools::positive());
   app.add_flag("--deterministic-reduce", deterministic_reduce,
                "Sum the shards' gradients in a fixed order: the same bits for every process count");

@@ -93,9 +93,13 @@ void Trainer::save(const std::string& path) const {
   v.set("optimizer", optimizer_->state());
   // With parts, "data_order" is shard 0's and "shard_data_orders" the others' (gathered by save_checked).
   if (shard_batches_) {
-    v.set("data_order", batcher_state_value(shard_orders_.at(0)));
+    // a save without save_checked's gathering: this process's own shards, every shard when it is alone
+    const std::vector<BatcherState> orders = shard_orders_.empty() ? shard_batches_->states() : shard_orders_;
+    AK_ASSERT(int64_t(orders.size()) == shard_batches_->shards(), "save: {} data orders for {} shards", orders.size(),
+              shard_batches_->shards());
+    v.set("data_order", batcher_state_value(orders[0]));
     io::Value others;
-    for (size_t s = 1; s < shard_orders_.size(); ++s) others.set(std::to_string(s), batcher_state_value(shard_orders_[s]));
+    for (size_t s = 1; s < orders.size(); ++s) others.set(std::to_string(s), batcher_state_value(orders[s]));
     v.set("shard_data_orders", std::move(others));
   } else {
     v.set("data_order", batcher_->state_value());

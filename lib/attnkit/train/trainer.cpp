@@ -125,6 +125,7 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
     shard_batches_ = std::make_unique<ShardBatches>(std::move(parts), data_.first_part, shards,
                                                     std::vector<int64_t>(all.begin(), all.end()),
                                                     options_.batch_size, options_.seed, data_.train.name);
+    data_.parts.clear();  // encoded in shard_batches_: the text is not needed again
   } else {
     BatcherOptions bo;
     bo.batch_size = options_.batch_size;
