@@ -3,7 +3,7 @@
 # --deterministic-reduce gives the same parameters, bit for bit, as one process with --grad-shards 2 (and 2
 # processes with 4 shards as one with 4); each process says which bytes it reads; a run resumed with another
 # process count equals the uninterrupted one; a bad line in the second half of the file stops every process
-# with the message naming the line's byte, exit 1.
+# with the message naming the line's byte, exit 1 (and with --skip-bad-lines is skipped and reported once).
 set -euo pipefail
 source "$ATTNKIT_SOURCE/tests/cli/lib/mpi.sh"  # skips without MPI; mpi K CMD...
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
@@ -86,5 +86,10 @@ expect_error 1 "seq2seq-train: bad.tsv: the line at byte $at: no tab between sou
 expect_error 1 "seq2seq-train: bad.tsv: the line at byte $at: no tab between source and target" \
   seq2seq-train "${c[@]/pairs.tsv/bad.tsv}" --steps 5 --grad-shards 2 --save x.json
 [[ ! -e x.json ]] || fail "bad input left a checkpoint"
+# with --skip-bad-lines the process whose part holds it skips it and says so
+mpi 2 seq2seq-train "${c[@]/pairs.tsv/bad.tsv}" --skip-bad-lines --steps 2 --save s.json > /dev/null 2> err.txt \
+  || fail "--skip-bad-lines on 2 processes exited $?: $(cat err.txt)"
+[[ $(grep -c "^seq2seq-train: bad.tsv: skipped 1 bad line; bad.tsv: the line at byte $at: no tab" err.txt) == 1 ]] \
+  || fail "the skipped line is not reported once: $(cat err.txt)"
 
 finish mpi_shard
