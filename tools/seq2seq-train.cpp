@@ -326,7 +326,7 @@ int main(int argc, char** argv) {
   bool deterministic_reduce = false;
   app.add_option("--grad-shards", grad_shards,
                  "Cut each batch into N shards whose gradients are summed (default: one per MPI process; "
-                 "a multiple of them, dividing --batch)")
+                 "a multiple of them, dividing --batch); with --train each shard trains on its own part of the file")
       ->transform(tools::positive());
   app.add_flag("--deterministic-reduce", deterministic_reduce,
                "Sum the shards' gradients in a fixed order: the same bits for every process count");
@@ -342,7 +342,7 @@ int main(int argc, char** argv) {
       "--task", "--train", "--valid", "--tokenizer", "--target-tokenizer", "--skip-bad-lines", "--max-len",
       "--vocab-size", "--min-len", "--train-size", "--valid-size", "--vocab", "--optimizer", "--lr", "--schedule",
       "--warmup", "--label-smoothing", "--clip", "--dropout", "--teacher-forcing", "--batch", "--seed",
-      "--model", "--context"};
+      "--model", "--context", "--deterministic-reduce"};
   // Of those, the ones a language model's checkpoint stores.
   const std::vector<std::string> lm_restored = {"--model", "--train", "--valid", "--tokenizer", "--context",
                                                 "--optimizer", "--lr", "--schedule", "--warmup", "--clip",
@@ -608,9 +608,24 @@ int main(int argc, char** argv) {
       spec.data.skip_bad_lines = skip_bad_lines;
     }
     spec.vocab_path = vocab_path;
-    train::TrainingData data = train::load_training_data(spec);
+    // With a training file and several gradient shards, each shard trains on its own part of the file and a
+    // process reads only its shards' parts (docs/distributed.md, "Data").
+    const int64_t data_shards = resume_path.empty() || !task.empty()
+                                    ? shards
+                                    : train::Trainer::resume_grad_shards(resume_path, grad_shards, comm.size());
+    train::TrainingData data = task.empty() && data_shards > 1 ? train::load_training_parts(spec, comm, data_shards)
+                                                               : train::load_training_data(spec);
+    if (data.part_count > 0) {
+      std::vector<std::string> mine;
+      for (int64_t p = 0; p < int64_t(data.parts.size()); ++p) mine.push_back(std::to_string(data.first_part + p));
+      std::cerr << fmt::format("seq2seq-train: rank {}: reads bytes {}..{} of {} (shard{} {})\n", comm.rank(),
+                               data.bytes.first, data.bytes.second - 1, train_path, mine.size() > 1 ? "s" : "",
+                               fmt::join(mine, ", "));
+    }
     for (const train::Corpus* c : {&data.train, &data.valid})
       if (c->bad_lines > 0) std::cerr << "seq2seq-train: " << c->bad_lines_summary() << '\n';
+    for (const train::Corpus& c : data.parts)  // each process its own parts'
+      if (c.bad_lines > 0) std::cerr << "seq2seq-train: " << c.bad_lines_summary() << '\n';
     if (vocab_path.empty() && !data.valid.examples.empty()) {
       // The vocabularies are built from the training data: validation tokens outside them read as <unk>.
       int64_t missing = 0;
@@ -632,13 +647,28 @@ int main(int argc, char** argv) {
                   << " tokens are not in the training data's vocabulary (read as <unk>), e.g. "
                   << fmt::format("{}", fmt::join(shown, ", ")) << '\n';
     }
-    if (!vocab_path.empty())
+    if (!vocab_path.empty()) {
       for (const train::Corpus* c : {&data.train, &data.valid}) {
         const train::EncodedCorpus e = train::encode(*c, data.src_vocab, data.tgt_vocab);
         if (e.unknown_src + e.unknown_tgt > 0)
           std::cerr << "seq2seq-train: " << c->name << ": " << e.unknown_src << " source and " << e.unknown_tgt
                     << " target tokens are not in " << vocab_path << " (read as <unk>)\n";
       }
+      if (data.part_count > 0) {  // the parts' counts summed over the processes
+        uint64_t unknown[2] = {0, 0};
+        for (const train::Corpus& c : data.parts) {
+          const train::EncodedCorpus e = train::encode(c, data.src_vocab, data.tgt_vocab);
+          unknown[0] += uint64_t(e.unknown_src), unknown[1] += uint64_t(e.unknown_tgt);
+        }
+        std::vector<uint64_t> all(size_t(2 * comm.size()));
+        comm.allgather(unknown, 2, all.data());
+        unknown[0] = unknown[1] = 0;
+        for (int r = 0; r < comm.size(); ++r) unknown[0] += all[size_t(2 * r)], unknown[1] += all[size_t(2 * r + 1)];
+        if (lead && unknown[0] + unknown[1] > 0)
+          std::cerr << "seq2seq-train: " << train_path << ": " << unknown[0] << " source and " << unknown[1]
+                    << " target tokens are not in " << vocab_path << " (read as <unk>)\n";
+      }
+    }
 
     train::TrainerOptions o;
     const bool transformer = model_name == "transformer";
@@ -696,6 +726,7 @@ int main(int argc, char** argv) {
       CLI::Option* opt = app.get_option(name);
       std::string value = opt->count() > 0 ? opt->as<std::string>() : opt->get_default_str();
       if (name == "--skip-bad-lines") value = skip_bad_lines ? "true" : "false";
+      if (name == "--deterministic-reduce") value = deterministic_reduce ? "true" : "";  // saved when given
       if (name == "--teacher-forcing" && o.family == "transformer") continue;  // a recurrent option
       if (name == "--model" || name == "--context") continue;                  // a language model's
       if (!value.empty()) o.command_options.emplace_back(name, value);
@@ -751,7 +782,11 @@ int main(int argc, char** argv) {
     if (lead && !resume_path.empty() && trainer->grad_shards() != trainer->checkpoint_grad_shards())
       std::cerr << "seq2seq-train: the checkpoint " << resume_path << " cut each batch into "
                 << trainer->checkpoint_grad_shards() << " gradient shard(s); this run cuts it into "
-                << trainer->grad_shards() << " (the curve goes on within float rounding, not bit for bit)\n";
+                << trainer->grad_shards()
+                << (trainer->data_order_restarted()
+                        ? " (each shard's data order starts afresh on its part of the file: the run goes on, not "
+                          "as the checkpoint's would have)\n"
+                        : " (the curve goes on within float rounding, not bit for bit)\n");
     // A fresh run starts a new metrics history (a resumed one appends to its own).
     if (lead && resume_path.empty() && !metrics_path.empty()) {
       std::ifstream old(metrics_path, std::ios::binary);

@@ -73,9 +73,9 @@ else
   stopped_once "SIGINT to mpiexec" SIGINT
 fi
 
-# bad input: every process stops with the message
+# bad input: every process stops with the message (the bad line is in rank 1's part, named by its byte)
 printf 'abc\tabc\nxyz\n' > bad.tsv
-expect_error 1 "bad.tsv:2: no tab between source and target" \
+expect_error 1 "bad.tsv: the line at byte 8: no tab between source and target" \
   mpi 2 seq2seq-train --train bad.tsv --model lstm --batch 2 --steps 5 --save x.json
 [[ ! -e x.json ]] || fail "bad input left a checkpoint"
 

@@ -154,16 +154,16 @@ void Batcher::restore(const BatcherState& state) {
   order_epoch_ = -1;
 }
 
-io::Value Batcher::state_value() const {
+io::Value batcher_state_value(const BatcherState& state) {
   io::Value v;
-  v.set("seed", integer_value(state_.seed));
-  v.set("epoch", integer_value(static_cast<uint64_t>(state_.epoch)));
-  v.set("position", integer_value(static_cast<uint64_t>(state_.position)));
-  v.set("examples", integer_value(static_cast<uint64_t>(state_.examples)));
+  v.set("seed", integer_value(state.seed));
+  v.set("epoch", integer_value(static_cast<uint64_t>(state.epoch)));
+  v.set("position", integer_value(static_cast<uint64_t>(state.position)));
+  v.set("examples", integer_value(static_cast<uint64_t>(state.examples)));
   return v;
 }
 
-void Batcher::load_state(const io::Value& value, std::string_view what) {
+BatcherState read_batcher_state(const io::Value& value, std::string_view what) {
   AK_CHECK(value.is_bundle(), "{}: the data order must be an object {{\"seed\", \"epoch\", \"position\", \"examples\"}}",
            what);
   BatcherState s;
@@ -171,6 +171,13 @@ void Batcher::load_state(const io::Value& value, std::string_view what) {
   s.epoch = integer_member<int64_t>(value, "epoch", what);
   s.position = integer_member<int64_t>(value, "position", what);
   s.examples = integer_member<int64_t>(value, "examples", what);
+  return s;
+}
+
+io::Value Batcher::state_value() const { return batcher_state_value(state_); }
+
+void Batcher::load_state(const io::Value& value, std::string_view what) {
+  const BatcherState s = read_batcher_state(value, what);
   try {
     restore(s);
   } catch (const Error& e) {

@@ -49,6 +49,11 @@ struct BatcherState {
   int64_t examples = 0;  // the data set's size, checked on restore
 };
 
+// A state as the checkpoint holds it (the form above), and back; `what` names the bundle in messages. The
+// values are parsed, not checked against a data set (Batcher::restore does that).
+io::Value batcher_state_value(const BatcherState& state);
+BatcherState read_batcher_state(const io::Value& value, std::string_view what);
+
 // Keeps a reference to `data`: the corpus must outlive the Batcher.
 class Batcher {
  public:

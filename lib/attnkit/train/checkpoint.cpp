@@ -8,6 +8,7 @@
 #include "attnkit/models/checkpoint.hpp"
 #include "attnkit/models/fields.hpp"
 #include "attnkit/tensor/error.hpp"
+#include "attnkit/train/shard_batches.hpp"
 #include "attnkit/train/trainer.hpp"
 
 namespace attnkit::train {
@@ -26,7 +27,29 @@ int64_t numbers_in(const io::Value& v) {
   return n;
 }
 
+// The gradient shards a resumed run cuts each batch into (Trainer::resume_grad_shards).
+int64_t shards_to_resume(int64_t saved, int64_t given, int processes) {
+  if (given > 0) return given;
+  return saved % processes == 0 ? saved : processes;
+}
+
+// The checkpoint's "grad_shards" (1 when it has none).
+int64_t saved_grad_shards(const models::Fields& training) {
+  const int64_t saved = training.has("grad_shards") ? training.count("grad_shards") : 1;
+  AK_CHECK(saved >= 1 && saved <= (int64_t{1} << 20), "{}: \"grad_shards\" {} is out of range", training.what(),
+           saved);
+  return saved;
+}
+
 }  // namespace
+
+int64_t Trainer::resume_grad_shards(const std::string& path, int64_t given, int processes) {
+  const io::Value v = io::read_value_file(path);
+  models::read_checkpoint_head(v, path);  // refused as resume() refuses it
+  const models::Fields top(v, path);
+  return shards_to_resume(saved_grad_shards(models::Fields(top.member("training"), path + ": training")), given,
+                          processes);
+}
 
 void Trainer::save(const std::string& path) const {
   io::Value v = models::checkpoint_head(*model_);
@@ -68,7 +91,19 @@ void Trainer::save(const std::string& path) const {
   models::add_vocabularies(v, data_.src_vocab, data_.tgt_vocab);
   v.set("step", text_value(std::to_string(step_)));
   v.set("optimizer", optimizer_->state());
-  v.set("data_order", batcher_->state_value());
+  // With parts, "data_order" is shard 0's and "shard_data_orders" the others' (gathered by save_checked).
+  if (shard_batches_) {
+    // a save without save_checked's gathering: this process's own shards, every shard when it is alone
+    const std::vector<BatcherState> orders = shard_orders_.empty() ? shard_batches_->states() : shard_orders_;
+    AK_ASSERT(int64_t(orders.size()) == shard_batches_->shards(), "save: {} data orders for {} shards", orders.size(),
+              shard_batches_->shards());
+    v.set("data_order", batcher_state_value(orders[0]));
+    io::Value others;
+    for (size_t s = 1; s < orders.size(); ++s) others.set(std::to_string(s), batcher_state_value(orders[s]));
+    v.set("shard_data_orders", std::move(others));
+  } else {
+    v.set("data_order", batcher_->state_value());
+  }
   io::Value window;
   window.set("loss", real_value(window_loss_));
   window.set("steps", text_value(std::to_string(window_steps_)));
@@ -144,13 +179,8 @@ std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::st
   if (!o.teacher_forcing_given && t.has("teacher_forcing")) o.teacher_forcing = float(t.real("teacher_forcing"));
   o.family = head.family;
   // Gradient shards: the checkpoint's, unless given or the processes do not divide them (then one per process).
-  const int64_t saved_shards = t.has("grad_shards") ? t.count("grad_shards") : 1;
-  AK_CHECK(saved_shards >= 1 && saved_shards <= (int64_t{1} << 20), "{}: \"grad_shards\" {} is out of range",
-           t.what(), saved_shards);
-  if (o.grad_shards == 0) {
-    const int processes = o.communicator ? o.communicator->size() : 1;
-    o.grad_shards = saved_shards % processes == 0 ? saved_shards : processes;
-  }
+  const int64_t saved_shards = saved_grad_shards(t);
+  o.grad_shards = shards_to_resume(saved_shards, o.grad_shards, o.communicator ? o.communicator->size() : 1);
   auto trainer = std::unique_ptr<Trainer>(new Trainer(o, std::move(data), config, tconfig));
   models::load_parameters(*trainer->model_, v, path);
   models::check_checkpoint_complete(*trainer->model_, v, *head.config, path);
@@ -167,7 +197,20 @@ std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::st
       AK_CHECK(saved.find(p->name) != nullptr,
                "{}: optimizer: parameter {} has no state (every parameter has one once the optimizer has stepped)",
                path, p->name);
-  trainer->batcher_->load_state(top.member("data_order"), path + ": data_order");
+  // The data order goes on when the file is cut as the checkpoint's was: into the same shards' parts, or not at all.
+  const bool saved_parts = top.has("shard_data_orders");
+  if (trainer->shard_batches_ && saved_parts && saved_shards == trainer->grad_shards()) {
+    std::vector<BatcherState> orders{read_batcher_state(top.member("data_order"), path + ": data_order")};
+    const models::Fields others(top.member("shard_data_orders"), path + ": shard_data_orders");
+    for (int64_t s = 1; s < saved_shards; ++s)
+      orders.push_back(read_batcher_state(others.member(std::to_string(s)),
+                                          path + ": shard_data_orders: " + std::to_string(s)));
+    trainer->shard_batches_->restore(orders, path + ": data orders");
+  } else if (trainer->shard_batches_ || saved_parts) {
+    trainer->data_order_restarted_ = true;
+  } else {
+    trainer->batcher_->load_state(top.member("data_order"), path + ": data_order");
+  }
   trainer->step_ = trainer->start_step_ = top.count("step");
   trainer->checkpoint_shards_ = saved_shards;
   auto read_rng = [&](const io::Value& value, const std::string& what) {

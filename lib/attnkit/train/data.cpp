@@ -15,12 +15,6 @@ bool ends_with(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
 }
 
-DataFormat pick_format(std::string_view name, DataFormat format) {
-  if (format != DataFormat::Auto) return format;
-  if (ends_with(name, ".jsonl") || ends_with(name, ".ndjson") || ends_with(name, ".json")) return DataFormat::Jsonl;
-  return DataFormat::Tsv;
-}
-
 bool blank(std::string_view line) { return line.find_first_not_of(' ') == std::string_view::npos; }
 
 // nlohmann's message without its "[json.exception.parse_error.101] " prefix.
@@ -94,14 +88,20 @@ std::string Corpus::bad_lines_summary() const {
   return out;
 }
 
+DataFormat data_format(std::string_view name, DataFormat format) {
+  if (format != DataFormat::Auto) return format;
+  if (ends_with(name, ".jsonl") || ends_with(name, ".ndjson") || ends_with(name, ".json")) return DataFormat::Jsonl;
+  return DataFormat::Tsv;
+}
+
 Corpus parse_corpus(std::string_view text, std::string_view name, const DataOptions& options) {
   AK_CHECK(options.max_len >= 0, "{}: the maximum length must be >= 0, got {}", name, options.max_len);
-  const DataFormat format = pick_format(name, options.format);
+  const DataFormat format = data_format(name, options.format);
   Corpus corpus;
   corpus.name = std::string(name);
   corpus.src_tokenizer = options.tokenizer;
   corpus.tgt_tokenizer = options.target_tokenizer.value_or(options.tokenizer);
-  AK_CHECK(!text.empty(), "{}: the file is empty (expected one example per line)", name);
+  AK_CHECK(!text.empty() || options.allow_empty, "{}: the file is empty (expected one example per line)", name);
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte-order mark
 
   std::string src, tgt;
@@ -110,6 +110,7 @@ Corpus parse_corpus(std::string_view text, std::string_view name, const DataOpti
     size_t end = text.find('\n', start);
     if (end == std::string_view::npos) end = text.size();
     std::string_view line = text.substr(start, end - start);
+    const int64_t line_byte = options.first_byte + static_cast<int64_t>(start);
     start = end + 1;
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
@@ -120,7 +121,8 @@ Corpus parse_corpus(std::string_view text, std::string_view name, const DataOpti
     std::string bad = format == DataFormat::Tsv ? split_tsv(line, src, tgt) : split_jsonl(line, src, tgt);
     if (bad.empty()) bad = make_example(src, tgt, options, ex);
     if (!bad.empty()) {
-      std::string message = fmt::format("{}:{}: {}", name, line_no, bad);
+      std::string message = options.first_byte >= 0 ? fmt::format("{}: the line at byte {}: {}", name, line_byte, bad)
+                                                    : fmt::format("{}:{}: {}", name, line_no, bad);
       if (!options.skip_bad_lines) throw Error(message);
       ++corpus.bad_lines;
       if (static_cast<int64_t>(corpus.bad_line_messages.size()) < options.max_reported)
@@ -129,7 +131,7 @@ Corpus parse_corpus(std::string_view text, std::string_view name, const DataOpti
     }
     corpus.examples.push_back(std::move(ex));
   }
-  if (corpus.examples.empty()) {
+  if (corpus.examples.empty() && !options.allow_empty) {
     AK_CHECK(corpus.bad_lines > 0, "{}: no examples (every line is blank)", name);
     fail("{}: no examples left: {}", name, corpus.bad_lines_summary());
   }

@@ -38,7 +38,15 @@ struct DataOptions {
   int64_t max_len = 0;          // > 0: most tokens on either side (without <bos>/<eos>); 0: no limit
   bool skip_bad_lines = false;  // count and skip bad lines instead of failing on the first
   int64_t max_reported = 5;     // bad-line messages kept when skipping
+  bool allow_empty = false;     // no examples is an empty Corpus, not an error (one part of a file)
+  // >= 0: the text starts at this byte of the file (one part of it), and a bad line is named by its own
+  // byte in the file, "<file>: the line at byte <n>: <reason>", instead of a line number the part cannot know
+  int64_t first_byte = -1;
 };
+
+// The format a file of this name is read in: `format` unless Auto, else JSONL for .jsonl, .ndjson and .json,
+// TSV otherwise.
+DataFormat data_format(std::string_view name, DataFormat format);
 
 struct Example {
   std::vector<std::string> src;

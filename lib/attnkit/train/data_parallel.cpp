@@ -23,23 +23,55 @@ ShardedStep::ShardedStep(Communicator& comm, int64_t shards, bool deterministic,
 
 float ShardedStep::forward_backward(models::TranslationModel& model, const Batch& batch, const EncodedCorpus& data,
                                     models::ForwardOptions options) {
+  std::vector<Batch> shards;
+  shards.reserve(static_cast<size_t>(count_));
+  std::vector<const Batch*> mine;
+  for (int64_t c = 0; c < count_; ++c) {
+    const int64_t s = first_ + c;
+    const int64_t lo = s * batch.N / shards_, hi = (s + 1) * batch.N / shards_;
+    if (lo == hi) {  // no rows: no loss, a zero gradient
+      mine.push_back(nullptr);
+      continue;
+    }
+    shards.push_back(make_batch(data, std::vector<int64_t>(batch.index.begin() + lo, batch.index.begin() + hi), false));
+    mine.push_back(&shards.back());
+  }
+  return run(model, mine, batch.target_tokens(), options);
+}
+
+float ShardedStep::forward_backward(models::TranslationModel& model, const std::vector<Batch>& mine,
+                                    models::ForwardOptions options) {
+  AK_ASSERT(static_cast<int64_t>(mine.size()) == count_, "sharded step: {} batches for {} shards", mine.size(), count_);
+  std::vector<const Batch*> batches;
+  uint64_t own = 0;
+  for (const Batch& b : mine) {
+    batches.push_back(&b);
+    own += static_cast<uint64_t>(b.target_tokens());
+  }
+  std::vector<uint64_t> all(static_cast<size_t>(comm_.size()));
+  comm_.allgather(&own, 1, all.data());
+  uint64_t tokens = 0;
+  for (uint64_t t : all) tokens += t;
+  return run(model, batches, static_cast<int64_t>(tokens), options);
+}
+
+float ShardedStep::run(models::TranslationModel& model, const std::vector<const Batch*>& mine, int64_t batch_tokens,
+                       models::ForwardOptions options) {
   const std::vector<Parameter*> params = model.named_parameters();
   int64_t P = 0;
   for (const Parameter* p : params) P += p->value.numel();
   local_.assign(static_cast<size_t>(count_ * P), 0.0f);
   sum_.resize(static_cast<size_t>(P));
-  const double tokens = static_cast<double>(batch.target_tokens());
+  last_tokens_ = batch_tokens;
+  const double tokens = static_cast<double>(batch_tokens);
   std::vector<double> weighted(static_cast<size_t>(count_), 0.0);  // tokens_s * loss_s
   for (int64_t c = 0; c < count_; ++c) {
-    const int64_t s = first_ + c;
-    const int64_t lo = s * batch.N / shards_, hi = (s + 1) * batch.N / shards_;
-    if (lo == hi) continue;  // no rows: no loss, a zero gradient
-    const Batch shard = make_batch(data, std::vector<int64_t>(batch.index.begin() + lo, batch.index.begin() + hi),
-                                   false);
+    const Batch* shard = mine[size_t(c)];
+    if (shard == nullptr) continue;
     for (Parameter* p : params) p->zero_grad();
     options.rng = &rngs_[size_t(c)];
-    auto r = model.forward(shard, options);
-    const double shard_tokens = static_cast<double>(shard.target_tokens());
+    auto r = model.forward(*shard, options);
+    const double shard_tokens = static_cast<double>(shard->target_tokens());
     weighted[size_t(c)] = shard_tokens * double(r.loss.value()[0]);
     Tensor seed(r.loss.value().shape());
     std::fill(seed.values().begin(), seed.values().end(), static_cast<float>(shard_tokens / tokens));

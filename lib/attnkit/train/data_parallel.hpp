@@ -33,6 +33,14 @@ class ShardedStep {
   // holds the whole batch's gradient, on every rank. Returns the whole batch's loss. Collective.
   float forward_backward(models::TranslationModel& model, const Batch& batch, const EncodedCorpus& data,
                          models::ForwardOptions options);
+  // The same when each shard has its own batch (train/shard_batches.hpp: each shard's rows from its part of
+  // the file): `mine` holds this rank's shards' batches, in shard order, and the global batch is every shard's
+  // together. Its target tokens (the loss's denominator) are summed over the ranks before any backward, so the
+  // loss and gradient are the global batch's mean as above. Collective.
+  float forward_backward(models::TranslationModel& model, const std::vector<Batch>& mine,
+                         models::ForwardOptions options);
+  // The global batch's target tokens in the last forward_backward.
+  int64_t last_tokens() const { return last_tokens_; }
 
   // Every shard's Rng state, in shard order, on every rank. Collective.
   std::vector<Rng::State> rng_states();
@@ -46,9 +54,15 @@ class ShardedStep {
   bool deterministic_;
   double reduce_seconds_ = 0;
   uint64_t seed_;
+  int64_t last_tokens_ = 0;
   std::vector<Rng> rngs_;     // this rank's shards'
   std::vector<float> local_;  // [count_, P]: each shard's weighted gradient
   std::vector<float> sum_;    // [P]
+
+  // The step over this rank's shards' batches (null: a shard without rows) of a global batch of `tokens`
+  // target tokens.
+  float run(models::TranslationModel& model, const std::vector<const Batch*>& mine, int64_t tokens,
+            models::ForwardOptions options);
 };
 
 }  // namespace attnkit::train

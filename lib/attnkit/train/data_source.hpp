@@ -3,8 +3,11 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "attnkit/train/data.hpp"
+#include "attnkit/train/distributed.hpp"
 #include "attnkit/train/tasks.hpp"
 #include "attnkit/train/vocab.hpp"
 
@@ -23,6 +26,12 @@ struct TrainingData {
   Corpus train, valid;
   Vocab src_vocab, tgt_vocab;
   std::string vocab_source;  // the vocabulary file they came from, or "" (built from the data)
+  // The training file cut into parts (load_training_parts): `parts` are this process's, parts first_part ..
+  // first_part + parts.size() − 1 of part_count, covering bytes [bytes.first, bytes.second) of the file; `train`
+  // then holds no examples, only the file's name and tokenizers. part_count 0: `train` is the whole set.
+  std::vector<Corpus> parts;
+  int64_t first_part = 0, part_count = 0;
+  std::pair<int64_t, int64_t> bytes{0, 0};
   // Where the vocabularies come from, for messages: the vocabulary file, else the training data's name.
   const std::string& vocab_name() const { return vocab_source.empty() ? train.name : vocab_source; }
 };
@@ -30,5 +39,14 @@ struct TrainingData {
 // (source side and target side each in the tokenizer's default order); with spec.vocab_path, the
 // vocabularies of that file instead (tokens it lacks become <unk>). Errors name the file and line.
 TrainingData load_training_data(const DataSpec& spec);
+
+// The training file of spec cut into `parts` parts (train/data_part.hpp), of which this process reads only its
+// own, parts [first, first + parts / comm.size()) with first = comm.rank() · parts / comm.size(): one Corpus a
+// part, in TrainingData::parts. The vocabularies are spec.vocab_path's, or the whole training file's: every
+// part's token counts are gathered over `comm` and merged in part order, which gives the vocabularies of the
+// whole file for every process count without any process reading it whole. The validation file is read by
+// rank 0 only (it evaluates). A bad line in any part (or a file none of whose parts holds an example) is
+// refused on every process with the same message, that of the first part to fail. Collective.
+TrainingData load_training_parts(const DataSpec& spec, Communicator& comm, int64_t parts);
 
 }  // namespace attnkit::train

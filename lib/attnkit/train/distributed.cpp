@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <vector>
 
@@ -37,6 +38,7 @@ class SingleProcess final : public Communicator {
   }
   void allgather(const double* mine, int64_t n, double* all) override { std::copy(mine, mine + n, all); }
   void allgather(const uint64_t* mine, int64_t n, uint64_t* all) override { std::copy(mine, mine + n, all); }
+  std::vector<std::string> allgather(const std::string& mine) override { return {mine}; }
   bool any(bool mine) override { return mine; }
   void abort(int) override {}
 };
@@ -94,6 +96,26 @@ class MpiWorld final : public Communicator {
   }
   void allgather(const uint64_t* mine, int64_t n, uint64_t* all) override {
     MPI_Allgather(mine, int(n), MPI_UINT64_T, all, int(n), MPI_UINT64_T, MPI_COMM_WORLD);
+  }
+  std::vector<std::string> allgather(const std::string& mine) override {
+    const uint64_t n = mine.size();
+    std::vector<uint64_t> sizes(static_cast<size_t>(size_));
+    allgather(&n, 1, sizes.data());
+    // MPI_Allgatherv counts and offsets are ints: the whole gather must stay below 2^31 bytes
+    std::vector<int> counts(sizes.size()), offsets(sizes.size());
+    uint64_t total = 0;
+    for (size_t r = 0; r < sizes.size(); ++r) {
+      AK_CHECK(total + sizes[r] <= uint64_t(INT32_MAX), "gathering {} bytes from {} processes: more than 2^31 - 1",
+               total + sizes[r], size_);
+      counts[r] = int(sizes[r]), offsets[r] = int(total);
+      total += sizes[r];
+    }
+    std::string all(total, '\0');
+    MPI_Allgatherv(mine.data(), int(n), MPI_CHAR, all.data(), counts.data(), offsets.data(), MPI_CHAR,
+                   MPI_COMM_WORLD);
+    std::vector<std::string> out;
+    for (size_t r = 0; r < sizes.size(); ++r) out.push_back(all.substr(size_t(offsets[r]), sizes[r]));
+    return out;
   }
   bool any(bool mine) override {
     int in = mine ? 1 : 0, out = 0;

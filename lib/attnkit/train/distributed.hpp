@@ -15,6 +15,8 @@
 //                   that divides the shard count, one process included.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace attnkit::train {
 
@@ -31,6 +33,8 @@ class Communicator {
   // Every rank's `n` values, rank after rank, in `all` (size() * n values) on every rank.
   virtual void allgather(const double* mine, int64_t n, double* all) = 0;
   virtual void allgather(const uint64_t* mine, int64_t n, uint64_t* all) = 0;
+  // Every rank's bytes, in rank order, on every rank (of any lengths).
+  virtual std::vector<std::string> allgather(const std::string& mine) = 0;
   // True on every rank when `mine` is true on one of them.
   virtual bool any(bool mine) = 0;
   // Ends every process of the job with `code` (a rank that cannot go on while the others wait in a

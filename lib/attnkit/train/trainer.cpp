@@ -102,22 +102,42 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
   AK_CHECK(options_.teacher_forcing >= 0.0f && options_.teacher_forcing <= 1.0f,
            "trainer: teacher forcing ratio {} must be in [0, 1]", options_.teacher_forcing);
   rng_ = Rng(options_.seed, 55);  // its own stream: the initialisation's draws stay as they were
-  BatcherOptions bo;
-  bo.batch_size = options_.batch_size;
-  bo.seed = options_.seed;
-  batcher_ = std::make_unique<Batcher>(train_enc_, bo);
   comm_ = options_.communicator ? options_.communicator : &single_process();
   const int64_t shards = options_.grad_shards > 0 ? options_.grad_shards : comm_->size();
   AK_CHECK(options_.batch_size % shards == 0,
            "trainer: the batch size {} is not a multiple of the {} gradient shards (one per process unless given)",
            options_.batch_size, shards);
-  if (shards > 1 || comm_->size() > 1)
+  const bool parted = data_.part_count > 0;  // each shard's rows from its own part of the training file
+  if (shards > 1 || comm_->size() > 1 || parted)
     sharded_ = std::make_unique<ShardedStep>(*comm_, shards, options_.deterministic_reduce, options_.seed);
+  if (parted) {
+    AK_CHECK(data_.part_count == shards && int64_t(data_.parts.size()) * comm_->size() == shards,
+             "trainer: {}: read in {} parts ({} here) for {} gradient shards over {} processes", data_.train.name,
+             data_.part_count, data_.parts.size(), shards, comm_->size());
+    std::vector<EncodedCorpus> parts;
+    std::vector<uint64_t> mine;
+    for (const Corpus& c : data_.parts) {
+      parts.push_back(encode(c, data_.src_vocab, data_.tgt_vocab));
+      mine.push_back(uint64_t(c.size()));
+    }
+    std::vector<uint64_t> all(static_cast<size_t>(shards));
+    comm_->allgather(mine.data(), int64_t(mine.size()), all.data());
+    shard_batches_ = std::make_unique<ShardBatches>(std::move(parts), data_.first_part, shards,
+                                                    std::vector<int64_t>(all.begin(), all.end()),
+                                                    options_.batch_size, options_.seed, data_.train.name);
+    data_.parts.clear();  // encoded in shard_batches_: the text is not needed again
+  } else {
+    BatcherOptions bo;
+    bo.batch_size = options_.batch_size;
+    bo.seed = options_.seed;
+    batcher_ = std::make_unique<Batcher>(train_enc_, bo);
+  }
   if (options_.epochs > 0) {
-    AK_CHECK(options_.epochs <= kMaxSteps / batcher_->batches_per_epoch(),
-             "trainer: {} epochs of {} batches is more than {} steps: at most {} epochs", options_.epochs,
-             batcher_->batches_per_epoch(), kMaxSteps, kMaxSteps / batcher_->batches_per_epoch());
-    options_.steps = options_.epochs * batcher_->batches_per_epoch();
+    const int64_t per_epoch = parted ? shard_batches_->steps_per_epoch() : batcher_->batches_per_epoch();
+    AK_CHECK(options_.epochs <= kMaxSteps / per_epoch,
+             "trainer: {} epochs of {} batches is more than {} steps: at most {} epochs", options_.epochs, per_epoch,
+             kMaxSteps, kMaxSteps / per_epoch);
+    options_.steps = options_.epochs * per_epoch;
   }
   if (options_.schedule.kind == ScheduleKind::Cosine && options_.schedule.t_max == 0)
     options_.schedule.t_max = std::max<int64_t>(options_.steps, 1);
@@ -139,6 +159,16 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData data)
 
 void Trainer::save_checked(const std::string& path, const std::string& when) const {
   if (sharded_) shard_states_ = sharded_->rng_states();
+  if (shard_batches_) {  // every shard's data order, 4 numbers each, gathered in shard order
+    std::vector<uint64_t> mine;
+    for (const BatcherState& st : shard_batches_->states())
+      mine.insert(mine.end(), {st.seed, uint64_t(st.epoch), uint64_t(st.position), uint64_t(st.examples)});
+    std::vector<uint64_t> all(static_cast<size_t>(4 * shard_batches_->shards()));
+    comm_->allgather(mine.data(), int64_t(mine.size()), all.data());
+    shard_orders_.assign(size_t(shard_batches_->shards()), BatcherState{});
+    for (size_t s = 0; s < shard_orders_.size(); ++s)
+      shard_orders_[s] = {all[4 * s], int64_t(all[4 * s + 1]), int64_t(all[4 * s + 2]), int64_t(all[4 * s + 3])};
+  }
   if (comm_->rank() != 0) return;
   for (const Parameter* p : model_->named_parameters()) {
     const float* x = p->value.data();
@@ -222,16 +252,24 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
     const double lr = learning_rate(options_.schedule, step_);
     optimizer_->set_lr(lr);
     optimizer_->zero_grad();
-    const Batch b = batcher_->next();
+    Batch b;
     float loss = 0;
-    if (sharded_) {
+    int64_t batch_tokens = 0, epoch = 0;
+    if (shard_batches_) {
+      loss = sharded_->forward_backward(*model_, shard_batches_->next(), lo);
+      batch_tokens = sharded_->last_tokens();
+      epoch = shard_batches_->epoch_of(step_ + 1);
+    } else if (sharded_) {
+      b = batcher_->next();
       loss = sharded_->forward_backward(*model_, b, train_enc_, lo);
     } else {
+      b = batcher_->next();
       auto r = model_->forward(b, lo);
       loss = r.loss.value()[0];
       if (std::isfinite(loss)) autograd::backward(r.loss);
       else autograd::clear_tape();
     }
+    if (!shard_batches_) batch_tokens = b.target_tokens(), epoch = b.epoch;
     if (!std::isfinite(loss))
       fail("training: the loss is {} at step {} (the last checkpoint is kept)", shown(loss), step_ + 1);
     last_norm = clip_step_gradients(params, options_.clip, step_ + 1);
@@ -239,14 +277,14 @@ TrainSummary Trainer::run(const std::function<void(const std::string&)>& log) {
     ++step_;
     window_loss_ += loss;
     ++window_steps_;
-    window_tokens += b.target_tokens();
-    run_tokens += b.target_tokens();
+    window_tokens += batch_tokens;
+    run_tokens += batch_tokens;
     if (step_ % options_.log_every == 0 || step_ == options_.steps) {
       const auto t1 = std::chrono::steady_clock::now();
       const double secs = std::chrono::duration<double>(t1 - t0).count();
       nlohmann::json j;
       j["step"] = step_;
-      j["epoch"] = b.epoch;
+      j["epoch"] = epoch;
       j["loss"] = window_loss_ / double(window_steps_);
       j["lr"] = lr;
       j["grad_norm"] = last_norm;

@@ -12,6 +12,8 @@
 //   "window":    {"loss", "steps"}: the training-loss sum since the last logged multiple of log_every
 //   "shard_rngs": {"1": {"state", "inc"}, ...}: with gradient shards (train/data_parallel.hpp), the Rng of
 //                each shard after shard 0 (whose Rng is "rng"); "training" then has "grad_shards"
+//   "shard_data_orders": {"1": {...}, ...}: with a training file cut into the shards' parts
+//                (train/shard_batches.hpp), the Batcher state of each shard after shard 0 (whose is "data_order")
 // Files: train/trainer.cpp the loop and evaluation, train/checkpoint.cpp save and resume, train/data_source.cpp
 // the data.
 // Resume: the model, the optimizer state and the data order come back, and the loop continues from "step"
@@ -35,6 +37,7 @@
 #include "attnkit/train/distributed.hpp"
 #include "attnkit/train/optimizer.hpp"
 #include "attnkit/train/schedule.hpp"
+#include "attnkit/train/shard_batches.hpp"
 #include "attnkit/train/snapshots.hpp"
 #include "attnkit/train/tasks.hpp"
 #include "attnkit/train/vocab.hpp"
@@ -149,6 +152,13 @@ class Trainer {
   // The shards each batch is cut into, and (after resume) the checkpoint's.
   int64_t grad_shards() const { return sharded_ ? sharded_->shards() : 1; }
   int64_t checkpoint_grad_shards() const { return checkpoint_shards_; }
+  // After resume: the checkpoint's data order could not go on (the training file is cut into other parts than
+  // the checkpoint's), so each shard's order starts afresh on its part.
+  bool data_order_restarted() const { return data_order_restarted_; }
+  // The gradient shards a run resuming the checkpoint at `path` cuts each batch into (what resume() does):
+  // `given` when > 0, else the checkpoint's when `processes` divides it, else one per process. A training
+  // file is read in that many parts (load_training_parts) before the Trainer exists.
+  static int64_t resume_grad_shards(const std::string& path, int64_t given, int processes);
   // Writes the checkpoint atomically (io::write_file_atomic: temporary, fsync, rename, fsync of the folder).
   void save(const std::string& path) const;
 
@@ -161,7 +171,8 @@ class Trainer {
   EncodedCorpus train_enc_, valid_enc_;
   std::unique_ptr<models::TranslationModel> model_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<Batcher> batcher_;              // the whole training set's, or
+  std::unique_ptr<ShardBatches> shard_batches_;   // each shard's from its part of the training file
   Rng rng_{1, 55};  // dropout masks and scheduled sampling: seeded from options.seed, saved in the checkpoint
   int64_t step_ = 0;
   int64_t start_step_ = 0;
@@ -174,6 +185,8 @@ class Trainer {
   int64_t checkpoint_shards_ = 1;
   mutable Snapshots snapshots_;
   mutable std::vector<Rng::State> shard_states_;  // every shard's Rng, gathered before a save
+  mutable std::vector<BatcherState> shard_orders_;  // every shard's data order (with parts), likewise
+  bool data_order_restarted_ = false;
 
   // Refuses (naming the step) parameters that are not finite, then saves (rank 0; collective).
   void save_checked(const std::string& path, const std::string& when) const;

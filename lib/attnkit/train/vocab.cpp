@@ -1,6 +1,8 @@
 #include "attnkit/train/vocab.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <cstring>
 
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/io/tensor_file.hpp"
@@ -89,6 +91,47 @@ void VocabBuilder::add(const std::vector<std::string>& tokens) {
     if (added) counts_.emplace_back(t, 0);
     ++counts_[static_cast<size_t>(it->second)].second;
   }
+}
+
+void VocabBuilder::merge(const VocabBuilder& other) {
+  for (const auto& [token, count] : other.counts_) {
+    auto [it, added] = index_.emplace(token, static_cast<int64_t>(counts_.size()));
+    if (added) counts_.emplace_back(token, 0);
+    counts_[static_cast<size_t>(it->second)].second += count;
+  }
+}
+
+std::string VocabBuilder::to_bytes() const {
+  std::string out;
+  auto put = [&](uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  for (const auto& [token, count] : counts_) {
+    put(token.size());
+    out += token;
+    put(static_cast<uint64_t>(count));
+  }
+  return out;
+}
+
+VocabBuilder VocabBuilder::from_bytes(std::string_view bytes, std::string_view name) {
+  VocabBuilder b;
+  auto get = [&](uint64_t& v) {
+    AK_CHECK(bytes.size() >= sizeof v, "{}: token counts cut short", name);
+    std::memcpy(&v, bytes.data(), sizeof v);
+    bytes.remove_prefix(sizeof v);
+  };
+  while (!bytes.empty()) {
+    uint64_t length = 0, count = 0;
+    get(length);
+    AK_CHECK(length <= bytes.size(), "{}: token counts cut short", name);
+    std::string token(bytes.substr(0, length));
+    bytes.remove_prefix(length);
+    get(count);
+    AK_CHECK(count >= 1 && count <= uint64_t(INT64_MAX) && b.index_.count(token) == 0,
+             "{}: a token counted {} times, or twice", name, count);
+    b.index_.emplace(token, static_cast<int64_t>(b.counts_.size()));
+    b.counts_.emplace_back(std::move(token), static_cast<int64_t>(count));
+  }
+  return b;
 }
 
 Vocab VocabBuilder::build(VocabOrder order, int64_t min_count, int64_t max_size) const {

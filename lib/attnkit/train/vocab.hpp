@@ -59,6 +59,13 @@ class VocabBuilder {
   // Tokens seen at least min_count times, in `order`; max_size > 0 keeps at most that many ids in all
   // (specials included; the first tokens in the order are kept). Numeric refuses a non-integer token.
   Vocab build(VocabOrder order, int64_t min_count = 1, int64_t max_size = 0) const;
+  // Adds `other`'s counts, its new tokens after this one's in its order of first appearance: the builders of a
+  // file's parts merged in part order hold the whole file's counts and order, for every cut.
+  void merge(const VocabBuilder& other);
+  // The counts as bytes (to send to other processes: each token's length, bytes and count) and back;
+  // `name` is said in the message for bytes that are not such a list.
+  std::string to_bytes() const;
+  static VocabBuilder from_bytes(std::string_view bytes, std::string_view name);
 
  private:
   std::unordered_map<std::string, int64_t> index_;  // token -> position in counts_
