@@ -2,11 +2,19 @@
 # Grapheme-to-phoneme on the CMU Pronouncing Dictionary (Debian's festlex-cmu), a real-data example:
 # examples/06-g2p-data/prepare.sh writes train/valid/test TSV (split by word), seq2seq-train trains an LSTM
 # encoder-decoder with attention (spelling by characters -> phonemes by spaces), and seq2seq-eval
-# (docs/seq2seq-eval.md) scores the held-out test words by greedy decoding: PER (edit distance to the closest pronunciation /
-# its length) and WER (words whose prediction equals none of their pronunciations).
+# (docs/seq2seq-eval.md) scores the held-out test words: PER (edit distance to the closest pronunciation / its
+# length) and WER (words whose prediction equals none of their pronunciations).
 # The training curve (validation loss, token accuracy and line-level exact match every --log-every steps) is in
-# $ATTNKIT_BENCH_OUT/g2p.jsonl; the target is WER <= 30% within 30 minutes of training on 2 cores (the figures of a run
-# of the default 12000 steps are in docs/seq2seq-train.md). The cosine schedule lasts --steps.
+# $ATTNKIT_BENCH_OUT/NAME.jsonl; the figures of runs are in docs/seq2seq-train.md ("G2P"). The cosine schedule lasts
+# --steps.
+#
+# Recipes (--recipe):
+#   base   bidirectional LSTM 128 per direction, additive attention, dropout 0.1, 12000 steps, 200 warmup steps;
+#          greedy decoding of the last checkpoint.
+#   wide   bidirectional LSTM 256 per direction, additive attention, dropout 0.2, label smoothing 0.1, 24000
+#          steps, 500 warmup steps (fits 30 minutes on 2 cores); the last 5 saves (every 1000 steps,
+#          --keep-last 5) are averaged (seq2seq-train --average), and the last checkpoint and the average are
+#          scored greedy and with beam search (beam 5).
 #
 # The curve's validation set is every 5th line of valid.tsv (about 1000 pronunciations, spread over the alphabet),
 # to keep the periodic greedy decoding cheap; the final figures are on all of test.tsv.
@@ -14,15 +22,18 @@
 # --transformer trains a Transformer instead (3 + 3 layers, d 128, 4 heads, ff 512, label smoothing 0.1, lr 0.0015,
 # 500 warmup steps), to compare the two at the same training time (docs/transformer.md); give --steps to fit it.
 #
-# Usage: bench/g2p.sh [--transformer] [--steps N] [--threads N] [--log-every N] [-- extra seq2seq-train options]
+# Usage: bench/g2p.sh [--recipe base|wide | --transformer] [--steps N] [--threads N] [--log-every N]
+#                     [--save-every N (wide: the saves averaged, 1000)] [-- extra seq2seq-train options]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${ATTNKIT_BIN:-$here/../build/bin}"
 out="${ATTNKIT_BENCH_OUT:-/tmp/seq2seq-g2p}"
-steps=12000
+steps=
 threads=2
 model=lstm
+recipe=base
 log_every=1000
+save_every=1000
 extra=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -30,6 +41,8 @@ while [[ $# -gt 0 ]]; do
     --threads) threads="$2"; shift 2 ;;
     --log-every) log_every="$2"; shift 2 ;;
     --transformer) model=transformer; shift ;;
+    --recipe) recipe="$2"; shift 2 ;;
+    --save-every) save_every="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "g2p.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -39,24 +52,56 @@ if [[ ! -s "$out/data/train.tsv" ]]; then
   "$here/../examples/06-g2p-data/prepare.sh" "$out/data"
 fi
 awk 'NR % 5 == 0' "$out/data/valid.tsv" > "$out/data/valid-curve.tsv"
-if [[ $model == lstm ]]; then
+average=0
+if [[ $model == lstm && $recipe == base ]]; then
   model_args=(--model lstm --attention additive --bidirectional --hidden 128 --embed 64 --dropout 0.1 --lr 0.003
               --warmup 200)
+  steps="${steps:-12000}"
+elif [[ $model == lstm && $recipe == wide ]]; then
+  model_args=(--model lstm --attention additive --bidirectional --hidden 256 --embed 64 --dropout 0.2
+              --label-smoothing 0.1 --lr 0.003 --warmup 500)
+  steps="${steps:-24000}"
+  average=5
+elif [[ $model == lstm ]]; then
+  echo "g2p.sh: --recipe is base or wide, not $recipe" >&2; exit 2
 else
   model_args=(--model transformer --layers 3 --heads 4 --d-model 128 --ff 512 --dropout 0.1 --label-smoothing 0.1
               --lr 0.0015 --warmup 500)
+  steps="${steps:-12000}"
 fi
 name=g2p
 [[ $model == lstm ]] || name=g2p-transformer
+[[ $recipe == base ]] || name=g2p-$recipe
+# the wide recipe keeps its last saves for averaging (binary checkpoints: quicker to write than JSON)
+ext=json
+save_args=()
+if (( average > 0 )); then
+  ext=safetensors
+  save_args=(--save-every "$save_every" --keep-last "$average")
+fi
 args=(--train "$out/data/train.tsv" --valid "$out/data/valid-curve.tsv" --tokenizer char --target-tokenizer space
       "${model_args[@]}" --batch 64 --schedule cosine --clip 1 --steps "$steps" --log-every "$log_every"
-      --threads "$threads" "${extra[@]}")
-echo "\$ seq2seq-train ${args[*]} --save $name.json --metrics $name.jsonl"
+      --threads "$threads" "${save_args[@]}" "${extra[@]}")
+echo "\$ seq2seq-train ${args[*]} --save $name.$ext --metrics $name.jsonl"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-rm -f "$out/$name.jsonl"
+rm -f "$out/$name.jsonl" "$out/$name".step*."$ext"
 t0=$(date +%s.%N)
-"$bin/seq2seq-train" "${args[@]}" --save "$out/$name.json" --metrics "$out/$name.jsonl"
+"$bin/seq2seq-train" "${args[@]}" --save "$out/$name.$ext" --metrics "$out/$name.jsonl"
 t1=$(date +%s.%N)
 echo "training wall time: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f s", b - a }'); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "\$ seq2seq-eval $name.json test.tsv --show 5 --format table"
-"$bin/seq2seq-eval" "$out/$name.json" "$out/data/test.tsv" --threads "$threads" --show 5 --format table
+echo "\$ seq2seq-eval $name.$ext test.tsv --show 5 --format table"
+"$bin/seq2seq-eval" "$out/$name.$ext" "$out/data/test.tsv" --threads "$threads" --show 5 --format table
+if (( average > 0 )); then
+  echo "\$ seq2seq-eval $name.$ext test.tsv --strategy beam --beam 5 --format table"
+  "$bin/seq2seq-eval" "$out/$name.$ext" "$out/data/test.tsv" --threads "$threads" --strategy beam --beam 5 --format table
+  # the saves --keep-last kept, by step
+  mapfile -t kept < <(for f in "$out/$name".step*."$ext"; do s="${f##*.step}"; echo "${s%%.*} $f"; done | sort -n |
+                      tail -n "$average" | cut -d' ' -f2-)
+  echo "\$ seq2seq-train --average ${kept[*]##*/} --save $name-avg.$ext"
+  "$bin/seq2seq-train" --average "${kept[@]}" --save "$out/$name-avg.$ext"
+  for strategy in greedy beam; do
+    beam=(); [[ $strategy == beam ]] && beam=(--strategy beam --beam 5)
+    echo "\$ seq2seq-eval $name-avg.$ext test.tsv ${beam[*]} --format table"
+    "$bin/seq2seq-eval" "$out/$name-avg.$ext" "$out/data/test.tsv" --threads "$threads" "${beam[@]}" --format table
+  done
+fi
