@@ -85,9 +85,9 @@ std::optional<StoredWeights> take_quantized(io::Value& checkpoint, const std::ma
   for (const auto& [name, dtype] : *dtypes) {
     const bool weight = name.rfind(prefix, 0) == 0;
     const std::string& expected = weight ? want : std::string("F32");
-    AK_CHECK(dtype == expected, "{}#{}: dtype {}, but {} is stored as {}", what, name, dtype,
-             weight ? "a " + std::string(ops::precision_name(out.precision)) + " weight" : std::string("this tensor"),
-             expected);
+    AK_CHECK(dtype == expected, "{}#{}: dtype {}, expected {} ({})", what, name, dtype, expected,
+             weight ? "the section's precision is " + std::string(ops::precision_name(out.precision))
+                    : std::string("only the quantized weights are stored in lower precision"));
   }
   const io::Value& weights = f.member("weights");
   AK_CHECK(weights.is_bundle(), "{}: \"weights\" is not a bundle of tensors", at);
