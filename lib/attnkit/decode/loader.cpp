@@ -67,19 +67,11 @@ LoadedModel load_exported(const std::string& config_path, const std::string& wei
   return m;
 }
 
-LoadedModel load_checkpoint(const std::string& path) {
-  io::Value v;
-  std::optional<std::map<std::string, std::string>> dtypes;  // a .safetensors file's element types
-  if (io::file_format(path) == io::FileFormat::Safetensors) {
-    const std::string bytes = io::read_text(path, [&](std::string_view so_far, size_t from) {
-      io::refuse_impossible_start(so_far, from, io::FileFormat::Safetensors, path, {});
-    });
-    v = io::read_document(bytes, io::FileFormat::Safetensors, path);
-    dtypes = io::safetensors_dtypes(bytes, path);
-  } else {
-    v = io::read_value_file(path);  // JSON, .npz by extension
-  }
-  std::optional<models::StoredWeights> stored = models::take_quantized(v, dtypes ? &*dtypes : nullptr, path);
+namespace {
+
+// A checkpoint document; `dtypes`: a .safetensors file's element types (null for another format).
+LoadedModel load_document(io::Value v, const std::map<std::string, std::string>* dtypes, const std::string& path) {
+  std::optional<models::StoredWeights> stored = models::take_quantized(v, dtypes, path);
   models::CheckpointHead head = models::read_checkpoint_head(v, path);
   LoadedModel m;
   m.family = head.family;
@@ -95,6 +87,22 @@ LoadedModel load_checkpoint(const std::string& path) {
   models::check_vocab_sizes(m.model->config_value(), m.src_vocab, m.tgt_vocab, path);
   m.stored = std::move(stored);
   return m;
+}
+
+}  // namespace
+
+LoadedModel load_safetensors_checkpoint(std::string_view bytes, const std::string& what) {
+  const std::map<std::string, std::string> dtypes = io::safetensors_dtypes(bytes, what);
+  return load_document(io::read_document(bytes, io::FileFormat::Safetensors, what), &dtypes, what);
+}
+
+LoadedModel load_checkpoint(const std::string& path) {
+  if (io::file_format(path) != io::FileFormat::Safetensors)
+    return load_document(io::read_value_file(path), nullptr, path);  // JSON, .npz by extension
+  const std::string bytes = io::read_text(path, [&](std::string_view so_far, size_t from) {
+    io::refuse_impossible_start(so_far, from, io::FileFormat::Safetensors, path, {});
+  });
+  return load_safetensors_checkpoint(bytes, path);
 }
 
 void save_quantized(const LoadedModel& m, const nn::PrecisionPlan& plan, const std::string& path) {

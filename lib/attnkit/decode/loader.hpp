@@ -33,6 +33,8 @@ struct LoadedModel {
 // Reads the checkpoint at `path`; every refusal names the file: not a checkpoint, an unknown family, a
 // config that disagrees with its vocabularies or weights.
 LoadedModel load_checkpoint(const std::string& path);
+// The same from the bytes of a .safetensors checkpoint, plain or quantized; `what` names it in messages.
+LoadedModel load_safetensors_checkpoint(std::string_view bytes, const std::string& what);
 // A quantized checkpoint of `m` as `plan` (which m.model took) lowers it (models/quantized_checkpoint.hpp), written
 // atomically to `path` (.safetensors; anything else is refused): the model part of a checkpoint (format, config,
 // the tokenizers as "training", vocabularies, spm) with the parameters and the "quantized" section.
