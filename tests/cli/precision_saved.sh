@@ -6,7 +6,7 @@
 # them and says so once on stderr; another precision is a usage error naming both; seq2seq-eval reads them the
 # same way; training does not resume from one; the int8 file of a model whose matrices dominate is about 4x
 # smaller than the same file with every matrix in float32; a tampered file is refused naming the tensor; misused
-# options are usage errors that write nothing.
+# options are usage errors that write nothing. lstm-run saves and reads its weights bundle the same way.
 set -euo pipefail
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -125,4 +125,22 @@ EOF
 expect_error 1 "neg.safetensors#quantized.weights.decoder.layers.0.linear1.weight: scale [0] is -1" transformer-decode neg.safetensors --src '1 2'
 expect_error 1 "m128.safetensors#quantized.weights.output.weight: value [0, 0] = -128 is outside [-127, 127]" transformer-decode m128.safetensors --src '1 2'
 expect_error 1 "u8.safetensors#quantized.weights.output.weight: dtype U8, expected I8 (the section" transformer-decode u8.safetensors --src '1 2'
+# --- lstm-run: the state_dict with the section; the same outputs in its precision, dequantized in fp32
+lstm-run --init --input-size 6 --hidden-size 8 --layers 2 --bidirectional --cell gru --seed 1 --save-weights w.json
+tensor randn --shape 3,5,6 --seed 2 > x.json
+for p in int8 bf16; do
+  lstm-run --weights w.json --cell gru --precision $p --save-quantized w.$p.safetensors < /dev/null > save.out 2> /dev/null ||
+    fail "lstm-run $p: saving exited $?"
+  [[ ! -s save.out ]] || fail "lstm-run $p: saving alone wrote on stdout"
+  lstm-run x.json --weights w.json --cell gru --precision $p > a.json 2> /dev/null || fail "lstm-run $p: exited $?"
+  lstm-run x.json --weights w.$p.safetensors --cell gru --precision $p > b.json 2> /dev/null || fail "lstm-run $p saved: exited $?"
+  cmp -s a.json b.json || fail "lstm-run $p: the saved weights run otherwise"
+done
+lstm-run x.json --weights w.int8.safetensors --cell gru > /dev/null 2> l.err || fail "lstm-run dequantized exited $?"
+[[ "$(cat l.err)" == "lstm-run: w.int8.safetensors: int8 weights (8 matrices) dequantized to float32; --precision int8 uses them as stored" ]] ||
+  fail "lstm-run note: $(cat l.err)"
+expect_error 2 "--precision bf16: w.int8.safetensors holds int8 weights" lstm-run x.json --weights w.int8.safetensors --cell gru --precision bf16
+expect_error 2 "--save-quantized q.safetensors goes with --precision bf16 or int8" lstm-run x.json --weights w.json --cell gru --save-quantized q.safetensors
+tensor get w.int8.safetensors -o w8.json
+expect_error 1 "w8.json: a quantized checkpoint (its \"quantized\" section) is read from .safetensors only" lstm-run x.json --weights w8.json --cell gru
 finish precision_saved

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "attnkit/io/record_reader.hpp"
+#include "attnkit/io/tensor_file.hpp"
 #include "attnkit/models/fields.hpp"
 #include "attnkit/tensor/error.hpp"
 
@@ -11,23 +13,24 @@ namespace {
 
 constexpr const char* kSection = "quantized";
 
-// A parameter's place in a checkpoint: its first name part is the sub-bundle ("encoder" + "layers.0.linear1.weight").
+// A parameter's place in a document (add_quantized_parameters).
 std::vector<std::string> place(const std::string& name, const std::string& what) {
   const size_t dot = name.find('.');
-  AK_CHECK(dot != std::string::npos && dot > 0 && dot + 1 < name.size(),
-           "{}: quantized weight \"{}\" is not a parameter name (SECTION.NAME)", what, name);
+  AK_CHECK(!name.empty() && dot != 0 && (dot == std::string::npos || dot + 1 < name.size()),
+           "{}: quantized weight \"{}\" is not a parameter name", what, name);
+  if (dot == std::string::npos) return {name};
   return {name.substr(0, dot), name.substr(dot + 1)};
 }
 
 const Tensor* find_placed(const io::Value& checkpoint, const std::vector<std::string>& path) {
-  const io::Value* sub = checkpoint.find(path[0]);
-  const io::Value* t = sub && sub->is_bundle() ? sub->find(path[1]) : nullptr;
+  const io::Value* t = checkpoint.find(path[0]);
+  if (path.size() == 2) t = t && t->is_bundle() ? t->find(path[1]) : nullptr;
   return t && t->is_tensor() ? &t->tensor() : nullptr;
 }
 
 }  // namespace
 
-std::map<std::string, std::string> add_quantized_parameters(io::Value& checkpoint, const TranslationModel& model,
+std::map<std::string, std::string> add_quantized_parameters(io::Value& checkpoint, const nn::Module& model,
                                                             const nn::PrecisionPlan& plan) {
   AK_CHECK(plan.precision() != ops::Precision::Fp32, "a quantized checkpoint needs a precision below fp32");
   std::map<std::string, const nn::PrecisionPlan::Decision*> lowered;
@@ -37,7 +40,7 @@ std::map<std::string, std::string> add_quantized_parameters(io::Value& checkpoin
   std::map<std::string, std::string> dtypes;
   io::Value weights, scales;
   int64_t matrices = 0;
-  for (const Parameter* p : static_cast<const nn::Module&>(model).named_parameters()) {
+  for (const Parameter* p : model.named_parameters()) {
     const auto it = lowered.find(p->name);
     if (it == lowered.end() || it->second->float_too) checkpoint.set_path(place(p->name, "model"), p->value);
     if (it == lowered.end()) continue;
@@ -154,6 +157,20 @@ std::string use_stored_weights(nn::PrecisionPlan& plan, StoredWeights stored, co
            "--precision {}, or fp32 to dequantize them)", what, p, ops::precision_name(plan.precision()), p);
   plan.set_stored(std::move(stored.weights));
   return "";
+}
+
+io::Value take_quantized_weights(const io::Value& bundle, const std::string& ref, std::optional<StoredWeights>& stored) {
+  stored.reset();
+  if (!bundle.is_bundle() || bundle.find(kSection) == nullptr) return bundle;
+  std::optional<std::map<std::string, std::string>> dtypes;
+  if (ref.find('#') == std::string::npos && io::file_format(ref) == io::FileFormat::Safetensors)
+    dtypes = io::safetensors_dtypes(io::read_text(ref), ref);
+  io::Value v = bundle;
+  stored = take_quantized(v, dtypes ? &*dtypes : nullptr, ref);
+  io::Value out;
+  for (const auto& [name, member] : v.members())
+    if (name != kSection) out.append(name, member);
+  return out;
 }
 
 }  // namespace attnkit::models

@@ -26,7 +26,9 @@ namespace attnkit::models {
 // them: a stored copy the plan holds as it is, any other lowered matrix made from its float32 values. Returns the
 // element types to write them in (io::safetensors_bytes: "quantized.weights.NAME" -> "I8" or "BF16").
 // Refuses a plan in fp32.
-std::map<std::string, std::string> add_quantized_parameters(io::Value& checkpoint, const TranslationModel& model,
+// A parameter's place in the document: a name with a dot under its first part ("encoder" + "layers.0.linear1.weight",
+// a checkpoint's sub-bundles), one without at the top (lstm-run's "weight_ih_l0", a layer's state_dict).
+std::map<std::string, std::string> add_quantized_parameters(io::Value& checkpoint, const nn::Module& model,
                                                             const nn::PrecisionPlan& plan);
 
 // The lowered matrices a quantized checkpoint stores, as the layers hold them ([O, I], PyTorch's row order).
@@ -52,5 +54,10 @@ std::optional<StoredWeights> take_quantized(io::Value& checkpoint, const std::ma
 // (N matrices) dequantized to float32; --precision int8 uses them as stored"); another lower precision is
 // refused, naming both (the tools refuse it first, as a usage error).
 std::string use_stored_weights(nn::PrecisionPlan& plan, StoredWeights stored, const std::string& what);
+
+// A bundle of weights read from `ref` (lstm-run --weights: PATH or PATH#NAME) without its "quantized" section, and
+// the section's stored copies (take_quantized; the element types read from PATH's header when PATH is a whole
+// .safetensors file, else refused). A bundle without the section comes back as it is, with nullopt.
+io::Value take_quantized_weights(const io::Value& bundle, const std::string& ref, std::optional<StoredWeights>& stored);
 
 }  // namespace attnkit::models
