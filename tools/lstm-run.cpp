@@ -4,6 +4,7 @@
 
 #include "attnkit/app/recurrent_request.hpp"
 #include "attnkit/io/atomic_file.hpp"
+#include "attnkit/io/tensor_file.hpp"
 #include "attnkit/nn/recurrent.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/threads.hpp"
@@ -76,10 +77,13 @@ int main(int argc, char** argv) {
   tools::add_threads_option(app, threads);
   tools::PrecisionOptions precision;
   tools::add_precision_options(app, precision);
+  std::string save_quantized;
+  tools::add_save_quantized_option(app, save_quantized);
 
   return tools::run(app, argc, argv, [&]() -> int {
     set_num_threads(threads);  // the one thread policy: every kernel reads num_threads()
     nn::PrecisionPlan plan = tools::precision_plan(precision);
+    tools::check_save_quantized(save_quantized, precision);
     if (plan.precision() != ops::Precision::Fp32 && !grad_ref.empty())
       throw UsageError("--grad-output needs the float32 weights (a backward pass); drop --precision " +
                        precision.precision);
@@ -98,10 +102,11 @@ int main(int argc, char** argv) {
       throw UsageError("--grad-output needs an INPUT to run (with --save-weights alone nothing runs)");
     if (input_ref.empty() && !save_path.empty() && time_major)
       throw UsageError("--time-major needs an INPUT to run (with --save-weights alone nothing runs)");
-    if (input_ref.empty() && save_path.empty()) input_ref = "-";
+    if (input_ref.empty() && save_path.empty() && save_quantized.empty()) input_ref = "-";
 
     io::Sources sources(in.read_options());
     std::optional<nn::Recurrent> model;
+    std::optional<models::StoredWeights> stored;  // --weights a quantized file (--save-quantized)
     if (init) {
       ops::RecurrentConfig config;
       config.cell = cell, config.input_size = input_size, config.hidden_size = hidden_size;
@@ -113,14 +118,22 @@ int main(int argc, char** argv) {
       Rng rng(seed);
       model = nn::Recurrent::random(config, rng);
     } else {
-      const io::Value& weights = sources.single_value(weights_ref, "weights");
+      const io::Value weights = models::take_quantized_weights(sources.single_value(weights_ref, "weights"),
+                                                               weights_ref, stored);
       tools::refuse_nan_weights(weights, weights_ref, in.allow_nan);
       for (const auto& [name, w] : weights.members())  // PyTorch's nn.LSTM(proj_size=P) adds weight_hr_l*
         AK_CHECK(name.rfind("weight_hr_l", 0) != 0, "{}: {}: proj_size is not supported (an LSTM with projections)", weights_ref, name);
       model = tools::with_source(weights_ref, [&] { return nn::Recurrent::from_bundle(weights, cell, layout); });
     }
+    tools::use_stored_weights(plan, stored, weights_ref, "lstm-run");
     model->set_precision(plan);  // the names --keep-fp32 matches: the torch state_dict names (weight_ih_l0, ...)
     tools::report_precision(plan, "lstm-run");
+    if (!save_quantized.empty()) {  // the state_dict (torch layout) with the "quantized" section
+      io::Value v;
+      const std::map<std::string, std::string> dtypes = models::add_quantized_parameters(v, *model, plan);
+      io::write_file_atomic(save_quantized, io::safetensors_bytes(v, save_quantized, dtypes));
+      if (input_ref.empty() && save_path.empty()) return 0;  // --save-quantized alone
+    }
     // --save-weights is written last: after the run succeeded and its result was written
     if (save_path == "-" && !input_ref.empty() && out.path == "-")
       throw UsageError("--save-weights - and the result would share standard output; give the weights a FILE, or -o FILE for the result");

@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
     set_num_threads(threads);
     nn::PrecisionPlan plan = tools::precision_plan(precision);
     const decode::LoadedModel model = decode::load_checkpoint(model_path);
+    tools::use_stored_weights(plan, model.stored, model_path, "seq2seq-eval");
     model.model->set_precision(plan);
     tools::report_precision(plan, "seq2seq-eval");
     o.precision = plan.precision();

@@ -118,6 +118,8 @@ int main(int argc, char** argv) {
   tools::add_threads_option(app, threads);
   tools::PrecisionOptions precision;
   tools::add_precision_options(app, precision);
+  std::string save_quantized;
+  tools::add_save_quantized_option(app, save_quantized);
 
   // A language model: each prompt continued by --max-new-tokens tokens; on a terminal (no -o) with one output
   // per prompt the text is written as it is produced, else one JSON line per prompt.
@@ -237,6 +239,7 @@ int main(int argc, char** argv) {
     o.validate();
     set_num_threads(threads);
     nn::PrecisionPlan plan = tools::precision_plan(precision);
+    tools::check_save_quantized(save_quantized, precision);
 
     // (the loaders' messages name the files)
     const decode::LoadedModel model =
@@ -248,8 +251,16 @@ int main(int argc, char** argv) {
       models::check_same_spm(*model.src_spm, model_path, models::SpmModel::read_file(spm_model_path), spm_model_path);
     }
     decode::use_special_ids(model, o);  // an exported model's specials may sit anywhere in its vocabularies
+    tools::use_stored_weights(plan, model.stored, model_path, "transformer-decode");
     model.model->set_precision(plan);
     tools::report_precision(plan, "transformer-decode");
+    if (!save_quantized.empty()) {
+      decode::save_quantized(model, plan, save_quantized);
+      if (src_opt->count() + prompt_opt->count() == 0) {  // nothing to decode but standard input: not read
+        std::cerr << "transformer-decode: wrote " << save_quantized << "; no --src or --prompt, nothing decoded\n";
+        return 0;
+      }
+    }
     if (model.family == "transformer-lm" || model.family == "recurrent-lm") return generate(model, o);
     if (prompt_opt->count() + new_opt->count() > 0)
       throw UsageError((prompt_opt->count() ? std::string("--prompt") : std::string("--max-new-tokens")) +

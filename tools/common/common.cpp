@@ -182,6 +182,32 @@ void report_precision(const nn::PrecisionPlan& plan, const std::string& tool) {
   if (plan.precision() != ops::Precision::Fp32) std::cerr << tool << ": " << plan.summary() << "\n";
 }
 
+void add_save_quantized_option(CLI::App& app, std::string& path) {
+  app.add_option("--save-quantized", path, "Write the model with its weight matrices in --precision (int8: int8 "
+                                           "values and a scale per row; bf16) to FILE.safetensors")
+      ->type_name("FILE.safetensors");
+}
+
+void check_save_quantized(const std::string& path, const PrecisionOptions& options) {
+  if (path.empty()) return;
+  if (options.precision == "fp32")
+    throw UsageError("--save-quantized " + path + " goes with --precision bf16 or int8 (the precision it stores)");
+  if (io::file_format(path) != io::FileFormat::Safetensors)
+    throw UsageError("--save-quantized " + path + ": a quantized checkpoint is a .safetensors file");
+}
+
+void use_stored_weights(nn::PrecisionPlan& plan, const std::optional<models::StoredWeights>& stored,
+                        const std::string& what, const std::string& tool) {
+  if (!stored) return;
+  const ops::Precision p = plan.precision();
+  if (p != ops::Precision::Fp32 && p != stored->precision)
+    throw UsageError(fmt::format("--precision {}: {} holds {} weights (use --precision {}, or fp32 to dequantize them)",
+                                 ops::precision_name(p), what, ops::precision_name(stored->precision),
+                                 ops::precision_name(stored->precision)));
+  const std::string note = models::use_stored_weights(plan, *stored, what);
+  if (!note.empty()) std::cerr << tool << ": " << note << "\n";
+}
+
 void add_threads_option(CLI::App& app, int& threads) {
   app.add_option("--threads", threads, fmt::format("Threads for the heavy kernels, 0 (one per core) to {}", kMaxThreads))
       ->check(CLI::Validator(

@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/io/json_writer.hpp"
 #include "attnkit/io/reference.hpp"
+#include "attnkit/models/quantized_checkpoint.hpp"
 #include "attnkit/nn/precision.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/with_source.hpp"
@@ -79,6 +81,14 @@ nn::PrecisionPlan precision_plan(const PrecisionOptions& options);
 // After the model took the plan: a --keep-fp32 pattern that matched no weight is a usage error (naming it and
 // where the names come from); otherwise, below fp32, what was lowered is said on stderr ("TOOL: int8: ...").
 void report_precision(const nn::PrecisionPlan& plan, const std::string& tool);
+// --save-quantized FILE.safetensors: a path given needs --precision bf16 or int8 and the extension (usage errors).
+void add_save_quantized_option(CLI::App& app, std::string& path);
+void check_save_quantized(const std::string& path, const PrecisionOptions& options);
+// A model read from a quantized checkpoint `what` (models/quantized_checkpoint.hpp), before it takes the plan: in
+// the plan's precision its stored copies are used as they are; in fp32 its dequantized values, said on stderr
+// ("TOOL: FILE: int8 weights (N matrices) dequantized to float32; ..."); another precision is a usage error.
+void use_stored_weights(nn::PrecisionPlan& plan, const std::optional<models::StoredWeights>& stored,
+                        const std::string& what, const std::string& tool);
 
 // Where a run's result goes: standard output, or -o FILE (written to a temporary, moved into place
 // by commit(), removed if the run fails). Each write() is one document or record, a newline

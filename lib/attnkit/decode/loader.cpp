@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "attnkit/io/atomic_file.hpp"
 #include "attnkit/io/json_reader.hpp"
+#include "attnkit/io/record_reader.hpp"
 #include "attnkit/io/tensor_file.hpp"
 #include "attnkit/models/checkpoint.hpp"
 #include "attnkit/models/fields.hpp"
@@ -65,8 +67,11 @@ LoadedModel load_exported(const std::string& config_path, const std::string& wei
   return m;
 }
 
-LoadedModel load_checkpoint(const std::string& path) {
-  const io::Value v = io::read_value_file(path);  // JSON, .safetensors, .npz by extension
+namespace {
+
+// A checkpoint document; `dtypes`: a .safetensors file's element types (null for another format).
+LoadedModel load_document(io::Value v, const std::map<std::string, std::string>* dtypes, const std::string& path) {
+  std::optional<models::StoredWeights> stored = models::take_quantized(v, dtypes, path);
   models::CheckpointHead head = models::read_checkpoint_head(v, path);
   LoadedModel m;
   m.family = head.family;
@@ -80,7 +85,41 @@ LoadedModel load_checkpoint(const std::string& path) {
   models::load_parameters(*m.model, v, path);
   models::check_checkpoint_complete(*m.model, v, *head.config, path);
   models::check_vocab_sizes(m.model->config_value(), m.src_vocab, m.tgt_vocab, path);
+  m.stored = std::move(stored);
   return m;
+}
+
+}  // namespace
+
+LoadedModel load_safetensors_checkpoint(std::string_view bytes, const std::string& what) {
+  const std::map<std::string, std::string> dtypes = io::safetensors_dtypes(bytes, what);
+  return load_document(io::read_document(bytes, io::FileFormat::Safetensors, what), &dtypes, what);
+}
+
+LoadedModel load_checkpoint(const std::string& path) {
+  if (io::file_format(path) != io::FileFormat::Safetensors)
+    return load_document(io::read_value_file(path), nullptr, path);  // JSON, .npz by extension
+  const std::string bytes = io::read_text(path, [&](std::string_view so_far, size_t from) {
+    io::refuse_impossible_start(so_far, from, io::FileFormat::Safetensors, path, {});
+  });
+  return load_safetensors_checkpoint(bytes, path);
+}
+
+void save_quantized(const LoadedModel& m, const nn::PrecisionPlan& plan, const std::string& path) {
+  AK_CHECK(io::file_format(path) == io::FileFormat::Safetensors,
+           "{}: a quantized checkpoint is a .safetensors file (its int8 and bfloat16 elements stored as such)", path);
+  io::Value v = models::checkpoint_head(*m.model);
+  io::Value training;  // what read_checkpoint_head reads of it
+  training.set("src_tokenizer", models::text_value(models::tokenizer_name(m.src_tokenizer)));
+  training.set("tgt_tokenizer", models::text_value(models::tokenizer_name(m.tgt_tokenizer)));
+  v.set("training", std::move(training));
+  models::add_vocabularies(v, m.src_vocab, m.tgt_vocab);
+  if (m.src_spm || m.tgt_spm) {
+    const models::SpmModel& source = m.src_spm ? *m.src_spm : *m.tgt_spm;
+    models::add_spm_models(v, source, m.tgt_spm ? &*m.tgt_spm : nullptr);
+  }
+  const std::map<std::string, std::string> dtypes = models::add_quantized_parameters(v, *m.model, plan);
+  io::write_file_atomic(path, io::safetensors_bytes(v, path, dtypes));
 }
 
 void use_special_ids(const LoadedModel& m, SearchOptions& options) {

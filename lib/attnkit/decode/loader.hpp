@@ -14,6 +14,7 @@
 
 #include "attnkit/decode/search.hpp"
 #include "attnkit/models/model.hpp"
+#include "attnkit/models/quantized_checkpoint.hpp"
 #include "attnkit/models/spm.hpp"
 #include "attnkit/models/vocab.hpp"
 
@@ -25,11 +26,19 @@ struct LoadedModel {
   models::Vocab src_vocab, tgt_vocab;
   models::Tokenizer src_tokenizer = models::Tokenizer::Char, tgt_tokenizer = models::Tokenizer::Char;
   std::optional<models::SpmModel> src_spm, tgt_spm;  // a checkpoint's SentencePiece models (tokenizer spm)
+  std::optional<models::StoredWeights> stored;  // a quantized checkpoint's lowered matrices (its float32 values
+                                                // in the model are theirs, dequantized)
 };
 
 // Reads the checkpoint at `path`; every refusal names the file: not a checkpoint, an unknown family, a
 // config that disagrees with its vocabularies or weights.
 LoadedModel load_checkpoint(const std::string& path);
+// The same from the bytes of a .safetensors checkpoint, plain or quantized; `what` names it in messages.
+LoadedModel load_safetensors_checkpoint(std::string_view bytes, const std::string& what);
+// A quantized checkpoint of `m` as `plan` (which m.model took) lowers it (models/quantized_checkpoint.hpp), written
+// atomically to `path` (.safetensors; anything else is refused): the model part of a checkpoint (format, config,
+// the tokenizers as "training", vocabularies, spm) with the parameters and the "quantized" section.
+void save_quantized(const LoadedModel& m, const nn::PrecisionPlan& plan, const std::string& path);
 
 // A model exported from PyTorch (or written by hand): `config_path` is a JSON object holding the family's
 // config members ("family", sizes, as the checkpoint's "config"), plus

@@ -4,7 +4,9 @@
 #include "attnkit/io/tensor_file.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -29,7 +31,9 @@ DTypeInfo safetensors_dtype(const std::string& name, const std::string& what) {
   fail("{}: dtype \"{}\" is not supported (F16, BF16, F32, F64, I8-I64, U8-U64 and BOOL are)", what, name);
 }
 
-Value parse_safetensors(std::string_view bytes, const std::string& what, const ReadOptions& options) {
+// header_only: every check, then nothing is converted (an empty Value).
+Value parse_safetensors(std::string_view bytes, const std::string& what, const ReadOptions& options,
+                        bool header_only = false) {
   const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
   AK_CHECK(bytes.size() >= 8, "{}: not a .safetensors file (shorter than its 8-byte header size)", what);
   const uint64_t header_len = load64(u, false);
@@ -115,6 +119,7 @@ Value parse_safetensors(std::string_view bytes, const std::string& what, const R
     covered = it.end;
   }
   AK_CHECK(covered == data.size(), "{}: {} bytes after the last tensor's data", what, data.size() - covered);
+  if (header_only) return Value();
   std::vector<std::pair<std::string, Tensor>> tensors;
   tensors.reserve(items.size());
   for (const auto& it : items)
@@ -123,14 +128,46 @@ Value parse_safetensors(std::string_view bytes, const std::string& what, const R
   return assemble(std::move(tensors), meta, what, options);
 }
 
-std::string safetensors_of(const FlatFile& flat) {
+// The element type a tensor is written in: "F32" unless `dtypes` names it.
+const std::string& dtype_of(const std::map<std::string, std::string>& dtypes, const std::string& name) {
+  static const std::string f32 = "F32";
+  const auto it = dtypes.find(name);
+  return it == dtypes.end() ? f32 : it->second;
+}
+
+// t's values as int8 or bfloat16, each checked to be held exactly.
+void append_narrow(std::string& out, const Tensor& t, const std::string& dtype, const std::string& what) {
+  const float* x = t.data();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (dtype == "I8") {
+      AK_CHECK(x[i] >= -128 && x[i] <= 127 && x[i] == std::nearbyint(x[i]), "{}: value [{}] = {} is not an int8",
+               what, i, x[i]);
+      out += static_cast<char>(static_cast<int8_t>(x[i]));
+    } else {
+      uint32_t bits;
+      std::memcpy(&bits, &x[i], 4);
+      AK_CHECK((bits & 0xffffu) == 0, "{}: value [{}] = {} is not a bfloat16", what, i, x[i]);
+      append_le16(out, static_cast<uint16_t>(bits >> 16));
+    }
+  }
+}
+
+std::string safetensors_of(const FlatFile& flat, const std::map<std::string, std::string>& dtypes = {},
+                           std::string_view target = {}) {
   const auto& members = flat.tensors;
+  for (const auto& [name, dtype] : dtypes) {
+    AK_CHECK(dtype == "I8" || dtype == "BF16", "{}#{}: dtype {} (I8 or BF16 are written besides F32)", target, name,
+             dtype);
+    AK_CHECK(std::any_of(members.begin(), members.end(), [&](const auto& m) { return m.first == name; }),
+             "{}: no tensor {} to store as {}", target, name, dtype);
+  }
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!flat.meta.empty()) header["__metadata__"] = {{kMetaName, flat.meta}};
   uint64_t at = 0;
   for (const auto& [name, t] : members) {
-    const uint64_t size = static_cast<uint64_t>(t->numel()) * 4;
-    header[name] = {{"dtype", "F32"}, {"shape", t->shape()}, {"data_offsets", {at, at + size}}};
+    const std::string& dtype = dtype_of(dtypes, name);
+    const uint64_t size = static_cast<uint64_t>(t->numel()) * (dtype == "F32" ? 4 : dtype == "I8" ? 1 : 2);
+    header[name] = {{"dtype", dtype}, {"shape", t->shape()}, {"data_offsets", {at, at + size}}};
     at += size;
   }
   std::string text = header.dump();
@@ -139,7 +176,11 @@ std::string safetensors_of(const FlatFile& flat) {
   out.reserve(8 + text.size() + at);
   for (int i = 0; i < 8; ++i) out += static_cast<char>((static_cast<uint64_t>(text.size()) >> (8 * i)) & 0xff);
   out += text;
-  for (const auto& m : members) append_floats(out, *m.second);
+  for (const auto& [name, t] : members) {
+    const std::string& dtype = dtype_of(dtypes, name);
+    if (dtype == "F32") append_floats(out, *t);
+    else append_narrow(out, *t, dtype, std::string(target) + "#" + name);
+  }
   return out;
 }
 
@@ -151,6 +192,24 @@ Value read_safetensors(std::string_view bytes, std::string_view source, const Re
 
 std::string safetensors_bytes(const Value& value, std::string_view target) {
   return safetensors_of(flat_file(value, target, ".safetensors"));
+}
+
+std::string safetensors_bytes(const Value& value, std::string_view target,
+                              const std::map<std::string, std::string>& dtypes) {
+  return safetensors_of(flat_file(value, target, ".safetensors"), dtypes, target);
+}
+
+std::map<std::string, std::string> safetensors_dtypes(std::string_view bytes, std::string_view source) {
+  const std::string what(source);
+  ReadOptions options;
+  options.max_elements = int64_t{1} << 62;  // nothing is allocated: the sizes are only checked against the bytes
+  parse_safetensors(bytes, what, options, /*header_only=*/true);
+  const uint64_t header_len = load64(reinterpret_cast<const unsigned char*>(bytes.data()), false);
+  const nlohmann::json j = nlohmann::json::parse(bytes.substr(8, header_len));  // checked by parse_safetensors
+  std::map<std::string, std::string> out;
+  for (const auto& [name, entry] : j.items())
+    if (name != "__metadata__") out[name] = entry["dtype"].get<std::string>();
+  return out;
 }
 
 }  // namespace attnkit::io

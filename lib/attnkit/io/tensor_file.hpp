@@ -33,6 +33,7 @@
 // UTF-8 or whose local header disagrees with the central directory. A deflated .npz member is inflated in
 // bounded steps against its .npy header's byte count, never into a buffer of the size the zip claims.
 #pragma once
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -77,6 +78,14 @@ Value read_value_file(const std::string& path, const ReadOptions& options = {});
 std::string npy_bytes(const Value& value, std::string_view target);
 std::string npz_bytes(const Value& value, std::string_view target);
 std::string safetensors_bytes(const Value& value, std::string_view target);
+// The same with some tensors stored in another element type, by joined name: "I8" (every value an integer in
+// [-128, 127]) or "BF16" (every value a bfloat16: the low 16 bits of its float32 zero); a value the type cannot
+// hold exactly, or a name the bundle lacks, is refused naming the tensor. Read back as float32, bit for bit.
+std::string safetensors_bytes(const Value& value, std::string_view target,
+                              const std::map<std::string, std::string>& dtypes);
+// The dtype of every tensor of a .safetensors file ("F32", "I8", ...), by name, from its header (checked as
+// read_safetensors checks it: a file it refuses is refused here too).
+std::map<std::string, std::string> safetensors_dtypes(std::string_view bytes, std::string_view source);
 
 // Writes `value` to `path` atomically in the format its extension names (JSON: `json` options, a newline
 // after the document).

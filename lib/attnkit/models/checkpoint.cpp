@@ -223,7 +223,7 @@ void check_checkpoint_complete(const TranslationModel& model, const io::Value& c
              "{}: config field \"{}\" is missing (a checkpoint stores every field of its model's config)", what, name);
   static const std::set<std::string, std::less<>> sections = {"format", "version", "config", "vocab", "spm",
                                                               "training", "rng", "step", "optimizer", "data_order",
-                                                              "window", "shard_rngs", "averaged"};
+                                                              "window", "shard_rngs", "averaged", "quantized"};
   std::set<std::string> parameters;
   for (const Parameter* p : static_cast<const nn::Module&>(model).named_parameters()) parameters.insert(p->name);
   for (const auto& [name, value] : checkpoint.members()) {
@@ -321,6 +321,9 @@ io::Value average_checkpoints(const std::vector<std::string>& paths) {
 }
 
 void check_not_averaged(const io::Value& checkpoint, const std::string& what) {
+  AK_CHECK(!checkpoint.is_bundle() || checkpoint.find("quantized") == nullptr,
+           "{}: a quantized checkpoint (transformer-decode --save-quantized) holds its weight matrices in lower "
+           "precision and no training state; training resumes from the float32 checkpoint it was made from", what);
   const io::Value* averaged = checkpoint.is_bundle() ? checkpoint.find("averaged") : nullptr;
   if (averaged == nullptr) return;
   const Fields a(*averaged, what + ": averaged");

@@ -89,7 +89,8 @@ void check_checkpoint_complete(const TranslationModel& model, const io::Value& c
 // parameters and an "averaged" section, {"checkpoints": "N", "steps": "S1 S2 ..."} (each input's "step", "-" for
 // one without: an average itself). It holds no training state: decoding reads it, training does not resume from it.
 io::Value average_checkpoints(const std::vector<std::string>& paths);
-// Training resumes from a training checkpoint: refuses an average, naming `what`.
+// Training resumes from a training checkpoint: refuses an average and a quantized checkpoint
+// (models/quantized_checkpoint.hpp), naming `what`.
 void check_not_averaged(const io::Value& checkpoint, const std::string& what);
 
 }  // namespace attnkit::models

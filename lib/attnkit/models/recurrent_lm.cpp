@@ -148,8 +148,11 @@ void RecurrentLM::set_precision(nn::PrecisionPlan& plan) {
     output_->set_precision(plan);
     return;
   }
-  tied_precision_ = plan.for_weight(embed_.weight.name, embed_.weight.value.dim(0), embed_.weight.value.dim(1));
+  const Parameter& w = embed_.weight;  // [V, E]
+  tied_precision_ = plan.for_weight(w.name, w.value.dim(0), w.value.dim(1), true);
   tied_lowp_ = DerivedSlot<ops::LowpWeights>();
+  if (const ops::LowpWeights* s = plan.stored(w.name, tied_precision_, w.value.dim(0), w.value.dim(1)))
+    tied_lowp_.get({&w}, [&] { return *s; });  // the stored copy, kept while the embedding is unchanged
 }
 
 Var RecurrentLM::project(const Var& h) {

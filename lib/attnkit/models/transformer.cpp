@@ -217,8 +217,10 @@ void Transformer::set_precision(nn::PrecisionPlan& plan) {
   decoder_.set_precision(plan);
   if (output_) return output_->set_precision(plan);
   const Parameter& w = target_table().weight;
-  tied_precision_ = plan.for_weight(w.name, w.value.dim(0), w.value.dim(1));
+  tied_precision_ = plan.for_weight(w.name, w.value.dim(0), w.value.dim(1), true);
   tied_lowp_ = DerivedSlot<ops::LowpWeights>();
+  if (const ops::LowpWeights* s = plan.stored(w.name, tied_precision_, w.value.dim(0), w.value.dim(1)))
+    tied_lowp_.get({&w}, [&] { return *s; });
   tied_lowp();  // made now: a weight the precision cannot hold is refused here
 }
 

@@ -168,8 +168,11 @@ std::shared_ptr<const ops::LowpWeights> TransformerLM::tied_lowp() const {
 void TransformerLM::set_precision(nn::PrecisionPlan& plan) {
   decoder_.set_precision(plan);
   if (output_) return output_->set_precision(plan);
-  tied_precision_ = plan.for_weight(embed_.weight.name, embed_.weight.value.dim(0), embed_.weight.value.dim(1));
+  const Parameter& w = embed_.weight;  // [V, E]
+  tied_precision_ = plan.for_weight(w.name, w.value.dim(0), w.value.dim(1), true);
   tied_lowp_ = DerivedSlot<ops::LowpWeights>();
+  if (const ops::LowpWeights* s = plan.stored(w.name, tied_precision_, w.value.dim(0), w.value.dim(1)))
+    tied_lowp_.get({&w}, [&] { return *s; });  // the stored copy, kept while the embedding is unchanged
   tied_lowp();  // made now: a weight the precision cannot hold is refused here
 }
 

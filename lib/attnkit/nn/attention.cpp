@@ -173,6 +173,16 @@ void MultiheadAttention::set_precision(PrecisionPlan& plan) {
     else
       p = plan.for_weight(w.name, w.value.dim(documents ? 1 : 0), w.value.dim(documents ? 0 : 1));
     lowp_[size_t(part)] = DerivedSlot<ops::LowpWeights>();
+    const ops::LowpWeights* s =
+        plan.stored(w.name, p, w.value.dim(documents ? 1 : 0), w.value.dim(documents ? 0 : 1));
+    if (s == nullptr) continue;
+    if (form == MhaWeightForm::InProj && part < 3) {  // the part's rows row0 .. row0 + E of the stored [3E, E]
+      std::vector<int64_t> rows(size_t(w.value.dim(1)));
+      for (size_t r = 0; r < rows.size(); ++r) rows[r] = row0 + int64_t(r);
+      lowp_[size_t(part)].get({&w}, [&] { return ops::lowp_rows(*s, rows); });
+    } else {
+      lowp_[size_t(part)].get({&w}, [&] { return *s; });
+    }
   }
   for (int part = 0; part < 4; ++part) lowp(part);  // made now: a weight the precision cannot hold is refused here
 }

@@ -49,6 +49,8 @@ autograd::Var Linear::forward(const autograd::Var& x, const autograd::LinearThen
 void Linear::set_precision(PrecisionPlan& plan) {
   precision_ = plan.for_weight(weight.name, out_features(), in_features());
   lowp_ = DerivedSlot<ops::LowpWeights>();
+  if (const ops::LowpWeights* s = plan.stored(weight.name, precision_, out_features(), in_features()))
+    lowp_.get({&weight}, [&] { return *s; });  // the stored copy, kept while the weight is unchanged
   lowp_weight();  // made now: a weight the precision cannot hold is refused here, not at the first product
 }
 

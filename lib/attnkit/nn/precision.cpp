@@ -13,7 +13,7 @@ PrecisionPlan::PrecisionPlan(ops::Precision precision, std::vector<std::string> 
   for (const std::string& p : keep_) AK_CHECK(!p.empty(), "a keep-in-float32 pattern is empty");
 }
 
-ops::Precision PrecisionPlan::for_weight(const std::string& name, int64_t out, int64_t in) {
+ops::Precision PrecisionPlan::for_weight(const std::string& name, int64_t out, int64_t in, bool float_too) {
   bool keep = false;
   for (size_t i = 0; i < keep_.size(); ++i)
     if (fnmatch(keep_[i].c_str(), name.c_str(), 0) == 0) keep = true, used_[i] = true;
@@ -24,11 +24,22 @@ ops::Precision PrecisionPlan::for_weight(const std::string& name, int64_t out, i
   if (keep || precision_ == ops::Precision::Fp32) {
     kept_ += keep;
     bytes_ += 4 * n;
+    decisions_.push_back({name, out, in, ops::Precision::Fp32, float_too});
     return ops::Precision::Fp32;
   }
   ++lowered_;
   bytes_ += precision_ == ops::Precision::Int8 ? n + 4.0 * double(out) : 2 * n;  // int8: + a scale per row
+  decisions_.push_back({name, out, in, precision_, float_too});
   return precision_;
+}
+
+const ops::LowpWeights* PrecisionPlan::stored(const std::string& name, ops::Precision precision, int64_t out,
+                                              int64_t in) const {
+  const auto it = stored_.find(name);
+  if (precision == ops::Precision::Fp32 || it == stored_.end() || it->second.precision != precision) return nullptr;
+  AK_CHECK(it->second.out == out && it->second.in == in, "{}: stored in {} as [{}, {}], but the model multiplies by "
+           "[{}, {}]", name, ops::precision_name(precision), it->second.out, it->second.in, out, in);
+  return &it->second;
 }
 
 std::vector<std::string> PrecisionPlan::unmatched() const {

@@ -47,6 +47,14 @@ void Recurrent::set_precision(PrecisionPlan& plan) {
   precision_ih_ = std::move(ih), precision_hh_ = std::move(hh);
   lowp_ih_ = std::vector<DerivedSlot<ops::LowpWeights>>(params_.size());
   lowp_hh_ = std::vector<DerivedSlot<ops::LowpWeights>>(params_.size());
+  const auto seed = [&](const Parameter& w, ops::Precision precision, const DerivedSlot<ops::LowpWeights>& slot) {
+    if (const ops::LowpWeights* s = plan.stored(w.name, precision, w.value.dim(0), w.value.dim(1)))
+      slot.get({&w}, [&] { return ops::recurrent_lowp_from_stored(config_.cell, config_.hidden_size, *s, w.name); });
+  };
+  for (size_t i = 0; i < params_.size(); ++i) {
+    seed(params_[i].w_ih, precision_ih_[i], lowp_ih_[i]);
+    seed(params_[i].w_hh, precision_hh_[i], lowp_hh_[i]);
+  }
   weights();  // the copies made now: a weight the precision cannot hold is refused here, not at the first run
 }
 

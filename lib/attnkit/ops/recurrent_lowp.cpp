@@ -26,6 +26,15 @@ LowpWeights make_recurrent_lowp(CellKind cell, int64_t H, const Tensor& w, Preci
   return make_lowp_weights(blocked.data(), G * H, K, precision, what);
 }
 
+LowpWeights recurrent_lowp_from_stored(CellKind cell, int64_t H, const LowpWeights& stored, std::string_view what) {
+  const int G = gate_count(cell);
+  AK_CHECK(stored.out == G * H, "{}: {} rows, expected {} ({} gates x {} units)", what, stored.out, G * H, G, H);
+  std::vector<int64_t> rows(static_cast<size_t>(G * H));  // blocked row blocked_column(u, g) = stored row g*H + u
+  for (int g = 0; g < G; ++g)
+    for (int64_t u = 0; u < H; ++u) rows[static_cast<size_t>(blocked_column(u, g, H, G))] = g * H + u;
+  return lowp_rows(stored, rows);
+}
+
 namespace {
 
 // y [rows, GH] (stride ldy) = x [rows, K] (stride ldx) W^T: the lower-precision copy when set, else float32 from

@@ -98,6 +98,8 @@ struct RecurrentDirection {
 // layout, reordered). `what` names the weight in messages (a NaN or infinity is refused).
 LowpWeights make_recurrent_lowp(CellKind cell, int64_t H, const Tensor& w, Precision precision,
                                 std::string_view what);
+// The same layout from a copy stored in PyTorch's row order [G*H, K] (a quantized checkpoint): its rows reordered.
+LowpWeights recurrent_lowp_from_stored(CellKind cell, int64_t H, const LowpWeights& stored, std::string_view what);
 
 // The whole stack: directions[layer*dirs + dir].
 struct RecurrentWeights {
