@@ -25,14 +25,21 @@ TrainingData load_data(const DataSpec& spec) {
 }
 }  // namespace
 
+namespace {
+
+// --vocab: the file's vocabularies replace the ones built from the data.
+void use_vocab_file(TrainingData& d, const std::string& path) {
+  VocabPair v = read_vocab_pair(path);
+  d.src_vocab = std::move(v.source);
+  d.tgt_vocab = std::move(v.target);
+  d.vocab_source = path;
+}
+
+}  // namespace
+
 TrainingData load_training_data(const DataSpec& spec) {
   TrainingData d = load_data(spec);
-  if (!spec.vocab_path.empty()) {
-    VocabPair v = read_vocab_pair(spec.vocab_path);
-    d.src_vocab = std::move(v.source);
-    d.tgt_vocab = std::move(v.target);
-    d.vocab_source = spec.vocab_path;
-  }
+  if (!spec.vocab_path.empty()) use_vocab_file(d, spec.vocab_path);
   return d;
 }
 
@@ -79,10 +86,7 @@ TrainingData load_training_parts(const DataSpec& spec, Communicator& comm, int64
     fail("{}: no examples left: {} bad lines skipped", spec.train_path, bad);
   }
   if (!spec.vocab_path.empty()) {
-    VocabPair v = read_vocab_pair(spec.vocab_path);
-    d.src_vocab = std::move(v.source);
-    d.tgt_vocab = std::move(v.target);
-    d.vocab_source = spec.vocab_path;
+    use_vocab_file(d, spec.vocab_path);
     return d;
   }
   // every rank's counts, merged in rank order: the parts' order
