@@ -155,7 +155,9 @@ void append_narrow(std::string& out, const Tensor& t, const std::string& dtype, 
 std::string safetensors_of(const FlatFile& flat, const std::map<std::string, std::string>& dtypes = {},
                            std::string_view target = {}) {
   const auto& members = flat.tensors;
-  for (const auto& [name, dtype] : dtypes) {
+  for (const auto& entry : dtypes) {
+    const std::string& name = entry.first;  // (a structured binding cannot be captured before C++20)
+    const std::string& dtype = entry.second;
     AK_CHECK(dtype == "I8" || dtype == "BF16", "{}#{}: dtype {} (I8 or BF16 are written besides F32)", target, name,
              dtype);
     AK_CHECK(std::any_of(members.begin(), members.end(), [&](const auto& m) { return m.first == name; }),
