@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "attnkit/ops/quantized.hpp"
@@ -107,6 +108,26 @@ TEST_CASE("int8: the linear layer is within the quantization's bound of float32"
           CHECK(std::fabs(y[static_cast<size_t>(i * s.n + r)] - exact) <= bound);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("int8: a row holding NaN or infinity gives NaN outputs, the other rows their values") {
+  Rng rng(5);
+  const int64_t n = 8, k = 16;
+  const std::vector<float> w = normal(n * k, rng, 0.1f);
+  const ops::Q8Matrix q = ops::quantize_q8(w.data(), n, k);
+  std::vector<float> x = normal(3 * k, rng);
+  x[3] = std::nanf("");                                   // row 0
+  x[k + 5] = -std::numeric_limits<float>::infinity();     // row 1
+  for (LowpKernel kernel : kAll) {
+    if (!ops::q8_kernel_available(kernel)) continue;
+    std::vector<float> y(static_cast<size_t>(3 * n));
+    ops::q8_linear(q, x.data(), 3, k, nullptr, y.data(), n, kernel);
+    for (int64_t r = 0; r < n; ++r) {
+      CHECK(std::isnan(y[static_cast<size_t>(r)]));
+      CHECK(std::isnan(y[static_cast<size_t>(n + r)]));
+      CHECK(std::isfinite(y[static_cast<size_t>(2 * n + r)]));
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include <omp.h>
@@ -170,11 +171,21 @@ void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t
   for (int64_t i = 0; i < m; ++i) {
     const float* row = x + i * ldx;
     float amax = 0;
-    for (int64_t c = 0; c < k; ++c) amax = std::max(amax, std::fabs(row[c]));
+    bool finite = true;
+    for (int64_t c = 0; c < k; ++c) {
+      const float v = std::fabs(row[c]);
+      finite = finite && v <= std::numeric_limits<float>::max();
+      amax = std::max(amax, v);
+    }
+    int8_t* out = a + i * k4;
+    if (!finite) {  // a NaN or infinity has no int8 value: the row's products are NaN, as float32's would not be finite
+      t[i] = std::numeric_limits<float>::quiet_NaN();
+      std::fill(out, out + k4, int8_t{0});
+      continue;
+    }
     const float s = amax / 127.0f;
     t[i] = s;
     const float inv = s > 0 ? 1.0f / s : 0.0f;
-    int8_t* out = a + i * k4;
     for (int64_t c = 0; c < k; ++c) out[c] = static_cast<int8_t>(std::clamp(std::nearbyint(row[c] * inv), -127.0f, 127.0f));
     std::fill(out + k, out + k4, int8_t{0});
   }
