@@ -323,6 +323,20 @@ std::string conversion_message(const CLI::App& app, const std::string& what) {
 
 }  // namespace
 
+namespace {
+
+// An error message in one write: under mpirun every process may print one, and the first to exit can have the
+// others killed; a message written piece by piece would then come out cut or interleaved with another's.
+void say(const std::string& text) {
+  std::cerr.write(text.data(), static_cast<std::streamsize>(text.size()));
+  std::cerr.flush();
+}
+void say_usage(const std::string& name, const std::string& message) {
+  say(fmt::format("{}: {}\n(run {} --help for usage)\n", name, message, name));
+}
+
+}  // namespace
+
 int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   const std::string name = app.get_name();
   std::vector<std::string> args(argv, argv + argc);
@@ -351,29 +365,29 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) 
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ConversionError& e) {
-    std::cerr << name << ": " << conversion_message(app, e.what()) << "\n(run " << name << " --help for usage)\n";
+    say_usage(name, conversion_message(app, e.what()));
     return 2;
   } catch (const CLI::ParseError& e) {
     std::string message = e.what();
     for (char& c : message)
       if (c == kStdinMark) c = '-';
-    std::cerr << name << ": " << message << "\n(run " << name << " --help for usage)\n";
+    say_usage(name, message);
     return 2;
   }
   try {
     retain_freed_memory();  // record after record (or step after step) reuses the same pages (tensor/memory.hpp)
     return body();
   } catch (const UsageError& e) {
-    std::cerr << name << ": " << e.what() << "\n(run " << name << " --help for usage)\n";
+    say_usage(name, e.what());
     return 2;
   } catch (const Error& e) {
-    std::cerr << name << ": " << e.what() << '\n';
+    say(fmt::format("{}: {}\n", name, e.what()));
     return 1;
   } catch (const std::bad_alloc&) {
-    std::cerr << name << ": out of memory\n";
+    say(fmt::format("{}: out of memory\n", name));
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << name << ": " << e.what() << '\n';
+    say(fmt::format("{}: {}\n", name, e.what()));
     return 1;
   }
 }
