@@ -8,6 +8,7 @@
 // Driven by bench/precision_decode.sh; alone:
 //   precision_bench [--layers 6] [--d 512] [--heads 8] [--ff 2048] [--vocab 8000] [--src-len 32] [--tokens 64]
 //                   [--batch 64] [--enc-batch 16] [--enc-len 256] [--rounds 5] [--threads 2]
+//                   [--only fp32|bf16|int8 (one precision, no ratios: for a profiler)]
 // Prints one JSON line per measurement and precision, then a table on stderr.
 #include <algorithm>
 #include <chrono>
@@ -49,11 +50,16 @@ double matrix_bytes(Precision p, double out, double in) {
 int main(int argc, char** argv) {
   int64_t layers = 6, E = 512, NH = 8, F = 2048, V = 8000, S = 32, T = 64, B = 64, EB = 16, ET = 256, rounds = 5;
   int threads = 2;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) {
       std::fprintf(stderr, "precision_bench: %s needs a value (see the header of bench/precision_bench.cpp)\n", a.c_str());
       return 2;
+    }
+    if (a == "--only") {
+      only = argv[++i];
+      continue;
     }
     const int64_t v = std::atoll(argv[++i]);
     if (a == "--layers") layers = v;
@@ -108,7 +114,8 @@ int main(int argc, char** argv) {
       const autograd::Var y = layer.forward(x, {});
       return now() - t0;
     };
-    const std::vector<Precision> precisions{Precision::Fp32, Precision::Bf16, Precision::Int8};
+    std::vector<Precision> precisions{Precision::Fp32, Precision::Bf16, Precision::Int8};
+    if (!only.empty()) precisions = {ops::precision_from_name(only)};
     std::map<Precision, std::vector<double>> b1, bB, enc;
     auto use = [&](Precision p) {
       nn::PrecisionPlan plan(p), layer_plan(p);
@@ -146,7 +153,8 @@ int main(int argc, char** argv) {
                   std::string(ops::precision_name(p)).c_str(), (long long)layers, (long long)E, threads,
                   (long long)rounds, t1, (long long)B, tB, step_bytes(p) / 1e6, gb1, gbB, e * 1e3, (long long)EB,
                   (long long)ET, (long long)E);
-      const double f1 = median(b1[Precision::Fp32]), fB = median(bB[Precision::Fp32]), fe = median(enc[Precision::Fp32]);
+      const Precision base = precisions.front();  // float32 unless --only
+      const double f1 = median(b1[base]), fB = median(bB[base]), fe = median(enc[base]);
       std::fprintf(stderr, "%-5s %12.1f %7.2fx %9.2f %14.1f %7.2fx %9.2f %14.2f %7.2fx\n",
                    std::string(ops::precision_name(p)).c_str(), t1, t1 / f1, gb1, tB, tB / fB, gbB, e * 1e3, fe / e);
     }
