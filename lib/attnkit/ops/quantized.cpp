@@ -8,6 +8,7 @@
 
 #include <omp.h>
 
+#include "attnkit/ops/quantized_tiles.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/scratch_pool.hpp"
 #include "attnkit/tensor/threads.hpp"
@@ -40,25 +41,29 @@ void pack_q8(Q8Matrix& m) {
   m.sums.assign(static_cast<size_t>(nb * kBlock), 0);
   for (int64_t r = 0; r < m.n; ++r) {
     const int64_t b = r / kBlock, j = r % kBlock;
+    const int64_t panel = detail::lowp_panel_offset(b, m.k4 / 4, 64), stride = detail::lowp_panel_width(b, nb) * 64;
     int32_t sum = 0;
     for (int64_t c = 0; c < m.k; ++c) {
       const int8_t v = m.q[static_cast<size_t>(r * m.k + c)];
-      m.packed[static_cast<size_t>(((b * (m.k4 / 4) + c / 4) * kBlock + j) * 4 + c % 4)] = v;
+      m.packed[static_cast<size_t>(panel + (c / 4) * stride + j * 4 + c % 4)] = v;
       sum += v;
     }
     m.sums[static_cast<size_t>(r)] = sum;
   }
 }
 
-// The team for `blocks` blocks of work `flops`, and its share: thread t takes [lo, hi).
+// The team for `blocks` blocks of work `flops`, and its share: thread t takes blocks [lo, hi), whole panels
+// (ops/quantized_tiles.hpp).
 template <typename Body>
 void over_blocks(int64_t blocks, double flops, Body&& body) {
-  const int team = attnkit::detail::team_for(blocks, flops);
+  const int64_t panels = (blocks + detail::kLowpPanel - 1) / detail::kLowpPanel;
+  const int team = attnkit::detail::team_for(panels, flops);
   if (team <= 1) return body(int64_t{0}, blocks);
 #pragma omp parallel num_threads(team)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t lo = blocks * t / nt, hi = blocks * (t + 1) / nt;
+    const int64_t lo = panels * t / nt * detail::kLowpPanel;
+    const int64_t hi = std::min(blocks, panels * (t + 1) / nt * detail::kLowpPanel);
     if (lo < hi) body(lo, hi);
   }
 }
@@ -247,9 +252,12 @@ float from_bf16(uint16_t b) {
 static void pack_bf16(Bf16Matrix& m) {
   const int64_t nb = blocks_of(m.n);
   m.packed.assign(static_cast<size_t>(nb * kBlock * m.k), 0);
-  for (int64_t r = 0; r < m.n; ++r)
+  for (int64_t r = 0; r < m.n; ++r) {
+    const int64_t b = r / kBlock;
+    const int64_t panel = detail::lowp_panel_offset(b, m.k, kBlock), stride = detail::lowp_panel_width(b, nb) * kBlock;
     for (int64_t c = 0; c < m.k; ++c)
-      m.packed[static_cast<size_t>(((r / kBlock) * m.k + c) * kBlock + r % kBlock)] = m.w[static_cast<size_t>(r * m.k + c)];
+      m.packed[static_cast<size_t>(panel + c * stride + r % kBlock)] = m.w[static_cast<size_t>(r * m.k + c)];
+  }
 }
 
 Bf16Matrix quantize_bf16(const float* w, int64_t n, int64_t k) {

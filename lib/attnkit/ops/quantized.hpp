@@ -33,7 +33,7 @@ struct Q8Matrix {
   int64_t k4 = 0;               // K rounded up to a multiple of 4 (zeros past K)
   std::vector<float> scale;     // s_n [N]
   std::vector<int8_t> q;        // q [N, K], row-major (what a checkpoint stores)
-  std::vector<int8_t> packed;   // [N16 / 16][k4 / 4][16][4]: 16 channels a block, 4 k each
+  std::vector<int8_t> packed;   // blocks of 16 channels x 4 k (64 bytes), panels interleaved (quantized_tiles.hpp)
   std::vector<int32_t> sums;    // sum_k q[n, k] [N16] (VNNI's offset)
   int64_t bytes() const { return static_cast<int64_t>(q.size() + scale.size() * sizeof(float)); }
 };
@@ -53,7 +53,7 @@ void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t
 struct Bf16Matrix {
   int64_t n = 0, k = 0;
   std::vector<uint16_t> w;       // [N, K] row-major bfloat16 bits
-  std::vector<uint16_t> packed;  // [N16 / 16][K][16]
+  std::vector<uint16_t> packed;  // blocks of 16 channels x 1 k, panels interleaved (quantized_tiles.hpp)
   int64_t bytes() const { return static_cast<int64_t>(w.size() * sizeof(uint16_t)); }
 };
 

@@ -22,11 +22,13 @@ void q8_tile(const int8_t* packed, int64_t k4, const int8_t* a, int64_t i0, int6
     for (int j = 0; j < B; ++j) c[r][j][0] = c[r][j][1] = _mm256_setzero_si256();
   const int64_t groups = k4 / 4;
   const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* panel = packed + lowp_panel_offset(b, groups, 64);
+  const int64_t stride = lowp_panel_width(b, n16 / 16) * 64;
   for (int64_t g = 0; g < groups; ++g) {
     __m256i w[B][2];
     for (int j = 0; j < B; ++j)
       for (int h = 0; h < 2; ++h)
-        w[j][h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + ((b + j) * groups + g) * 64 + h * 32));
+        w[j][h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + g * stride + j * 64 + h * 32));
     for (int r = 0; r < R; ++r) {
       int32_t four;
       std::memcpy(&four, a + (i0 + r) * k4 + g * 4, sizeof four);
@@ -51,11 +53,13 @@ void bf16_tile(const uint16_t* packed, int64_t k, int64_t n, const float* x, int
   __m256 c[R][B][2];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < B; ++j) c[r][j][0] = c[r][j][1] = _mm256_setzero_ps();
+  const uint16_t* panel = packed + lowp_panel_offset(b, k, 16);
+  const int64_t stride = lowp_panel_width(b, (n + 15) / 16) * 16;
   for (int64_t kk = 0; kk < k; ++kk) {
     __m256 w[B][2];
     for (int j = 0; j < B; ++j)
       for (int h = 0; h < 2; ++h) {
-        const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + ((b + j) * k + kk) * 16 + h * 8));
+        const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(panel + kk * stride + j * 16 + h * 8));
         w[j][h] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
       }
     for (int r = 0; r < R; ++r) {

@@ -25,9 +25,11 @@ void q8_tile(const int8_t* packed, const int32_t* sums, int64_t k4, const int8_t
     for (int j = 0; j < B; ++j) c[r][j] = _mm512_setzero_si512();
   const int64_t groups = k4 / 4;
   const __m512i flip = _mm512_set1_epi32(static_cast<int32_t>(0x80808080u));  // a ^ 0x80 = a + 128 as u8
+  const int8_t* panel = packed + lowp_panel_offset(b, groups, 64);
+  const int64_t stride = lowp_panel_width(b, n16 / 16) * 64;
   for (int64_t g = 0; g < groups; ++g) {
     __m512i w[B];
-    for (int j = 0; j < B; ++j) w[j] = _mm512_loadu_si512(packed + ((b + j) * groups + g) * 64);
+    for (int j = 0; j < B; ++j) w[j] = _mm512_loadu_si512(panel + g * stride + j * 64);
     for (int r = 0; r < R; ++r) {
       int32_t four;
       std::memcpy(&four, a + (i0 + r) * k4 + g * 4, sizeof four);
@@ -48,10 +50,12 @@ void bf16_tile(const uint16_t* packed, int64_t k, int64_t n, const float* x, int
   __m512 c[R][B];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < B; ++j) c[r][j] = _mm512_setzero_ps();
+  const uint16_t* panel = packed + lowp_panel_offset(b, k, 16);
+  const int64_t stride = lowp_panel_width(b, (n + 15) / 16) * 16;
   for (int64_t kk = 0; kk < k; ++kk) {
     __m512 w[B];
     for (int j = 0; j < B; ++j) {
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(packed + ((b + j) * k + kk) * 16));
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + kk * stride + j * 16));
       w[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }
     for (int r = 0; r < R; ++r) {

@@ -1,4 +1,4 @@
-// Internal (include from ops/quantized_*.cpp only): the loop every lower-precision kernel runs its register
+// Internal (include from ops/quantized*.cpp only): the loop every lower-precision kernel runs its register
 // tiles in. Rows in chunks whose activations stay in L2, blocks of 16 output channels in groups whose weights
 // stay in L1 / L2 while every row of the chunk passes over them (one row, decoding: the weights stream once);
 // inside, tiles of R rows and B blocks: tile(std::integral_constant<int, R>, std::integral_constant<int, B>,
@@ -40,7 +40,22 @@ void lowp_tiles(int64_t m, int64_t b0, int64_t b1, int64_t group, Tile&& tile) {
   }
 }
 
-// Groups of blocks whose weights (bytes_per_block each) fill about 32 KB, a multiple of 4 blocks.
-inline int64_t lowp_group(int64_t bytes_per_block) { return std::max<int64_t>(4, 32768 / bytes_per_block / 4 * 4); }
+// The packed weights interleave panels of kLowpPanel blocks (the last panel narrower: width(b)), so that a tile of
+// up to kLowpPanel blocks reads one stream, not one per block: block b's step s (a group of 4 k for int8, one k for
+// bfloat16; `step` elements each) is at panel_base(b) + (s width(b) + b % kLowpPanel) step. Tiles and threads'
+// shares start at panel boundaries (lowp_group is a multiple of kLowpPanel; ops/quantized.cpp splits by panels).
+constexpr int64_t kLowpPanel = 4;
+inline int64_t lowp_panel_width(int64_t b, int64_t blocks) {
+  return std::min(kLowpPanel, blocks - b / kLowpPanel * kLowpPanel);
+}
+// Element offset of block b's first step, and the stride from one step to the next (steps of `step` elements).
+inline int64_t lowp_panel_offset(int64_t b, int64_t steps, int64_t step) {
+  return (b / kLowpPanel * kLowpPanel * steps + b % kLowpPanel) * step;
+}
+
+// Groups of blocks whose weights (bytes_per_block each) fill about 32 KB, a multiple of kLowpPanel blocks.
+inline int64_t lowp_group(int64_t bytes_per_block) {
+  return std::max<int64_t>(kLowpPanel, 32768 / bytes_per_block / kLowpPanel * kLowpPanel);
+}
 
 }  // namespace attnkit::ops::detail
