@@ -2,14 +2,22 @@
 // weights (ops/quantized.hpp, every kernel this processor runs), on the linear shapes of decoding (one row: the
 // weights streamed once per token) and of batches. Candidates interleaved within each round (the order rotates),
 // median over the rounds; prints ms, GFLOP/s, GB/s of weights read and the ratio to float32.
+// First, the arithmetic ceilings the kernels work under: independent chains of float32 FMAs (vfmadd, 2 ops a
+// lane), int8 dot products (VNNI's vpdpbusd, 8 ops a 32-bit lane) and bfloat16 pair dot products (vdpbf16ps, 4
+// ops a lane) in registers, on every thread at once: int8 / fp32 is the most a compute-bound int8 product can
+// gain over float32 on this processor, whatever its kernel.
 //   lowp_linear_bench [--rounds 7] [--threads 1,2] [--ms 50]
 // Legend: M rows of x, N outputs, K inputs.
+// _mm512_reduce_add_*: GCC 12 false positives on their undefined first operand
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <immintrin.h>
 #include <string>
 #include <vector>
 
@@ -44,6 +52,79 @@ double time_calls(const std::function<void()>& f, double ms) {
   }
 }
 
+// Chains of one instruction in registers; returns a value that depends on every lane (the work is not dropped).
+constexpr int kChains = 16;
+constexpr int64_t kIters = 10'000'000;
+
+__attribute__((target("avx512f"))) double chains_fma() {
+  __m512 c[kChains];
+  for (int j = 0; j < kChains; ++j) c[j] = _mm512_set1_ps(0.001f * float(j));
+  const __m512 a = _mm512_set1_ps(0.9999999f), b = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < kIters; ++i)
+    for (int j = 0; j < kChains; ++j) c[j] = _mm512_fmadd_ps(c[j], a, b);
+  double sum = 0;
+  for (int j = 0; j < kChains; ++j) sum += _mm512_reduce_add_ps(c[j]);
+  return sum;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) double chains_vnni() {
+  __m512i c[kChains];
+  for (int j = 0; j < kChains; ++j) c[j] = _mm512_set1_epi32(j);
+  const __m512i a = _mm512_set1_epi32(0x01020304), b = _mm512_set1_epi32(0x01FF01FF);
+  for (int64_t i = 0; i < kIters; ++i)
+    for (int j = 0; j < kChains; ++j) c[j] = _mm512_dpbusd_epi32(c[j], a, b);
+  double sum = 0;
+  for (int j = 0; j < kChains; ++j) sum += _mm512_reduce_add_epi32(c[j]);
+  return sum;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) double chains_bf16() {
+  __m512 c[kChains];
+  for (int j = 0; j < kChains; ++j) c[j] = _mm512_set1_ps(0.001f * float(j));
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3F803F80), b = (__m512bh)_mm512_set1_epi32(0x33D633D6);
+  for (int64_t i = 0; i < kIters; ++i)
+    for (int j = 0; j < kChains; ++j) c[j] = _mm512_dpbf16_ps(c[j], a, b);
+  double sum = 0;
+  for (int j = 0; j < kChains; ++j) sum += _mm512_reduce_add_ps(c[j]);
+  return sum;
+}
+
+// G ops/s of each kind of chains on `threads` threads at once, the kinds interleaved, best of 5 rounds:
+// ops = instructions x ops_per_instruction.
+struct Chains {
+  double (*run)();
+  double ops_per_instruction;
+  double best = 1e30;
+};
+
+void print_peaks(const std::vector<int>& thread_counts) {
+  if (!__builtin_cpu_supports("avx512f")) {
+    std::printf("arithmetic ceilings: measured on AVX-512 processors only\n");
+    return;
+  }
+  const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+  const bool bf16 = __builtin_cpu_supports("avx512bf16");
+  double sink = 0;
+  for (int threads : thread_counts) {
+    Chains kinds[] = {{chains_fma, 32}, {vnni ? chains_vnni : nullptr, 128}, {bf16 ? chains_bf16 : nullptr, 64}};
+    for (int r = 0; r < 5; ++r)
+      for (Chains& c : kinds) {
+        if (!c.run) continue;
+        const double t0 = now();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+        sink += c.run();
+        c.best = std::min(c.best, now() - t0);
+      }
+    auto rate = [&](const Chains& c) { return double(kIters) * kChains * c.ops_per_instruction * threads / c.best * 1e-9; };
+    const double f = rate(kinds[0]);
+    std::printf("ceiling, %d thread%s: fp32 FMA %.1f GFLOP/s", threads, threads > 1 ? "s" : "", f);
+    if (vnni) std::printf("; int8 vpdpbusd %.1f GOP/s (%.2fx fp32)", rate(kinds[1]), rate(kinds[1]) / f);
+    if (bf16) std::printf("; bf16 vdpbf16ps %.1f GFLOP/s (%.2fx fp32)", rate(kinds[2]), rate(kinds[2]) / f);
+    std::printf("\n");
+  }
+  __asm__ volatile("" : : "m"(sink));  // the chains' results are used
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,6 +155,7 @@ int main(int argc, char** argv) {
                           {64, 2048, 512, "batch 64: ff linear1 d512"},
                           {64, 2048, 512 + 512, "LSTM x/h step, N=64 H=512 (4H x (D+H))"},
                           {4096, 2048, 512, "encoder B16 T256: ff linear1"}};
+  print_peaks(thread_counts);
   std::printf("%-42s %3s %-16s %9s %8s %8s %6s\n", "shape (M x N x K)", "thr", "candidate", "ms", "GFLOP/s", "GB/s", "x f32");
   for (int threads : thread_counts) {
     set_num_threads(threads);
