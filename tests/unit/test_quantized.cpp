@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -66,6 +67,38 @@ TEST_CASE("int8: every kernel's integer sums equal the reference loop's") {
           for (int64_t r = 0; r < s.n; ++r) wrong += want[static_cast<size_t>(i * n16 + r)] != got[static_cast<size_t>(i * n16 + r)];
         CHECK(wrong == 0);
       }
+    }
+  }
+  set_num_threads(0);
+}
+
+TEST_CASE("int8: every kernel's float results equal the reference loop's, bit for bit") {
+  // the sums turn into floats inside each kernel's tiles: fma(float(sum), t s, bias), or float(sum) (t s)
+  for (LowpKernel kernel : kAll) {
+    if (!ops::q8_kernel_available(kernel)) continue;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (const Sizes& s : kSizes)
+        for (bool with_bias : {true, false}) {
+          Rng rng(static_cast<uint64_t>(3 + s.m * 100 + s.n * 10 + s.k));
+          const std::vector<float> w = normal(s.n * s.k, rng, 0.1f), x = normal(s.m * s.k, rng), bias = normal(s.n, rng);
+          const ops::Q8Matrix q = ops::quantize_q8(w.data(), s.n, s.k);
+          const int64_t ldy = s.n + 3;  // a row stride past N: the columns between are left alone
+          std::vector<float> want(static_cast<size_t>(s.m * ldy), -7.0f), got(want);
+          const float* b = with_bias ? bias.data() : nullptr;
+          ops::q8_linear(q, x.data(), s.m, s.k, b, want.data(), ldy, LowpKernel::Reference);
+          ops::q8_linear(q, x.data(), s.m, s.k, b, got.data(), ldy, kernel);
+          CAPTURE(ops::lowp_kernel_name(kernel));
+          CAPTURE(threads);
+          CAPTURE(with_bias);
+          CAPTURE(s.m);
+          CAPTURE(s.n);
+          CAPTURE(s.k);
+          int64_t wrong = 0;
+          for (size_t i = 0; i < want.size(); ++i) wrong += std::memcmp(&want[i], &got[i], sizeof(float)) != 0;
+          CHECK(wrong == 0);
+          CHECK(got[static_cast<size_t>(s.n)] == -7.0f);
+        }
     }
   }
   set_num_threads(0);

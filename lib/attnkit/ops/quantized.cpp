@@ -68,12 +68,17 @@ void over_blocks(int64_t blocks, double flops, Body&& body) {
   }
 }
 
-void q8_reference(const Q8Matrix& w, const int8_t* a, int64_t m, int64_t b0, int64_t b1, int32_t* acc, int64_t n16) {
+void q8_reference(const Q8Matrix& w, const int8_t* a, int64_t m, int64_t b0, int64_t b1, const detail::Q8Out& out) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t r = b0 * kBlock; r < std::min(b1 * kBlock, w.n); ++r) {
       int32_t s = 0;
       for (int64_t c = 0; c < w.k; ++c) s += int32_t{a[i * w.k4 + c]} * int32_t{w.q[static_cast<size_t>(r * w.k + c)]};
-      acc[i * n16 + r] = s;
+      if (!out.y) {
+        out.acc[i * out.n16 + r] = s;
+        continue;
+      }
+      const float ts = out.t[i] * out.scale[r];
+      out.y[i * out.ldy + r] = out.bias ? std::fma(static_cast<float>(s), ts, out.bias[r]) : static_cast<float>(s) * ts;
     }
 }
 
@@ -196,41 +201,40 @@ void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t
   }
 }
 
-void q8_accumulate(const Q8Matrix& w, const int8_t* a, int64_t m, int32_t* acc, LowpKernel kernel) {
+namespace {
+
+void q8_run(const Q8Matrix& w, const int8_t* a, int64_t m, const detail::Q8Out& out, LowpKernel kernel) {
   kernel = resolve(kernel, q8_kernel_auto(), q8_kernel_available, "int8 linear");
-  const int64_t nb = blocks_of(w.n), n16 = nb * kBlock;
-  over_blocks(nb, 2.0 * double(m) * double(w.n) * double(w.k), [&](int64_t b0, int64_t b1) {
+  over_blocks(blocks_of(w.n), 2.0 * double(m) * double(w.n) * double(w.k), [&](int64_t b0, int64_t b1) {
     switch (kernel) {
-      case LowpKernel::Avx512: return detail::lowp_avx512::q8_blocks(w.packed.data(), w.sums.data(), w.k4, a, m, b0, b1, acc, n16);
-      case LowpKernel::Avx2: return detail::lowp_avx2::q8_blocks(w.packed.data(), w.sums.data(), w.k4, a, m, b0, b1, acc, n16);
-      default: return q8_reference(w, a, m, b0, b1, acc, n16);
+      case LowpKernel::Avx512: return detail::lowp_avx512::q8_blocks(w.packed.data(), w.sums.data(), w.k4, a, m, b0, b1, out);
+      case LowpKernel::Avx2: return detail::lowp_avx2::q8_blocks(w.packed.data(), w.sums.data(), w.k4, a, m, b0, b1, out);
+      default: return q8_reference(w, a, m, b0, b1, out);
     }
   });
+}
+
+}  // namespace
+
+void q8_accumulate(const Q8Matrix& w, const int8_t* a, int64_t m, int32_t* acc, LowpKernel kernel) {
+  detail::Q8Out out;
+  out.acc = acc, out.n16 = blocks_of(w.n) * kBlock;
+  q8_run(w, a, m, out, kernel);
 }
 
 void q8_linear(const Q8Matrix& w, const float* x, int64_t m, int64_t ldx, const float* bias, float* y, int64_t ldy,
                LowpKernel kernel) {
   if (m <= 0) return;
-  const int64_t n16 = blocks_of(w.n) * kBlock;
   // Scratch from the recycling pool: a fresh buffer's page faults would cost more than the product itself
-  // (tensor/scratch_pool.hpp); int8 and int32 values in float-sized storage.
-  const std::shared_ptr<float> a_buf = ScratchPool::get((m * w.k4 + 3) / 4), t_buf = ScratchPool::get(m),
-                               acc_buf = ScratchPool::get(m * n16);
+  // (tensor/scratch_pool.hpp); int8 values in float-sized storage. The sums never leave the registers: each
+  // tile writes its float results.
+  const std::shared_ptr<float> a_buf = ScratchPool::get((m * w.k4 + 3) / 4), t_buf = ScratchPool::get(m);
   int8_t* a = reinterpret_cast<int8_t*>(a_buf.get());
   float* t = t_buf.get();
-  int32_t* acc = reinterpret_cast<int32_t*>(acc_buf.get());
   q8_quantize_rows(x, m, w.k, ldx, w.k4, a, t);
-  q8_accumulate(w, a, m, acc, kernel);
-  const float* scale = w.scale.data();
-  for (int64_t i = 0; i < m; ++i) {
-    const int32_t* __restrict row = acc + i * n16;
-    float* __restrict out = y + i * ldy;
-    const float ti = t[i];
-    if (bias)
-      for (int64_t r = 0; r < w.n; ++r) out[r] = static_cast<float>(row[r]) * (ti * scale[r]) + bias[r];
-    else
-      for (int64_t r = 0; r < w.n; ++r) out[r] = static_cast<float>(row[r]) * (ti * scale[r]);
-  }
+  detail::Q8Out out;
+  out.t = t, out.scale = w.scale.data(), out.bias = bias, out.y = y, out.ldy = ldy, out.n = w.n;
+  q8_run(w, a, m, out, kernel);
 }
 
 // --- bfloat16 ---

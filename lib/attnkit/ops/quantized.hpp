@@ -65,11 +65,23 @@ void bf16_linear(const Bf16Matrix& w, const float* x, int64_t m, int64_t ldx, co
                  LowpKernel kernel = LowpKernel::Auto);
 
 namespace detail {
+// Where the int8 sums go: with y null, acc [M, n16] (the integer sums); else the float results, in the tile that
+// made them, y[i, r] = fma(float(acc), t[i] s[r], bias[r]) (without bias: float(acc) (t[i] s[r])) for r < n.
+struct Q8Out {
+  int32_t* acc = nullptr;
+  int64_t n16 = 0;
+  const float* t = nullptr;      // x's scale per row [M]
+  const float* scale = nullptr;  // W's scale per channel [N]
+  const float* bias = nullptr;   // [N] or null
+  float* y = nullptr;
+  int64_t ldy = 0, n = 0;
+};
+
 // One thread's share, blocks [b0, b1) of 16 output channels, by one instruction set's kernel (the same entries
-// in each namespace): int8 into acc [M, N16] (row stride n16); bf16 into y [M, ldy] for columns < n.
+// in each namespace): int8 into `out`; bf16 into y [M, ldy] for columns < n.
 #define ATTNKIT_LOWP_KERNEL_ENTRIES                                                                                 \
   void q8_blocks(const int8_t* packed, const int32_t* sums, int64_t k4, const int8_t* a, int64_t m, int64_t b0, \
-                 int64_t b1, int32_t* acc, int64_t n16);                                                         \
+                 int64_t b1, const Q8Out& out);                                                                  \
   void bf16_blocks(const uint16_t* packed, int64_t k, int64_t n, const float* x, int64_t m, int64_t ldx,        \
                    int64_t b0, int64_t b1, float* y, int64_t ldy);
 namespace lowp_avx2 {

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "attnkit/ops/quantized.hpp"
@@ -16,14 +17,15 @@ namespace {
 
 // A block of 16 channels is two halves of 8 (32 bytes of the packed group each).
 template <int R, int B>
-void q8_tile(const int8_t* packed, int64_t k4, const int8_t* a, int64_t i0, int64_t b, int32_t* acc, int64_t n16) {
+void q8_tile(const int8_t* packed, int64_t k4, const int8_t* a, int64_t i0, int64_t b, const Q8Out& out) {
   __m256i c[R][B][2];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < B; ++j) c[r][j][0] = c[r][j][1] = _mm256_setzero_si256();
   const int64_t groups = k4 / 4;
   const __m256i ones = _mm256_set1_epi16(1);
   const int8_t* panel = packed + lowp_panel_offset(b, groups, 64);
-  const int64_t stride = lowp_panel_width(b, n16 / 16) * 64;
+  const int64_t blocks = out.y ? (out.n + 15) / 16 : out.n16 / 16;
+  const int64_t stride = lowp_panel_width(b, blocks) * 64;
   for (int64_t g = 0; g < groups; ++g) {
     __m256i w[B][2];
     for (int j = 0; j < B; ++j)
@@ -41,10 +43,36 @@ void q8_tile(const int8_t* packed, int64_t k4, const int8_t* a, int64_t i0, int6
         }
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < B; ++j)
-      for (int h = 0; h < 2; ++h)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + (i0 + r) * n16 + (b + j) * 16 + h * 8), c[r][j][h]);
+  if (!out.y) {
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < B; ++j)
+        for (int h = 0; h < 2; ++h)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.acc + (i0 + r) * out.n16 + (b + j) * 16 + h * 8), c[r][j][h]);
+    return;
+  }
+  for (int j = 0; j < B; ++j) {
+    const int64_t col = (b + j) * 16, left = out.n - col;
+    for (int r = 0; r < R; ++r) {
+      const float ti = out.t[i0 + r];
+      float* y = out.y + (i0 + r) * out.ldy + col;
+      if (left < 16) {  // the last block: its columns one by one
+        alignas(32) int32_t sums[16];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(sums), c[r][j][0]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(sums + 8), c[r][j][1]);
+        for (int64_t q = 0; q < left; ++q) {
+          const float ts = ti * out.scale[col + q];
+          y[q] = out.bias ? std::fma(static_cast<float>(sums[q]), ts, out.bias[col + q]) : static_cast<float>(sums[q]) * ts;
+        }
+        continue;
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m256 ts = _mm256_mul_ps(_mm256_set1_ps(ti), _mm256_loadu_ps(out.scale + col + h * 8));
+        const __m256 v = _mm256_cvtepi32_ps(c[r][j][h]);
+        _mm256_storeu_ps(y + h * 8, out.bias ? _mm256_fmadd_ps(v, ts, _mm256_loadu_ps(out.bias + col + h * 8))
+                                             : _mm256_mul_ps(v, ts));
+      }
+    }
+  }
 }
 
 template <int R, int B>
@@ -91,9 +119,9 @@ constexpr int blocks_for(int r) { return r == 1 ? 4 : r == 2 ? 2 : 1; }
 }  // namespace
 
 void q8_blocks(const int8_t* packed, const int32_t*, int64_t k4, const int8_t* a, int64_t m, int64_t b0, int64_t b1,
-               int32_t* acc, int64_t n16) {
+               const Q8Out& out) {
   lowp_tiles<3, blocks_for>(m, b0, b1, lowp_group(16 * k4),
-                                [&](auto r, auto b, int64_t i, int64_t blk) { q8_tile<decltype(r)::value, decltype(b)::value>(packed, k4, a, i, blk, acc, n16); });
+                                [&](auto r, auto b, int64_t i, int64_t blk) { q8_tile<decltype(r)::value, decltype(b)::value>(packed, k4, a, i, blk, out); });
 }
 
 void bf16_blocks(const uint16_t* packed, int64_t k, int64_t n, const float* x, int64_t m, int64_t ldx, int64_t b0,

@@ -19,14 +19,15 @@ namespace {
 // acc[i0 + r, 16 (b + j) ..] for R rows and B blocks: sum_g dpbusd(a + 128, q), minus 128 sum_k q.
 template <int R, int B>
 void q8_tile(const int8_t* packed, const int32_t* sums, int64_t k4, const int8_t* a, int64_t i0, int64_t b,
-             int32_t* acc, int64_t n16) {
+             const Q8Out& out) {
   __m512i c[R][B];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < B; ++j) c[r][j] = _mm512_setzero_si512();
   const int64_t groups = k4 / 4;
   const __m512i flip = _mm512_set1_epi32(static_cast<int32_t>(0x80808080u));  // a ^ 0x80 = a + 128 as u8
   const int8_t* panel = packed + lowp_panel_offset(b, groups, 64);
-  const int64_t stride = lowp_panel_width(b, n16 / 16) * 64;
+  const int64_t blocks = out.y ? (out.n + 15) / 16 : out.n16 / 16;
+  const int64_t stride = lowp_panel_width(b, blocks) * 64;
   for (int64_t g = 0; g < groups; ++g) {
     __m512i w[B];
     for (int j = 0; j < B; ++j) w[j] = _mm512_loadu_si512(panel + g * stride + j * 64);
@@ -38,8 +39,22 @@ void q8_tile(const int8_t* packed, const int32_t* sums, int64_t k4, const int8_t
     }
   }
   for (int j = 0; j < B; ++j) {
-    const __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(sums + (b + j) * 16), 7);
-    for (int r = 0; r < R; ++r) _mm512_storeu_si512(acc + (i0 + r) * n16 + (b + j) * 16, _mm512_sub_epi32(c[r][j], offset));
+    const int64_t col = (b + j) * 16;
+    const __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512(sums + col), 7);
+    if (!out.y) {
+      for (int r = 0; r < R; ++r) _mm512_storeu_si512(out.acc + (i0 + r) * out.n16 + col, _mm512_sub_epi32(c[r][j], offset));
+      continue;
+    }
+    const int64_t left = out.n - col;
+    const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+    const __m512 scale = _mm512_maskz_loadu_ps(mask, out.scale + col);
+    const __m512 bias = out.bias ? _mm512_maskz_loadu_ps(mask, out.bias + col) : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      const __m512 ts = _mm512_mul_ps(_mm512_set1_ps(out.t[i0 + r]), scale);
+      const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(c[r][j], offset));
+      _mm512_mask_storeu_ps(out.y + (i0 + r) * out.ldy + col, mask,
+                            out.bias ? _mm512_fmadd_ps(v, ts, bias) : _mm512_mul_ps(v, ts));
+    }
   }
 }
 
@@ -76,9 +91,9 @@ constexpr int blocks_for(int) { return 4; }
 }  // namespace
 
 void q8_blocks(const int8_t* packed, const int32_t* sums, int64_t k4, const int8_t* a, int64_t m, int64_t b0,
-               int64_t b1, int32_t* acc, int64_t n16) {
+               int64_t b1, const Q8Out& out) {
   lowp_tiles<4, blocks_for>(m, b0, b1, lowp_group(16 * k4),
-                                [&](auto r, auto b, int64_t i, int64_t blk) { q8_tile<decltype(r)::value, decltype(b)::value>(packed, sums, k4, a, i, blk, acc, n16); });
+                                [&](auto r, auto b, int64_t i, int64_t blk) { q8_tile<decltype(r)::value, decltype(b)::value>(packed, sums, k4, a, i, blk, out); });
 }
 
 void bf16_blocks(const uint16_t* packed, int64_t k, int64_t n, const float* x, int64_t m, int64_t ldx, int64_t b0,
