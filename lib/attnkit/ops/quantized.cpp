@@ -205,6 +205,14 @@ namespace {
 
 void q8_run(const Q8Matrix& w, const int8_t* a, int64_t m, const detail::Q8Out& out, LowpKernel kernel) {
   kernel = resolve(kernel, q8_kernel_auto(), q8_kernel_available, "int8 linear");
+  std::shared_ptr<float> flipped;
+  if (kernel == LowpKernel::Avx512) {  // a + 128 as u8, once, not in every tile
+    const int64_t bytes = m * w.k4;
+    flipped = ScratchPool::get((bytes + 3) / 4);
+    int8_t* u = reinterpret_cast<int8_t*>(flipped.get());
+    for (int64_t i = 0; i < bytes; ++i) u[i] = static_cast<int8_t>(a[i] ^ int8_t(-128));
+    a = u;
+  }
   over_blocks(blocks_of(w.n), 2.0 * double(m) * double(w.n) * double(w.k), [&](int64_t b0, int64_t b1) {
     switch (kernel) {
       case LowpKernel::Avx512: return detail::lowp_avx512::q8_blocks(w.packed.data(), w.sums.data(), w.k4, a, m, b0, b1, out);

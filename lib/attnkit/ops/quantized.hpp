@@ -78,7 +78,8 @@ struct Q8Out {
 };
 
 // One thread's share, blocks [b0, b1) of 16 output channels, by one instruction set's kernel (the same entries
-// in each namespace): int8 into `out`; bf16 into y [M, ldy] for columns < n.
+// in each namespace): int8 into `out`; bf16 into y [M, ldy] for columns < n. The AVX-512 int8 kernel takes the
+// activations as unsigned bytes a + 128 (a ^ 0x80: vpdpbusd multiplies u8 by s8), the others as they are.
 #define ATTNKIT_LOWP_KERNEL_ENTRIES                                                                                 \
   void q8_blocks(const int8_t* packed, const int32_t* sums, int64_t k4, const int8_t* a, int64_t m, int64_t b0, \
                  int64_t b1, const Q8Out& out);                                                                  \

@@ -16,7 +16,8 @@ namespace attnkit::ops::detail::lowp_avx512 {
 
 namespace {
 
-// acc[i0 + r, 16 (b + j) ..] for R rows and B blocks: sum_g dpbusd(a + 128, q), minus 128 sum_k q.
+// acc[i0 + r, 16 (b + j) ..] for R rows and B blocks: sum_g dpbusd(u, q), minus 128 sum_k q, where u = a + 128 as
+// u8 (a ^ 0x80, made once per call by q8_blocks' caller: ops/quantized.cpp).
 template <int R, int B>
 void q8_tile(const int8_t* packed, const int32_t* sums, int64_t k4, const int8_t* a, int64_t i0, int64_t b,
              const Q8Out& out) {
@@ -24,7 +25,6 @@ void q8_tile(const int8_t* packed, const int32_t* sums, int64_t k4, const int8_t
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < B; ++j) c[r][j] = _mm512_setzero_si512();
   const int64_t groups = k4 / 4;
-  const __m512i flip = _mm512_set1_epi32(static_cast<int32_t>(0x80808080u));  // a ^ 0x80 = a + 128 as u8
   const int8_t* panel = packed + lowp_panel_offset(b, groups, 64);
   const int64_t blocks = out.y ? (out.n + 15) / 16 : out.n16 / 16;
   const int64_t stride = lowp_panel_width(b, blocks) * 64;
@@ -34,7 +34,7 @@ void q8_tile(const int8_t* packed, const int32_t* sums, int64_t k4, const int8_t
     for (int r = 0; r < R; ++r) {
       int32_t four;
       std::memcpy(&four, a + (i0 + r) * k4 + g * 4, sizeof four);
-      const __m512i av = _mm512_xor_si512(_mm512_set1_epi32(four), flip);
+      const __m512i av = _mm512_set1_epi32(four);
       for (int j = 0; j < B; ++j) c[r][j] = _mm512_dpbusd_epi32(c[r][j], av, w[j]);
     }
   }
