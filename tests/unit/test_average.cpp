@@ -5,7 +5,11 @@
 
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -57,6 +61,12 @@ std::string temp_stem(const char* name) {
       .string();
 }
 
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 }  // namespace
 
 TEST_CASE("snapshots: numbered paths keep the extension") {
@@ -64,6 +74,29 @@ TEST_CASE("snapshots: numbered paths keep the extension") {
   CHECK(train::snapshot_path("m.safetensors", 5) == "m.step5.safetensors");
   CHECK(train::snapshot_path("model", 7) == "model.step7");
   CHECK(train::snapshot_path("a.b/model", 7) == "a.b/model.step7");
+}
+
+TEST_CASE("snapshots: a copy of the checkpoint just saved, saved again only when that cannot be read back") {
+  const std::string stem = temp_stem("snap");
+  std::vector<std::string> saved;
+  const auto save = [&](const std::string& p) {
+    saved.push_back(p);
+    std::ofstream(p) << "saved again";
+  };
+  train::Snapshots s;
+  std::ofstream(stem + ".json") << "checkpoint at 2";
+  s.after_save(stem + ".json", 2, 2, 7, 1, save);
+  CHECK(saved.empty());
+  CHECK(file_bytes(stem + ".step2.json") == "checkpoint at 2");
+  s.after_save(stem + ".json", 3, 2, 7, 1, save);  // neither a multiple of 2 nor the last step
+  CHECK(!std::filesystem::exists(stem + ".step3.json"));
+  std::filesystem::remove(stem + ".json");
+  REQUIRE(mkfifo((stem + ".json").c_str(), 0600) == 0);  // a FIFO: nothing to read back
+  s.after_save(stem + ".json", 4, 2, 7, 1, save);
+  CHECK(saved == std::vector<std::string>{stem + ".step4.json"});
+  CHECK(file_bytes(stem + ".step4.json") == "saved again");
+  CHECK(!std::filesystem::exists(stem + ".step2.json"));  // beyond the newest 1
+  for (const char* p : {".json", ".step4.json"}) std::filesystem::remove(stem + p);
 }
 
 TEST_CASE("checkpoint averaging: the mean of the snapshots, refused across models, not resumable") {
@@ -74,6 +107,10 @@ TEST_CASE("checkpoint averaging: the mean of the snapshots, refused across model
   // saves at 2, 4, 6 and the last step 7; the newest 3 kept
   CHECK(!std::filesystem::exists(stem + ".step2.json"));
   for (int s : {4, 6, 7}) CHECK(std::filesystem::exists(stem + ".step" + std::to_string(s) + ".json"));
+  // the last snapshot holds the bytes a save at its step writes
+  t.save(stem + ".again.json");
+  CHECK(file_bytes(stem + ".step7.json") == file_bytes(stem + ".again.json"));
+  CHECK(file_bytes(stem + ".step7.json") == file_bytes(stem + ".json"));
   const std::vector<std::string> paths = {stem + ".step4.json", stem + ".step6.json", stem + ".step7.json"};
   const io::Value avg = models::average_checkpoints(paths);
   std::vector<io::Value> inputs;
@@ -120,5 +157,5 @@ TEST_CASE("checkpoint averaging: the mean of the snapshots, refused across model
                                                           "'s is \"12\"").c_str())),
                        attnkit::Error);
   for (const auto& p : paths) std::filesystem::remove(p);
-  for (const auto& p : {stem + ".json", avg_path, other + ".json"}) std::filesystem::remove(p);
+  for (const auto& p : {stem + ".json", stem + ".again.json", avg_path, other + ".json"}) std::filesystem::remove(p);
 }
