@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -112,7 +113,9 @@ TEST_CASE("checkpoint averaging: the mean of the snapshots, refused across model
   CHECK(file_bytes(stem + ".step7.json") == file_bytes(stem + ".again.json"));
   CHECK(file_bytes(stem + ".step7.json") == file_bytes(stem + ".json"));
   const std::vector<std::string> paths = {stem + ".step4.json", stem + ".step6.json", stem + ".step7.json"};
-  const io::Value avg = models::average_checkpoints(paths);
+  const models::AveragedCheckpoints averaged_checkpoints = models::average_checkpoints(paths);
+  const io::Value& avg = averaged_checkpoints.checkpoint;
+  CHECK(averaged_checkpoints.steps == std::vector<std::optional<int64_t>>{4, 6, 7});
   std::vector<io::Value> inputs;
   for (const auto& p : paths) inputs.push_back(io::read_value_file(p));
   int64_t checked = 0, count = 0;
@@ -146,6 +149,16 @@ TEST_CASE("checkpoint averaging: the mean of the snapshots, refused across model
   CHECK_THROWS_WITH_AS(train::Trainer::resume(avg_path, average_options(""), average_data()),
                        doctest::Contains("an average of 3 checkpoints (steps 4 6 7) holds no training state"),
                        attnkit::Error);
+  // an average averaged again has no step; a step that is not a count is refused
+  const models::AveragedCheckpoints again = models::average_checkpoints({avg_path, paths[0]});
+  CHECK(again.steps == std::vector<std::optional<int64_t>>{std::nullopt, 4});
+  CHECK(models::Fields(*again.checkpoint.find("averaged"), "again").text("steps") == "- 4");
+  const std::string bad_step = stem + ".bad_step.json";
+  io::Value bad = io::read_value_file(paths[0]);
+  bad.set("step", models::text_value("four"));
+  io::write_value_file(bad_step, bad);
+  CHECK(test::error_of([&] { models::average_checkpoints({paths[0], bad_step}); }) ==
+        bad_step + ": \"step\" is \"four\", not a non-negative integer");
 
   // another model's checkpoint is refused, naming it and the field
   const std::string other = temp_stem("avg_other");
@@ -157,5 +170,6 @@ TEST_CASE("checkpoint averaging: the mean of the snapshots, refused across model
                                                           "'s is \"12\"").c_str())),
                        attnkit::Error);
   for (const auto& p : paths) std::filesystem::remove(p);
-  for (const auto& p : {stem + ".json", stem + ".again.json", avg_path, other + ".json"}) std::filesystem::remove(p);
+  for (const auto& p : {stem + ".json", stem + ".again.json", avg_path, bad_step, other + ".json"})
+    std::filesystem::remove(p);
 }
