@@ -27,31 +27,11 @@ using namespace attnkit;
 
 namespace {
 
-train::TrainingData average_data() {
-  train::DataSpec spec;
-  train::TaskOptions t;
-  t.name = "reverse";
-  t.vocab_size = 5;
-  t.min_len = 2;
-  t.max_len = 4;
-  t.train_size = 40;
-  t.valid_size = 0;
-  t.seed = 3;
-  spec.task = t;
-  return train::load_training_data(spec);
-}
+train::TrainingData average_data() { return test::tiny_reverse_data(5, 2, 4, 0, 3); }
 
 train::TrainerOptions average_options(const std::string& save, int64_t hidden = 12) {
-  train::TrainerOptions o;
-  o.model.cell = nn::CellKind::Lstm;
-  o.model.attention = models::AttentionKind::Additive;
-  o.model.embed = 8;
-  o.model.hidden = hidden;
-  o.steps = 7;
-  o.batch_size = 8;
-  o.schedule.lr = 0.01;
-  o.log_every = 100;
-  o.save_path = save;
+  train::TrainerOptions o =
+      test::tiny_trainer_options(nn::CellKind::Lstm, models::AttentionKind::Additive, 8, hidden, 7, 100, save);
   o.save_every = 2;
   o.keep_last = 3;
   return o;
