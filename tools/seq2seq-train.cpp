@@ -549,14 +549,13 @@ int main(int argc, char** argv) {
     if (average_paths.size() < 2)
       throw UsageError(fmt::format("--average needs two or more checkpoints (given {})", average_paths.size()));
     check_destination("--save", save_path);
-    const io::Value v = models::average_checkpoints(average_paths);
-    io::write_value_file(save_path, v);
+    const models::AveragedCheckpoints avg = models::average_checkpoints(average_paths);
+    io::write_value_file(save_path, avg.checkpoint);
     nlohmann::json j;
     j["checkpoint"] = save_path;
     j["averaged"] = average_paths.size();
     nlohmann::json steps = nlohmann::json::array();  // each input's step; null for one without (an average)
-    std::istringstream words(models::Fields(*v.find("averaged"), save_path).text("steps"));
-    for (std::string w; words >> w;) steps.push_back(w == "-" ? nlohmann::json() : nlohmann::json(std::stoll(w)));
+    for (const std::optional<int64_t>& s : avg.steps) steps.push_back(s ? nlohmann::json(*s) : nlohmann::json());
     j["steps"] = steps;
     tools::emit(tools::OutputOptions{}, j.dump());
     return 0;

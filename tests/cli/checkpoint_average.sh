@@ -14,6 +14,7 @@ train --model lstm --attention dot --hidden 16 --embed 8 --steps 25 --save-every
 [[ "$(ls m.step*.json | sort | tr '\n' ' ')" == "m.step15.json m.step20.json m.step25.json " ]] \
   || fail "--keep-last 3 kept: $(ls m.step*.json | tr '\n' ' ')"
 tensor diff m.step25.json#decoder m.json#decoder --rtol 0 --atol 0 -q || fail "the last snapshot is not the checkpoint"
+cmp -s m.step25.json m.json || fail "the last snapshot's bytes are not the checkpoint's"
 seq2seq-train --average m.step15.json m.step20.json m.step25.json --save avg.json > summary.json \
   || fail "--average exited $?"
 python3 - <<'PY' || fail "the average: $(cat summary.json)"

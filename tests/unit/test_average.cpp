@@ -5,7 +5,12 @@
 
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,31 +27,11 @@ using namespace attnkit;
 
 namespace {
 
-train::TrainingData average_data() {
-  train::DataSpec spec;
-  train::TaskOptions t;
-  t.name = "reverse";
-  t.vocab_size = 5;
-  t.min_len = 2;
-  t.max_len = 4;
-  t.train_size = 40;
-  t.valid_size = 0;
-  t.seed = 3;
-  spec.task = t;
-  return train::load_training_data(spec);
-}
+train::TrainingData average_data() { return test::tiny_reverse_data(5, 2, 4, 0, 3); }
 
 train::TrainerOptions average_options(const std::string& save, int64_t hidden = 12) {
-  train::TrainerOptions o;
-  o.model.cell = nn::CellKind::Lstm;
-  o.model.attention = models::AttentionKind::Additive;
-  o.model.embed = 8;
-  o.model.hidden = hidden;
-  o.steps = 7;
-  o.batch_size = 8;
-  o.schedule.lr = 0.01;
-  o.log_every = 100;
-  o.save_path = save;
+  train::TrainerOptions o =
+      test::tiny_trainer_options(nn::CellKind::Lstm, models::AttentionKind::Additive, 8, hidden, 7, 100, save);
   o.save_every = 2;
   o.keep_last = 3;
   return o;
@@ -55,6 +40,12 @@ train::TrainerOptions average_options(const std::string& save, int64_t hidden = 
 std::string temp_stem(const char* name) {
   return (std::filesystem::temp_directory_path() / (std::string("attnkit_") + std::to_string(::getpid()) + "_" + name))
       .string();
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in.good());
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
@@ -66,6 +57,29 @@ TEST_CASE("snapshots: numbered paths keep the extension") {
   CHECK(train::snapshot_path("a.b/model", 7) == "a.b/model.step7");
 }
 
+TEST_CASE("snapshots: a copy of the checkpoint just saved, saved again only when that cannot be read back") {
+  const std::string stem = temp_stem("snap");
+  std::vector<std::string> saved;
+  const auto save = [&](const std::string& p) {
+    saved.push_back(p);
+    std::ofstream(p) << "saved again";
+  };
+  train::Snapshots s;
+  std::ofstream(stem + ".json") << "checkpoint at 2";
+  s.after_save(stem + ".json", 2, 2, 7, 1, save);
+  CHECK(saved.empty());
+  CHECK(file_bytes(stem + ".step2.json") == "checkpoint at 2");
+  s.after_save(stem + ".json", 3, 2, 7, 1, save);  // neither a multiple of 2 nor the last step
+  CHECK(!std::filesystem::exists(stem + ".step3.json"));
+  std::filesystem::remove(stem + ".json");
+  REQUIRE(mkfifo((stem + ".json").c_str(), 0600) == 0);  // a FIFO: nothing to read back
+  s.after_save(stem + ".json", 4, 2, 7, 1, save);
+  CHECK(saved == std::vector<std::string>{stem + ".step4.json"});
+  CHECK(file_bytes(stem + ".step4.json") == "saved again");
+  CHECK(!std::filesystem::exists(stem + ".step2.json"));  // beyond the newest 1
+  for (const char* p : {".json", ".step4.json"}) std::filesystem::remove(stem + p);
+}
+
 TEST_CASE("checkpoint averaging: the mean of the snapshots, refused across models, not resumable") {
   set_num_threads(1);
   const std::string stem = temp_stem("avg");
@@ -74,8 +88,14 @@ TEST_CASE("checkpoint averaging: the mean of the snapshots, refused across model
   // saves at 2, 4, 6 and the last step 7; the newest 3 kept
   CHECK(!std::filesystem::exists(stem + ".step2.json"));
   for (int s : {4, 6, 7}) CHECK(std::filesystem::exists(stem + ".step" + std::to_string(s) + ".json"));
+  // the last snapshot holds the bytes a save at its step writes
+  t.save(stem + ".again.json");
+  CHECK(file_bytes(stem + ".step7.json") == file_bytes(stem + ".again.json"));
+  CHECK(file_bytes(stem + ".step7.json") == file_bytes(stem + ".json"));
   const std::vector<std::string> paths = {stem + ".step4.json", stem + ".step6.json", stem + ".step7.json"};
-  const io::Value avg = models::average_checkpoints(paths);
+  const models::AveragedCheckpoints averaged_checkpoints = models::average_checkpoints(paths);
+  const io::Value& avg = averaged_checkpoints.checkpoint;
+  CHECK(averaged_checkpoints.steps == std::vector<std::optional<int64_t>>{4, 6, 7});
   std::vector<io::Value> inputs;
   for (const auto& p : paths) inputs.push_back(io::read_value_file(p));
   int64_t checked = 0, count = 0;
@@ -109,6 +129,16 @@ TEST_CASE("checkpoint averaging: the mean of the snapshots, refused across model
   CHECK_THROWS_WITH_AS(train::Trainer::resume(avg_path, average_options(""), average_data()),
                        doctest::Contains("an average of 3 checkpoints (steps 4 6 7) holds no training state"),
                        attnkit::Error);
+  // an average averaged again has no step; a step that is not a count is refused
+  const models::AveragedCheckpoints again = models::average_checkpoints({avg_path, paths[0]});
+  CHECK(again.steps == std::vector<std::optional<int64_t>>{std::nullopt, 4});
+  CHECK(models::Fields(*again.checkpoint.find("averaged"), "again").text("steps") == "- 4");
+  const std::string bad_step = stem + ".bad_step.json";
+  io::Value bad = io::read_value_file(paths[0]);
+  bad.set("step", models::text_value("four"));
+  io::write_value_file(bad_step, bad);
+  CHECK(test::error_of([&] { models::average_checkpoints({paths[0], bad_step}); }) ==
+        bad_step + ": \"step\" is \"four\", not a non-negative integer");
 
   // another model's checkpoint is refused, naming it and the field
   const std::string other = temp_stem("avg_other");
@@ -120,5 +150,6 @@ TEST_CASE("checkpoint averaging: the mean of the snapshots, refused across model
                                                           "'s is \"12\"").c_str())),
                        attnkit::Error);
   for (const auto& p : paths) std::filesystem::remove(p);
-  for (const auto& p : {stem + ".json", avg_path, other + ".json"}) std::filesystem::remove(p);
+  for (const auto& p : {stem + ".json", stem + ".again.json", avg_path, bad_step, other + ".json"})
+    std::filesystem::remove(p);
 }

@@ -25,19 +25,8 @@ using namespace attnkit;
 
 namespace {
 
-train::TrainingData reverse_data() {
-  train::DataSpec spec;
-  train::TaskOptions t;
-  t.name = "reverse";
-  t.vocab_size = 6;
-  t.min_len = 1;
-  t.max_len = 7;  // rows of unequal length: the shards' token counts differ
-  t.train_size = 40;
-  t.valid_size = 8;
-  t.seed = 4;
-  spec.task = t;
-  return train::load_training_data(spec);
-}
+// lengths 1 to 7, rows of unequal length: the shards' token counts differ
+train::TrainingData reverse_data() { return test::tiny_reverse_data(6, 1, 7, 8, 4); }
 
 std::vector<std::vector<float>> grads_of(const std::vector<Parameter*>& params) {
   std::vector<std::vector<float>> out;
@@ -124,17 +113,9 @@ TEST_CASE("data parallel: a trainer with shards resumes bit for bit, and refuses
                           std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   auto options = [&](int64_t steps, const std::string& save) {
-    train::TrainerOptions o;
-    o.model.cell = nn::CellKind::Gru;
-    o.model.attention = models::AttentionKind::General;
-    o.model.embed = 6;
-    o.model.hidden = 8;
+    train::TrainerOptions o =
+        test::tiny_trainer_options(nn::CellKind::Gru, models::AttentionKind::General, 6, 8, steps, 3, save);
     o.dropout = 0.2f;  // every shard's stream matters
-    o.steps = steps;
-    o.batch_size = 8;
-    o.schedule.lr = 0.01;
-    o.log_every = 3;
-    o.save_path = save;
     o.grad_shards = 2;
     return o;
   };

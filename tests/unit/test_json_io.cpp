@@ -544,6 +544,39 @@ TEST_CASE("write_file_atomic: replaces whole, leaves nothing behind on failure")
   CHECK(listing == "out.json\n");
 }
 
+TEST_CASE("copy_file_atomic: the same bytes, nothing left behind, failures name the path") {
+  TempDir dir;
+  std::string bytes(3 << 20, '\0');  // more than one piece of the copy, with every byte value
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 7 + i / 4096) & 0xff);
+  const std::string from = dir.file("from.bin", bytes);
+  const std::string to = dir.path + "/to.bin";
+  dir.file("to.bin", "old");
+  copy_file_atomic(from, to);
+  std::ifstream in(to, std::ios::binary);
+  CHECK((std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()) == bytes));
+  const std::string empty = dir.file("empty.bin", "");
+  copy_file_atomic(empty, dir.path + "/empty_copy.bin");
+  CHECK(std::ifstream(dir.path + "/empty_copy.bin", std::ios::binary).peek() == EOF);
+  const std::string missing_dir = dir.path + "/no/such/dir/x.bin";
+  CHECK(error_of([&] { copy_file_atomic(from, missing_dir); }) ==
+        missing_dir + ": cannot create a temporary file in " + dir.path + "/no/such/dir/ (No such file or directory)");
+  CHECK(error_of([&] { copy_file_atomic(dir.path + "/none", dir.path + "/x.bin"); }) ==
+        dir.path + "/none: cannot open (No such file or directory)");
+  const std::string fifo = dir.path + "/fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(error_of([&] { copy_file_atomic(fifo, dir.path + "/x.bin"); }) ==
+        fifo + ": is not a regular file, nothing to copy");
+  CHECK(error_of([&] { copy_file_atomic(dir.path, dir.path + "/x.bin"); }) ==
+        dir.path + ": is not a regular file, nothing to copy");
+  // no temporary and no partial copy left
+  std::string listing;
+  FILE* p = popen(("ls -A '" + dir.path + "'").c_str(), "r");
+  char buf[256];
+  while (fgets(buf, sizeof buf, p)) listing += buf;
+  pclose(p);
+  CHECK(listing == "empty.bin\nempty_copy.bin\nfifo\nfrom.bin\nto.bin\n");
+}
+
 TEST_CASE("non-tensor members are written back as they were read (metadata survives get and pack)") {
   std::string text = "{\"output\": [[1, 2]],\n \"meta\": {\"cell\":  \"lstm\", \"n\": [1, \"x\"], \"ok\": true,\n"
                      "  \"esc\": \"a\\\" b\\\\ \\u00e9\", \"none\": null},\n \"dup\": {\"a\": 1, \"a\": 2},\n"

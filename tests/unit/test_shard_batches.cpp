@@ -130,17 +130,8 @@ TEST_CASE("shard batches: a trainer on a file's parts resumes bit for bit, and a
   DataSpec spec;
   spec.train_path = file;
   auto options = [&](int64_t steps, const std::string& save) {
-    TrainerOptions o;
-    o.model.cell = nn::CellKind::Gru;
-    o.model.attention = models::AttentionKind::Dot;
-    o.model.embed = 6;
-    o.model.hidden = 8;
+    TrainerOptions o = test::tiny_trainer_options(nn::CellKind::Gru, models::AttentionKind::Dot, 6, 8, steps, 3, save);
     o.dropout = 0.2f;
-    o.steps = steps;
-    o.batch_size = 8;
-    o.schedule.lr = 0.01;
-    o.log_every = 3;
-    o.save_path = save;
     o.grad_shards = 2;
     return o;
   };

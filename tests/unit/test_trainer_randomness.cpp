@@ -16,39 +16,21 @@
 
 #include "attnkit/tensor/threads.hpp"
 #include "attnkit/train/trainer.hpp"
+#include "test_util.hpp"
 
 using namespace attnkit;
 
 namespace {
 
-train::TrainingData data() {
-  train::DataSpec spec;
-  train::TaskOptions t;
-  t.name = "reverse";
-  t.vocab_size = 5;
-  t.max_len = 4;
-  t.train_size = 40;
-  t.valid_size = 0;
-  t.seed = 3;
-  spec.task = t;
-  return train::load_training_data(spec);
-}
+train::TrainingData data() { return test::tiny_reverse_data(5, 1, 4, 0, 3); }
 
 train::TrainerOptions options(int64_t steps, const std::string& save) {
-  train::TrainerOptions o;
-  o.model.cell = nn::CellKind::Gru;
-  o.model.attention = models::AttentionKind::Dot;
+  train::TrainerOptions o =
+      test::tiny_trainer_options(nn::CellKind::Gru, models::AttentionKind::Dot, 6, 8, steps, 2, save);
   o.model.style = models::AttentionStyle::Bahdanau;
   o.model.layers = 2;
-  o.model.embed = 6;
-  o.model.hidden = 8;
   o.dropout = 0.3f;
   o.teacher_forcing = 0.5f;
-  o.steps = steps;
-  o.batch_size = 8;
-  o.schedule.lr = 0.01;
-  o.log_every = 2;
-  o.save_path = save;
   return o;
 }
 

@@ -1,6 +1,7 @@
 // Small helpers shared by the unit tests.
 #pragma once
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -10,6 +11,19 @@
 
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/tensor.hpp"
+
+namespace attnkit {
+namespace ops {
+enum class CellKind;
+}
+namespace models {
+enum class AttentionKind;
+}
+namespace train {
+struct TrainingData;
+struct TrainerOptions;
+}  // namespace train
+}  // namespace attnkit
 
 namespace attnkit::test {
 
@@ -44,5 +58,15 @@ inline void fill_recycled_buffers(int64_t floats, float value) {
     std::fill(held.back().values().begin(), held.back().values().end(), value);
   }
 }
+
+// The training tests' data and model (test_util.cpp; declared here so that the tests without training need not
+// include train/): the reverse task (train/tasks.hpp) with 40 training examples of tokens 0..vocab_size-1 and
+// lengths min_len..max_len, `valid_size` validation examples, drawn from `seed`;
+train::TrainingData tiny_reverse_data(int64_t vocab_size, int64_t min_len, int64_t max_len, int64_t valid_size,
+                                      uint64_t seed);
+// and a small recurrent model trained on batches of 8 at lr 0.01 for `steps` steps, a log line every `log_every`,
+// saved to `save` ("" for none). The caller sets the rest (dropout, shards, snapshots).
+train::TrainerOptions tiny_trainer_options(ops::CellKind cell, models::AttentionKind attention, int64_t embed,
+                                           int64_t hidden, int64_t steps, int64_t log_every, const std::string& save);
 
 }  // namespace attnkit::test

@@ -18,6 +18,28 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
   file.commit();
 }
 
+void copy_file_atomic(const std::string& from, const std::string& to) {
+  const int in = open(from.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // O_NONBLOCK: a FIFO does not hang open
+  AK_CHECK(in >= 0, "{}: cannot open ({})", from, std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{in};
+  struct stat st {};
+  AK_CHECK(fstat(in, &st) == 0, "{}: cannot stat ({})", from, std::strerror(errno));
+  AK_CHECK(S_ISREG(st.st_mode), "{}: is not a regular file, nothing to copy", from);
+  AtomicFileWriter out(to);
+  std::string buffer(size_t{1} << 20, '\0');
+  for (;;) {
+    const ssize_t n = read(in, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    AK_CHECK(n >= 0, "{}: read failed ({})", from, std::strerror(errno));
+    if (n == 0) break;
+    out.write(std::string_view(buffer.data(), static_cast<size_t>(n)));
+  }
+  out.commit();
+}
+
 AtomicFileWriter::AtomicFileWriter(const std::string& path_given) : given_(path_given), path_(path_given) {
   AK_CHECK(!given_.empty(), "output file: empty path");
   struct stat st {};

@@ -11,6 +11,11 @@ namespace attnkit::io {
 // Throws attnkit::Error naming the path on any failure (and removes the temporary).
 void write_file_atomic(const std::string& path, std::string_view contents);
 
+// The bytes of the regular file `from` written to `to` the same way (read piece by piece, never whole). A
+// source that is not a regular file (a device, a FIFO: nothing to read back) or cannot be read is refused
+// naming it; a destination that cannot be written, naming it; either way nothing is left at `to`.
+void copy_file_atomic(const std::string& from, const std::string& to);
+
 // The same, written piece by piece (a stream's records as they are made): nothing is at `path`
 // until commit(); destroyed without commit() (an error on the way), the temporary is removed and
 // the old file stays. Devices and FIFOs (-o /dev/null, a named pipe) are written to directly.

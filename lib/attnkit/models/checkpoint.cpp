@@ -236,13 +236,13 @@ void check_checkpoint_complete(const TranslationModel& model, const io::Value& c
   }
 }
 
-io::Value average_checkpoints(const std::vector<std::string>& paths) {
+AveragedCheckpoints average_checkpoints(const std::vector<std::string>& paths) {
   AK_CHECK(paths.size() >= 1, "averaging: no checkpoints given");
   struct Model {
     CheckpointHead head;
     std::unique_ptr<TranslationModel> model;
     io::Value config, training;
-    std::string step;
+    std::optional<int64_t> step;
   };
   const auto load = [](const std::string& path) {
     const io::Value v = io::read_value_file(path);
@@ -255,7 +255,7 @@ io::Value average_checkpoints(const std::vector<std::string>& paths) {
     m.config = m.model->config_value();
     m.training = *v.find("training");
     m.head.config = nullptr;  // pointed into v
-    m.step = v.find("step") ? Fields(v, path).text("step") : "-";
+    if (v.find("step")) m.step = Fields(v, path).count("step");
     return m;
   };
   Model first = load(paths[0]);
@@ -263,7 +263,8 @@ io::Value average_checkpoints(const std::vector<std::string>& paths) {
   std::vector<std::vector<double>> sums(params.size());
   for (size_t i = 0; i < params.size(); ++i)
     sums[i].assign(params[i]->value.data(), params[i]->value.data() + params[i]->value.numel());
-  std::string steps = first.step;
+  AveragedCheckpoints result;
+  result.steps.push_back(first.step);
   io::Value training = first.training;
   for (size_t k = 1; k < paths.size(); ++k) {
     const std::string& path = paths[k];
@@ -297,7 +298,7 @@ io::Value average_checkpoints(const std::vector<std::string>& paths) {
       const float* x = mine[i]->value.data();
       for (size_t j = 0; j < sums[i].size(); ++j) sums[i][j] += x[j];
     }
-    steps += " " + m.step;
+    result.steps.push_back(m.step);
     training = m.training;
   }
   const double n = static_cast<double>(paths.size());
@@ -305,19 +306,23 @@ io::Value average_checkpoints(const std::vector<std::string>& paths) {
     float* x = params[i]->value.data();
     for (size_t j = 0; j < sums[i].size(); ++j) x[j] = static_cast<float>(sums[i][j] / n);
   }
-  io::Value v = checkpoint_head(*first.model);
+  io::Value& v = result.checkpoint;
+  v = checkpoint_head(*first.model);
   v.set("training", std::move(training));
   add_vocabularies(v, first.head.src_vocab, first.head.tgt_vocab);
   if (first.head.src_spm || first.head.tgt_spm) {
     const SpmModel& source = first.head.src_spm ? *first.head.src_spm : *first.head.tgt_spm;
     add_spm_models(v, source, first.head.tgt_spm ? &*first.head.tgt_spm : nullptr);
   }
+  std::string steps;
+  for (const std::optional<int64_t>& s : result.steps)
+    steps += (steps.empty() ? "" : " ") + (s ? std::to_string(*s) : std::string("-"));
   io::Value averaged;
   averaged.set("checkpoints", text_value(std::to_string(paths.size())));
   averaged.set("steps", text_value(steps));
   v.set("averaged", std::move(averaged));
   add_parameters(v, *first.model);
-  return v;
+  return result;
 }
 
 void check_not_averaged(const io::Value& checkpoint, const std::string& what) {

@@ -88,7 +88,12 @@ void check_checkpoint_complete(const TranslationModel& model, const io::Value& c
 // the last checkpoint's model part (format, config, "training" settings, vocabularies, "spm") with the averaged
 // parameters and an "averaged" section, {"checkpoints": "N", "steps": "S1 S2 ..."} (each input's "step", "-" for
 // one without: an average itself). It holds no training state: decoding reads it, training does not resume from it.
-io::Value average_checkpoints(const std::vector<std::string>& paths);
+// A "step" that is not a non-negative integer is refused naming the file.
+struct AveragedCheckpoints {
+  io::Value checkpoint;
+  std::vector<std::optional<int64_t>> steps;  // each input's "step", in order; none for one without (an average)
+};
+AveragedCheckpoints average_checkpoints(const std::vector<std::string>& paths);
 // Training resumes from a training checkpoint: refuses an average and a quantized checkpoint
 // (models/quantized_checkpoint.hpp), naming `what`.
 void check_not_averaged(const io::Value& checkpoint, const std::string& what);

@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "attnkit/io/atomic_file.hpp"
+
 namespace attnkit::train {
 
 std::string snapshot_path(const std::string& save_path, int64_t step) {
@@ -15,7 +17,12 @@ void Snapshots::after_save(const std::string& save_path, int64_t step, int64_t s
                            int64_t keep, const std::function<void(const std::string&)>& save) {
   if (keep <= 0 || !(step == last_step || (save_every > 0 && step % save_every == 0))) return;
   const std::string path = snapshot_path(save_path, step);
-  save(path);
+  // The checkpoint just written, copied: the same bytes as a second save, without serialising it again. A save
+  // to a device or FIFO left nothing to read back, so that is saved again.
+  if (std::filesystem::is_regular_file(save_path))
+    io::copy_file_atomic(save_path, path);
+  else
+    save(path);
   if (written_.empty() || written_.back() != path) written_.push_back(path);
   while (static_cast<int64_t>(written_.size()) > keep) {
     std::error_code ec;  // already gone (removed by hand): nothing to do

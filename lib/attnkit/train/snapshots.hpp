@@ -15,8 +15,9 @@ std::string snapshot_path(const std::string& save_path, int64_t step);
 
 class Snapshots {
  public:
-  // keep > 0 and the save of `step` a multiple of save_every (> 0) or the last step: writes its snapshot with
-  // `save` (an atomic write of the whole checkpoint), then removes this run's snapshots beyond the newest keep.
+  // keep > 0 and the save of `step` a multiple of save_every (> 0) or the last step: writes its snapshot, an
+  // atomic copy of the checkpoint just saved at save_path (with `save`, an atomic write of the whole checkpoint,
+  // when save_path is a device or FIFO), then removes this run's snapshots beyond the newest keep.
   void after_save(const std::string& save_path, int64_t step, int64_t save_every, int64_t last_step, int64_t keep,
                   const std::function<void(const std::string&)>& save);
 
