@@ -62,7 +62,16 @@ SpmModels spm_models(const SpmModelsSpec& spec) {
     o.option = side.size_option;
     models::SpmTrainReport report;
     const std::string what = fmt::format("{} ({}s)", spec.train_path, names[s]);
-    *models_out[s] = models::SpmModel::train_texts(s == 0 ? pairs->src : pairs->tgt, what, o, &report);
+    // A text SentencePiece cannot read is refused as reading the file refuses it (or skipped with the line).
+    std::vector<std::string> texts;
+    const std::vector<std::string>& column = s == 0 ? pairs->src : pairs->tgt;
+    for (size_t i = 0; i < column.size(); ++i) {
+      const std::string why = models::spm_unencodable(column[i]);
+      AK_CHECK(why.empty() || spec.data.skip_bad_lines, "{}:{}: {}: {} (SentencePiece reads UTF-8 text)",
+               spec.train_path, pairs->lines[i], names[s], why);
+      if (why.empty()) texts.push_back(column[i]);
+    }
+    *models_out[s] = models::SpmModel::train_texts(texts, what, o, &report);
     if (report.sampled < report.lines)
       out.notes.push_back(fmt::format("SentencePiece trained on a random sample of {} of the {} lines of {} "
                                       "(--spm-sentences)", report.sampled, report.lines, what));
