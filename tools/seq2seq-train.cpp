@@ -185,6 +185,8 @@ int main(int argc, char** argv) {
       "--save model.json\n"
       "  printf 'cat\\tkat\\ndog\\tdog\\n' > pairs.tsv; seq2seq-train --train pairs.tsv --valid pairs.tsv --model gru \\\n"
       "      --attention additive --hidden 16 --steps 20 --save g.json\n"
+      "  seq2seq-train --train pairs.tsv --tokenizer spm --vocab-size 12 --model gru --hidden 16 --steps 20 \\\n"
+      "      --save s.json; transformer-decode s.json --src cat\n"
       "  seq2seq-train --task dates --model lstm --attention additive --hidden 32 --train-size 200 --epochs 2 \\\n"
       "      --save-every 5 --log-every 2 --save d.json --metrics d.jsonl --plot d.svg\n"
       "  seq2seq-train --task copy --model transformer --layers 2 --d-model 32 --heads 4 --ff 64 --schedule noam \\\n"
