@@ -418,7 +418,8 @@ int main(int argc, char** argv) {
   };
 
   // An encoder-decoder's --tokenizer spm / --target-tokenizer spm: each such side's model options, checked
-  // (train/spm_models.hpp chooses the models). The target's defaults are the source's when both are spm.
+  // (train/spm_models.hpp chooses the models). The target's defaults are the source's when both are spm (on
+  // --resume the checkpoint holds each side's model, and each option is checked against its own side's).
   auto spm_sides = [&](bool vocab_size_given) {
     const auto has = [&](const char* name) { return app.get_option(name)->count() > 0; };
     train::SpmModelsSpec spec;
@@ -447,7 +448,7 @@ int main(int argc, char** argv) {
     if (has("--target-spm-model") || has("--target-vocab-size")) {
       spec.target.model_path = target_spm_model_path;
       spec.target.vocab_size = target_vocab_size;
-    } else if (spec.source.spm && spec.target.spm) {
+    } else if (spec.source.spm && spec.target.spm && resume_path.empty()) {
       spec.target.model_path = spec.source.model_path;
       spec.target.vocab_size = spec.source.vocab_size;
       spec.target.size_option = "--vocab-size";
@@ -717,6 +718,17 @@ int main(int argc, char** argv) {
       if (c->bad_lines > 0) std::cerr << "seq2seq-train: " << c->bad_lines_summary() << '\n';
     for (const train::Corpus& c : data.parts)  // each process its own parts'
       if (c.bad_lines > 0) std::cerr << "seq2seq-train: " << c.bad_lines_summary() << '\n';
+    if (spm.source.spm || spm.target.spm)  // characters a SentencePiece model lacks are its <unk> piece
+      for (const train::Corpus* c : {&data.train, &data.valid}) {
+        int64_t unknown[2] = {0, 0};
+        for (const train::Example& ex : c->examples) {
+          unknown[0] += std::count(ex.src.begin(), ex.src.end(), models::Vocab::specials()[models::Vocab::kUnk]);
+          unknown[1] += std::count(ex.tgt.begin(), ex.tgt.end(), models::Vocab::specials()[models::Vocab::kUnk]);
+        }
+        if (lead && unknown[0] + unknown[1] > 0)
+          std::cerr << "seq2seq-train: " << c->name << ": " << unknown[0] << " source and " << unknown[1]
+                    << " target pieces are <unk> (characters the SentencePiece models lack)\n";
+      }
     if (vocab_path.empty() && !data.valid.examples.empty()) {
       // The vocabularies are built from the training data: validation tokens outside them read as <unk>.
       int64_t missing = 0;

@@ -66,6 +66,13 @@ right = sum(o["text"] == r for o, r in zip(outs, refs))
 assert abs(right / 8 - e["exact_match"]) < 1e-9, (right, e["exact_match"])  # the same text scored
 PY
 
+# characters a model lacks read as <unk>, said on stderr
+printf 'the cat\tdie katze\nthe xyz\tdie katze\n' > odd.tsv
+seq2seq-train "${both[@]}" --valid odd.tsv --model gru "${small[@]}" --steps 1 --save odd.json > /dev/null 2> odd.err ||
+  fail "run with odd.tsv exited $?"
+grep -qE "odd.tsv: [1-9][0-9]* source and 0 target pieces are <unk> \(characters the SentencePiece models lack\)" odd.err ||
+  fail "the <unk> pieces were not said: $(cat odd.err)"
+
 # one side spm, the other char; and the target alone
 seq2seq-train --train pairs.tsv --tokenizer spm --vocab-size 30 --target-tokenizer char --model lstm "${small[@]}" \
   --steps 2 --save sc.json > /dev/null || fail "spm/char run exited $?"
@@ -79,6 +86,10 @@ assert b["training"]["src_tokenizer"] == "char" and b["training"]["tgt_tokenizer
 assert len(b["vocab"]["target"]["tokens"]) == 33
 PY
 seq2seq-eval cs.json test.tsv > /dev/null || fail "seq2seq-eval of char/spm exited $?"
+printf 'the xyz\tdie katze\n' > oddtest.tsv
+seq2seq-eval sc.json oddtest.tsv > odd.json || fail "seq2seq-eval of odd.tsv exited $?"
+python3 -c "import json; assert json.load(open('odd.json'))['unknown_source_tokens'] > 0" ||
+  fail "the source's <unk> pieces were not counted: $(cat odd.json)"
 
 # the models as .model files: resume goes on with the checkpoint's, accepts them, refuses another naming it
 for side in source target; do
@@ -92,6 +103,8 @@ expect_error 1 "the SentencePiece model of --target-spm-model source.model diffe
   seq2seq-train --resume m.json --target-spm-model source.model --steps 8 --save m2.json
 expect_error 1 "--vocab-size 40 disagrees with the checkpoint m.json's source" \
   seq2seq-train --resume m.json --vocab-size 40 --steps 8 --save m2.json
+seq2seq-train --resume m.json --tokenizer spm --vocab-size 30 --steps 8 --save m3.json --threads 1 > /dev/null ||
+  fail "resume with the source's own --vocab-size exited $?"
 # a run with model files stores them; --average keeps them
 seq2seq-train --train pairs.tsv --tokenizer spm --spm-model source.model --target-spm-model target.model \
   --model gru --attention dot "${small[@]}" --steps 1 --save f.json > /dev/null || fail "--spm-model run exited $?"

@@ -66,6 +66,8 @@ EvalReport evaluate(const decode::LoadedModel& model, const std::string& test_pa
     for (size_t g = begin; g < end; ++g) {
       int64_t unknown = 0;
       sources.push_back(model.src_vocab.encode(groups[g].src, &unknown));
+      if (model.src_spm)  // characters the SentencePiece model lacks: its <unk> piece
+        unknown = std::count(sources.back().begin(), sources.back().end(), models::Vocab::kUnk);
       report.unknown_source_tokens += unknown;
     }
     const auto results = decode::search(*model.model, sources, search, static_cast<int64_t>(begin));
