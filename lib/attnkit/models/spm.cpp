@@ -164,13 +164,13 @@ std::string trainer_message(const sentencepiece::util::Status& status) {
 
 // Trains on the lines `lines` gives; `what` names the text in messages.
 SpmModel train_on(LineIterator& lines, const std::string& what, const SpmTrainOptions& o, SpmTrainReport* report) {
+  const std::string option = o.option.empty() ? "--vocab-size" : o.option;
   AK_CHECK(o.vocab_size >= SpmModel::kMinVocabSize && o.vocab_size <= SpmModel::kMaxVocabSize,
-           "--vocab-size {}: a SentencePiece model's is in [{}, {}]", o.vocab_size, SpmModel::kMinVocabSize,
+           "{} {}: a SentencePiece model's is in [{}, {}]", option, o.vocab_size, SpmModel::kMinVocabSize,
            SpmModel::kMaxVocabSize);
   AK_CHECK(o.type == "unigram" || o.type == "bpe", "--spm-type \"{}\": expected unigram or bpe", o.type);
   AK_CHECK(o.max_sentences >= SpmModel::kMinSentences, "--spm-sentences {}: need >= {}", o.max_sentences,
            SpmModel::kMinSentences);
-  const std::string option = o.option.empty() ? "--vocab-size" : o.option;
   const unsigned threads = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
   const std::unordered_map<std::string, std::string> args = {
       {"model_type", o.type},
