@@ -24,6 +24,7 @@
 #include "attnkit/train/distributed.hpp"
 #include "attnkit/train/lm_trainer.hpp"
 #include "attnkit/train/report.hpp"
+#include "attnkit/train/spm_models.hpp"
 #include "attnkit/train/trainer.hpp"
 #include "common/common.hpp"
 
@@ -184,6 +185,8 @@ int main(int argc, char** argv) {
       "--save model.json\n"
       "  printf 'cat\\tkat\\ndog\\tdog\\n' > pairs.tsv; seq2seq-train --train pairs.tsv --valid pairs.tsv --model gru \\\n"
       "      --attention additive --hidden 16 --steps 20 --save g.json\n"
+      "  seq2seq-train --train pairs.tsv --tokenizer spm --vocab-size 12 --model gru --hidden 16 --steps 20 \\\n"
+      "      --save s.json; transformer-decode s.json --src cat\n"
       "  seq2seq-train --task dates --model lstm --attention additive --hidden 32 --train-size 200 --epochs 2 \\\n"
       "      --save-every 5 --log-every 2 --save d.json --metrics d.jsonl --plot d.svg\n"
       "  seq2seq-train --task copy --model transformer --layers 2 --d-model 32 --heads 4 --ff 64 --schedule noam \\\n"
@@ -206,11 +209,13 @@ int main(int argc, char** argv) {
                         ->type_name("FILE");
   app.add_option("--valid", valid_path, "Validation file (same format)")->type_name("FILE");
   app.add_option("--tokenizer", tokenizer, "Files: tokenizer of the source (and target); spm: SentencePiece "
-                                          "subwords, language models only (--vocab-size or --spm-model)")
+                                          "subwords (--vocab-size or --spm-model)")
       ->check(CLI::IsMember({"char", "space", "ids", "byte", "spm"}))
       ->capture_default_str();
-  app.add_option("--target-tokenizer", target_tokenizer, "Files: the target's tokenizer (default: --tokenizer)")
-      ->check(CLI::IsMember({"char", "space", "ids", "byte"}));
+  app.add_option("--target-tokenizer", target_tokenizer, "Files: the target's tokenizer (default: --tokenizer); "
+                                                        "spm: its own SentencePiece model (--target-vocab-size or "
+                                                        "--target-spm-model)")
+      ->check(CLI::IsMember({"char", "space", "ids", "byte", "spm"}));
   app.add_flag("--skip-bad-lines", skip_bad_lines, "Files: skip (and count) bad lines instead of failing");
   app.add_option("--max-len", max_len, "Files: longest sequence accepted; tasks: longest sequence generated")
       ->transform(tools::non_negative());
@@ -229,6 +234,16 @@ int main(int argc, char** argv) {
   app.add_option("--spm-sentences", spm_sentences, "--tokenizer spm: lines sampled from --train to train SentencePiece")
       ->transform(tools::positive())
       ->capture_default_str();
+  int64_t target_vocab_size = 0;
+  std::string target_spm_model_path;
+  app.add_option("--target-vocab-size", target_vocab_size, "--target-tokenizer spm: the target's SentencePiece "
+                                                           "model's pieces, trained on --train's targets (default: "
+                                                           "the source's --vocab-size or --spm-model)")
+      ->transform(tools::positive());
+  app.add_option("--target-spm-model", target_spm_model_path, "--target-tokenizer spm: use this SentencePiece model "
+                                                              "for the target (with --resume: must be the "
+                                                              "checkpoint's)")
+      ->type_name("FILE.model");
   app.add_option("--min-len", min_len, "Task: shortest sequence")->transform(tools::positive())->capture_default_str();
   app.add_option("--train-size", train_size, "Task: training examples")->transform(tools::positive())->capture_default_str();
   app.add_option("--valid-size", valid_size, "Task: held-out examples")->transform(tools::non_negative())->capture_default_str();
@@ -402,9 +417,81 @@ int main(int argc, char** argv) {
     return m;
   };
 
+  // An encoder-decoder's --tokenizer spm / --target-tokenizer spm: each such side's model options, checked
+  // (train/spm_models.hpp chooses the models). The target's defaults are the source's when both are spm (on
+  // --resume the checkpoint holds each side's model, and each option is checked against its own side's).
+  auto spm_sides = [&](bool vocab_size_given) {
+    const auto has = [&](const char* name) { return app.get_option(name)->count() > 0; };
+    train::SpmModelsSpec spec;
+    const std::string target_name = target_tokenizer.empty() ? tokenizer : target_tokenizer;
+    if (!task.empty() && (tokenizer == "spm" || target_name == "spm"))
+      throw UsageError("--tokenizer spm goes with --train FILE (a built-in task has its own tokens)");
+    spec.source.spm = tokenizer == "spm";
+    spec.target.spm = target_name == "spm";
+    if (has("--spm-model") && !spec.source.spm)
+      throw UsageError("--spm-model goes with --tokenizer spm (the source's model; the target's: --target-spm-model)");
+    for (const char* name : {"--target-vocab-size", "--target-spm-model"})
+      if (has(name) && !spec.target.spm) throw UsageError(fmt::format("{} goes with --target-tokenizer spm", name));
+    for (const char* name : {"--spm-type", "--spm-sentences"})
+      if (has(name) && !spec.source.spm && !spec.target.spm)
+        throw UsageError(fmt::format("{} goes with --tokenizer spm or --target-tokenizer spm", name));
+    if (!spec.source.spm && !spec.target.spm) return spec;
+    if (!models::SpmModel::available())
+      throw UsageError("--tokenizer spm: this build has no SentencePiece (install libsentencepiece-dev, e.g. with "
+                       "scripts/setup.sh, and build again)");
+    if (!vocab_path.empty())
+      throw UsageError("--vocab: a side whose tokenizer is spm has its SentencePiece model's vocabulary");
+    spec.source.model_path = spm_model_path;
+    spec.source.vocab_size = spec.source.spm && vocab_size_given ? vocab_size : 0;
+    spec.target.size_option = "--target-vocab-size";
+    spec.target.model_option = "--target-spm-model";
+    if (has("--target-spm-model") || has("--target-vocab-size")) {
+      spec.target.model_path = target_spm_model_path;
+      spec.target.vocab_size = target_vocab_size;
+    } else if (spec.source.spm && spec.target.spm && resume_path.empty()) {
+      spec.target.model_path = spec.source.model_path;
+      spec.target.vocab_size = spec.source.vocab_size;
+      spec.target.size_option = "--vocab-size";
+      spec.target.model_option = "--spm-model";
+    }
+    bool trains = false;
+    for (const train::SpmSide* side : {&spec.source, &spec.target}) {
+      if (!side->spm) continue;
+      const char* name = side == &spec.source ? "--tokenizer spm" : "--target-tokenizer spm";
+      if (resume_path.empty() && side->model_path.empty() && side->vocab_size == 0)
+        throw UsageError(fmt::format("{} needs {} N (a SentencePiece model of N pieces trained on --train's {}s) or "
+                                     "{} FILE.model", name, side->size_option,
+                                     side == &spec.source ? "source" : "target", side->model_option));
+      if (side->vocab_size != 0 &&
+          (side->vocab_size < models::SpmModel::kMinVocabSize || side->vocab_size > models::SpmModel::kMaxVocabSize))
+        throw UsageError(fmt::format("{} {} with {}: a SentencePiece model's is in [{}, {}]", side->size_option,
+                                     side->vocab_size, name, models::SpmModel::kMinVocabSize,
+                                     models::SpmModel::kMaxVocabSize));
+      trains = trains || (resume_path.empty() && side->model_path.empty());
+    }
+    if (!trains)
+      for (const char* name : {"--spm-type", "--spm-sentences"})
+        if (has(name))
+          throw UsageError(fmt::format("{} goes with training a SentencePiece model, not with {}", name,
+                                       resume_path.empty() ? "a model file" : "--resume (the checkpoint's models)"));
+    if (trains && spm_sentences < models::SpmModel::kMinSentences)
+      throw UsageError(fmt::format("--spm-sentences {}: SentencePiece samples at least {} lines", spm_sentences,
+                                   models::SpmModel::kMinSentences));
+    if (trains && comm.size() > 1)
+      throw UsageError("--tokenizer spm under mpirun: train the SentencePiece model once (a run in one process, or "
+                       "spm_train) and give it with --spm-model / --target-spm-model");
+    spec.train_path = train_path;
+    spec.data.skip_bad_lines = skip_bad_lines;
+    spec.resume_path = resume_path;
+    spec.type = spm_type;
+    spec.max_sentences = spm_sentences;
+    return spec;
+  };
+
   auto train_language_model = [&]() -> int {
     const bool transformer = model_name == "transformer-lm";
-    std::vector<const char*> refused = {"--task", "--target-tokenizer", "--skip-bad-lines", "--max-len",
+    std::vector<const char*> refused = {"--task", "--target-tokenizer", "--target-vocab-size", "--target-spm-model",
+                                        "--skip-bad-lines", "--max-len",
                                         "--min-len", "--train-size", "--valid-size", "--attention",
                                         "--bidirectional", "--attention-style", "--teacher-forcing",
                                         "--label-smoothing", "--epochs", "--vocab", "--norm-first"};
@@ -565,14 +652,11 @@ int main(int argc, char** argv) {
     if (!average_paths.empty()) return average();
     if (keep_last > 0 && save_every == 0)
       throw UsageError("--keep-last N keeps the saves of --save-every: give --save-every STEPS");
+    const bool vocab_size_given = app.get_option("--vocab-size")->count() > 0;  // --resume may restore it
     if (!resume_path.empty()) restore_options(app, resume_path, restored, override_options);
     if (model_name.size() > 3 && model_name.compare(model_name.size() - 3, 3, "-lm") == 0) return train_language_model();
-    if (tokenizer == "spm")
-      throw UsageError("--tokenizer spm goes with a language model (--model transformer-lm, lstm-lm, gru-lm, rnn-lm)");
-    for (const char* name : {"--spm-model", "--spm-type", "--spm-sentences"})
-      if (app.get_option(name)->count() > 0)
-        throw UsageError(fmt::format("{} goes with --tokenizer spm (a language model's)", name));
     if (task.empty() && train_path.empty()) throw UsageError("give --task NAME or --train FILE");
+    const train::SpmModelsSpec spm = spm_sides(vocab_size_given);
     if (!valid_path.empty() && train_path.empty()) throw UsageError("--valid goes with --train");
     if (resume_path.empty() && model_opt->count() == 0) throw UsageError("give --model lstm|gru|rnn|transformer");
     // Under mpirun each process's threads default to the cores it was given (--bind-to, docs/distributed.md).
@@ -586,6 +670,12 @@ int main(int argc, char** argv) {
     check_destination("--save", save_path);
     check_destination("--metrics", metrics_path);
     check_destination("--plot", plot_path);
+    train::SpmModels spm_models;
+    if (spm.source.spm || spm.target.spm) {
+      spm_models = train::spm_models(spm);
+      if (lead)
+        for (const std::string& note : spm_models.notes) std::cerr << "seq2seq-train: " << note << '\n';
+    }
 
     train::DataSpec spec;
     if (!task.empty()) {
@@ -603,6 +693,8 @@ int main(int argc, char** argv) {
       spec.valid_path = valid_path;
       spec.data.tokenizer = train::tokenizer_from_name(tokenizer);
       if (!target_tokenizer.empty()) spec.data.target_tokenizer = train::tokenizer_from_name(target_tokenizer);
+      spec.data.src_spm = spm_models.source;
+      spec.data.tgt_spm = spm_models.target;
       spec.data.max_len = max_len;
       spec.data.skip_bad_lines = skip_bad_lines;
     }
@@ -625,6 +717,17 @@ int main(int argc, char** argv) {
       if (c->bad_lines > 0) std::cerr << "seq2seq-train: " << c->bad_lines_summary() << '\n';
     for (const train::Corpus& c : data.parts)  // each process its own parts'
       if (c.bad_lines > 0) std::cerr << "seq2seq-train: " << c.bad_lines_summary() << '\n';
+    if (spm.source.spm || spm.target.spm)  // characters a SentencePiece model lacks are its <unk> piece
+      for (const train::Corpus* c : {&data.train, &data.valid}) {
+        int64_t unknown[2] = {0, 0};
+        for (const train::Example& ex : c->examples) {
+          unknown[0] += std::count(ex.src.begin(), ex.src.end(), models::Vocab::specials()[models::Vocab::kUnk]);
+          unknown[1] += std::count(ex.tgt.begin(), ex.tgt.end(), models::Vocab::specials()[models::Vocab::kUnk]);
+        }
+        if (lead && unknown[0] + unknown[1] > 0)
+          std::cerr << "seq2seq-train: " << c->name << ": " << unknown[0] << " source and " << unknown[1]
+                    << " target pieces are <unk> (characters the SentencePiece models lack)\n";
+      }
     if (vocab_path.empty() && !data.valid.examples.empty()) {
       // The vocabularies are built from the training data: validation tokens outside them read as <unk>.
       int64_t missing = 0;

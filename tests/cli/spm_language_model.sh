@@ -130,7 +130,7 @@ expect_error 2 "--vocab-size 4 with --tokenizer spm: a SentencePiece model's is 
 expect_error 2 "--tokenizer spm needs --vocab-size N" seq2seq-train "${common[@]}" --steps 1 --save x.json
 expect_error 2 "--vocab-size goes with --tokenizer spm" \
   seq2seq-train "${model[@]}" --train train.txt --vocab-size 60 --steps 1 --save x.json
-expect_error 2 "--tokenizer spm goes with a language model" \
+expect_error 2 "--tokenizer spm needs --vocab-size N (a SentencePiece model of N pieces trained on --train's sources)" \
   seq2seq-train --model lstm --train pairs.tsv --tokenizer spm --steps 1 --save x.json
 expect_error 2 "--spm-sentences 50: SentencePiece samples at least 1000 lines" \
   seq2seq-train "${common[@]}" --vocab-size 60 --spm-sentences 50 --steps 1 --save x.json

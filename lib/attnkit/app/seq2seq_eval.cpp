@@ -17,8 +17,22 @@ const char* strategy_name(decode::Strategy s) {
   return s == decode::Strategy::Greedy ? "greedy" : s == decode::Strategy::Beam ? "beam" : "sample";
 }
 
+// A side's tokens as text (spm: decoded by the side's SentencePiece model, as DecodePieces does).
 std::string joined(const decode::LoadedModel& model, const std::vector<std::string>& tokens, bool target) {
+  const std::optional<models::SpmModel>& spm = target ? model.tgt_spm : model.src_spm;
+  if (spm) return spm->decode((target ? model.tgt_vocab : model.src_vocab).encode(tokens));
   return models::join_tokens(tokens, target ? model.tgt_tokenizer : model.src_tokenizer);
+}
+
+// The pieces a prediction is scored by: with an spm target, the pieces of its text (decoded, then encoded again
+// as the references were), so that a prediction spelled in other pieces is right when its text is; else its tokens.
+std::vector<std::string> scored_tokens(const decode::LoadedModel& model, const std::vector<int64_t>& ids) {
+  std::vector<std::string> tokens = decode::target_tokens(model, ids);
+  if (!model.tgt_spm) return tokens;
+  const std::vector<int64_t> canonical = model.tgt_spm->encode(decode::target_text(model, tokens));
+  tokens.clear();
+  for (const int64_t id : canonical) tokens.push_back(model.tgt_vocab.token(id));
+  return tokens;
 }
 
 }  // namespace
@@ -36,6 +50,8 @@ EvalReport evaluate(const decode::LoadedModel& model, const std::string& test_pa
   train::DataOptions data;
   data.tokenizer = model.src_tokenizer;
   data.target_tokenizer = model.tgt_tokenizer;
+  data.src_spm = model.src_spm;
+  data.tgt_spm = model.tgt_spm;
   data.format = options.format;
   const train::Corpus test = train::read_corpus(test_path, data);
   const std::vector<train::ReferenceGroup> groups = train::group_by_source(test);
@@ -50,12 +66,14 @@ EvalReport evaluate(const decode::LoadedModel& model, const std::string& test_pa
     for (size_t g = begin; g < end; ++g) {
       int64_t unknown = 0;
       sources.push_back(model.src_vocab.encode(groups[g].src, &unknown));
+      if (model.src_spm)  // characters the SentencePiece model lacks: its <unk> piece
+        unknown = std::count(sources.back().begin(), sources.back().end(), models::Vocab::kUnk);
       report.unknown_source_tokens += unknown;
     }
     const auto results = decode::search(*model.model, sources, search, static_cast<int64_t>(begin));
     for (size_t g = begin; g < end; ++g) {
       const decode::Hypothesis& best = results[g - begin].front();
-      const std::vector<std::string> prediction = decode::target_tokens(model, best.ids);
+      const std::vector<std::string> prediction = scored_tokens(model, best.ids);
       const auto& refs = groups[g].references;
       report.unfinished += !best.ended;
       rates.add(prediction, refs);

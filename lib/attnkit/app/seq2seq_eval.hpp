@@ -11,6 +11,9 @@
 //   PER             sum over words of edit distance(prediction, R) / sum of |R| (token error rate)
 //   token accuracy  sum over words of the positions i where prediction[i] == R[i]
 //                   / sum of max(|prediction|, |R|)   (a missing or extra token counts as wrong)
+// An spm target is scored by its text: the references are split into the pieces of the checkpoint's
+// SentencePiece model, and so is each prediction's detokenized text (so that the same text in other pieces is
+// right); the tokens above are those pieces, and the texts reported are detokenized.
 #pragma once
 #include <cstdint>
 #include <string>

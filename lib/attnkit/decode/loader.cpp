@@ -162,7 +162,8 @@ std::string target_text(const LoadedModel& m, const std::vector<std::string>& to
   if (m.tgt_spm) {
     std::vector<int64_t> ids;
     for (const std::string& t : tokens) ids.push_back(m.tgt_vocab.id(t));
-    return m.tgt_spm->decode(ids, false);
+    const bool continues_prompt = m.family == "transformer-lm" || m.family == "recurrent-lm";
+    return m.tgt_spm->decode(ids, !continues_prompt);
   }
   return models::join_tokens(tokens, m.tgt_tokenizer);
 }

@@ -58,8 +58,9 @@ void use_special_ids(const LoadedModel& m, SearchOptions& options);
 // *unknown). Refuses an empty source, one of more than kMaxTokens tokens and text the tokenizer cannot split
 // (attnkit::Error with the reason).
 std::vector<int64_t> encode_source(const LoadedModel& m, std::string_view text, int64_t* unknown);
-// Target ids -> tokens and the text (joined as the target tokenizer does; spm: decoded by its model as text that
-// continues the source, a language model's prompt: a leading "▁" is a space).
+// Target ids -> tokens and the text (joined as the target tokenizer does; spm: decoded by its model, as
+// SentencePiece's DecodePieces does for an encoder-decoder's target, a line of its own whose leading "▁" is not
+// shown; for a language model as text that continues the prompt: a leading "▁" is a space).
 std::vector<std::string> target_tokens(const LoadedModel& m, const std::vector<int64_t>& ids);
 std::string target_text(const LoadedModel& m, const std::vector<std::string>& tokens);
 

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <thread>
 #include <unordered_map>
@@ -106,12 +107,15 @@ SpmModel SpmModel::read_file(const std::string& path) {
 
 namespace {
 
-// The training file's lines for SentencePiece's trainer: empty lines skipped, long ones cut into sentences of
-// at most kMaxSentenceBytes; stops at the first line it refuses (error()).
+// The training text's lines for SentencePiece's trainer: empty lines skipped, long ones cut into sentences of at
+// most kMaxSentenceBytes; stops at the first line it refuses (error()). `next` gives the next line (false at the
+// end); `refusal` is the message for a refused line, given its 1-based number, the refused byte's offset in it
+// and the reason.
 class LineIterator : public sentencepiece::SentenceIterator {
  public:
-  explicit LineIterator(const std::string& path) : path_(path), f_(path, std::ios::binary) {
-    AK_CHECK(f_.good(), "{}: cannot read ({})", path, std::strerror(errno));
+  using Refusal = std::function<std::string(int64_t, size_t, const std::string&)>;
+  LineIterator(std::function<bool(std::string&)> next, Refusal refusal)
+      : next_(std::move(next)), refusal_(std::move(refusal)) {
     Next();
   }
   bool done() const override { return done_; }
@@ -119,8 +123,7 @@ class LineIterator : public sentencepiece::SentenceIterator {
   sentencepiece::util::Status status() const override { return {}; }
   void Next() override {
     while (rest_.empty()) {
-      if (!std::getline(f_, line_)) {
-        AK_CHECK(!f_.bad(), "{}: read failed at byte {}", path_, offset_);
+      if (!next_(line_)) {
         done_ = true;
         return;
       }
@@ -128,12 +131,10 @@ class LineIterator : public sentencepiece::SentenceIterator {
       size_t at = 0;
       const std::string why = spm_unencodable(line_, &at);
       if (!why.empty()) {
-        error_ = fmt::format("{}: line {}: {} of the line, byte offset {} of the file (SentencePiece reads UTF-8 "
-                             "text)", path_, line_number_, why, offset_ + int64_t(at));
+        error_ = refusal_(line_number_, at, why);
         done_ = true;
         return;
       }
-      offset_ += int64_t(line_.size()) + 1;
       rest_ = line_;
     }
     size_t n = std::min(rest_.size(), SpmModel::kMaxSentenceBytes);
@@ -146,10 +147,10 @@ class LineIterator : public sentencepiece::SentenceIterator {
   int64_t sentences() const { return sentences_; }
 
  private:
-  std::string path_;
-  std::ifstream f_;
+  std::function<bool(std::string&)> next_;
+  Refusal refusal_;
   std::string line_, rest_, value_, error_;
-  int64_t line_number_ = 0, offset_ = 0, sentences_ = 0;
+  int64_t line_number_ = 0, sentences_ = 0;
   bool done_ = false;
 };
 
@@ -161,20 +162,22 @@ std::string trainer_message(const sentencepiece::util::Status& status) {
   return m;
 }
 
-}  // namespace
-
-SpmModel SpmModel::train(const std::string& path, const SpmTrainOptions& o, SpmTrainReport* report) {
-  AK_CHECK(o.vocab_size >= kMinVocabSize && o.vocab_size <= kMaxVocabSize,
-           "--vocab-size {}: a SentencePiece model's is in [{}, {}]", o.vocab_size, kMinVocabSize, kMaxVocabSize);
+// Trains on the lines `lines` gives; `what` names the text in messages.
+SpmModel train_on(LineIterator& lines, const std::string& what, const SpmTrainOptions& o, SpmTrainReport* report) {
+  const std::string option = o.option.empty() ? "--vocab-size" : o.option;
+  AK_CHECK(o.vocab_size >= SpmModel::kMinVocabSize && o.vocab_size <= SpmModel::kMaxVocabSize,
+           "{} {}: a SentencePiece model's is in [{}, {}]", option, o.vocab_size, SpmModel::kMinVocabSize,
+           SpmModel::kMaxVocabSize);
   AK_CHECK(o.type == "unigram" || o.type == "bpe", "--spm-type \"{}\": expected unigram or bpe", o.type);
-  AK_CHECK(o.max_sentences >= kMinSentences, "--spm-sentences {}: need >= {}", o.max_sentences, kMinSentences);
+  AK_CHECK(o.max_sentences >= SpmModel::kMinSentences, "--spm-sentences {}: need >= {}", o.max_sentences,
+           SpmModel::kMinSentences);
   const unsigned threads = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
   const std::unordered_map<std::string, std::string> args = {
       {"model_type", o.type},
       {"vocab_size", std::to_string(o.vocab_size)},
       {"input_sentence_size", std::to_string(o.max_sentences)},
       {"shuffle_input_sentence", "true"},
-      {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
+      {"max_sentence_length", std::to_string(SpmModel::kMaxSentenceBytes)},
       {"normalization_rule_name", "identity"},
       {"remove_extra_whitespaces", "false"},
       {"character_coverage", "1.0"},
@@ -183,28 +186,68 @@ SpmModel SpmModel::train(const std::string& path, const SpmTrainOptions& o, SpmT
       {"pad_piece", "<pad>"}, {"bos_piece", "<bos>"}, {"eos_piece", "<eos>"}, {"unk_piece", "<unk>"},
       {"num_threads", std::to_string(threads)},
       {"minloglevel", "2"}};
-  LineIterator lines(path);
   std::string bytes;
   const sentencepiece::util::Status status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &bytes);
   AK_CHECK(lines.error().empty(), "{}", lines.error());
-  AK_CHECK(lines.sentences() > 0, "{}: no text to train SentencePiece on (every line is empty)", path);
+  AK_CHECK(lines.sentences() > 0, "{}: no text to train SentencePiece on (every line is empty)", what);
   if (!status.ok()) {
     const std::string m = trainer_message(status);
     std::smatch g;
     if (std::regex_search(m, g, std::regex(R"(Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+))")))
-      fail("--vocab-size {} is too large for {}: SentencePiece finds at most {} pieces in its text (give "
-           "--vocab-size {} or less, or more text)", o.vocab_size, path, g[2].str(), g[2].str());
+      fail("{} {} is too large for {}: SentencePiece finds at most {} pieces in its text (give {} {} or less, or more "
+           "text)", option, o.vocab_size, what, g[2].str(), option, g[2].str());
     if (std::regex_search(m, g, std::regex(R"(smaller than required_chars\. (\d+) vs (\d+))")))
-      fail("--vocab-size {} is too small for {}: its characters and the 5 special pieces (<pad> <bos> <eos> <unk> "
-           "and tab) need --vocab-size {} or more", o.vocab_size, path, g[2].str());
-    fail("{}: SentencePiece could not train a model with --vocab-size {} --spm-type {}: {}", path, o.vocab_size,
-         o.type, m);
+      fail("{} {} is too small for {}: its characters and the 5 special pieces (<pad> <bos> <eos> <unk> and tab) "
+           "need {} {} or more", option, o.vocab_size, what, option, g[2].str());
+    fail("{}: SentencePiece could not train a model with {} {} --spm-type {}: {}", what, option, o.vocab_size, o.type,
+         m);
   }
   if (report) {
     report->lines = lines.sentences();
     report->sampled = std::min(lines.sentences(), o.max_sentences);
   }
-  return from_serialized(std::move(bytes), path);
+  return SpmModel::from_serialized(std::move(bytes), what);
+}
+
+}  // namespace
+
+SpmModel SpmModel::train(const std::string& path, const SpmTrainOptions& o, SpmTrainReport* report) {
+  std::ifstream f(path, std::ios::binary);
+  AK_CHECK(f.good(), "{}: cannot read ({})", path, std::strerror(errno));
+  int64_t offset = 0, line_start = 0;  // the byte offsets of the next line and of the last one read
+  const auto next = [&](std::string& line) {
+    if (!std::getline(f, line)) {
+      AK_CHECK(!f.bad(), "{}: read failed at byte {}", path, offset);
+      return false;
+    }
+    line_start = offset;
+    offset += int64_t(line.size()) + 1;
+    return true;
+  };
+  const auto refusal = [&](int64_t number, size_t at, const std::string& why) {
+    return fmt::format("{}: line {}: {} of the line, byte offset {} of the file (SentencePiece reads UTF-8 text)",
+                       path, number, why, line_start + int64_t(at));
+  };
+  LineIterator lines(next, refusal);
+  return train_on(lines, path, o, report);
+}
+
+SpmModel SpmModel::train_texts(const std::vector<std::string>& texts, const std::string& what,
+                               const SpmTrainOptions& o, SpmTrainReport* report) {
+  size_t text = 0, at = 0;  // the next text, and where its next line starts
+  const auto next = [&](std::string& line) {
+    if (text == texts.size()) return false;
+    const size_t end = texts[text].find('\n', at);
+    line = texts[text].substr(at, end == std::string::npos ? std::string::npos : end - at);
+    if (end == std::string::npos) ++text, at = 0;
+    else at = end + 1;
+    return true;
+  };
+  const auto refusal = [&](int64_t number, size_t, const std::string& why) {
+    return fmt::format("{}: line {} of its text: {} (SentencePiece reads UTF-8 text)", what, number, why);
+  };
+  LineIterator lines(next, refusal);
+  return train_on(lines, what, o, report);
 }
 
 const std::string& SpmModel::serialized() const { return impl_->bytes; }
@@ -294,6 +337,10 @@ bool SpmModel::available() { return false; }
 SpmModel SpmModel::from_serialized(std::string, std::string_view) { no_sentencepiece(); }
 SpmModel SpmModel::read_file(const std::string&) { no_sentencepiece(); }
 SpmModel SpmModel::train(const std::string&, const SpmTrainOptions&, SpmTrainReport*) { no_sentencepiece(); }
+SpmModel SpmModel::train_texts(const std::vector<std::string>&, const std::string&, const SpmTrainOptions&,
+                               SpmTrainReport*) {
+  no_sentencepiece();
+}
 const std::string& SpmModel::serialized() const { return impl_->bytes; }
 int64_t SpmModel::pieces() const { return 0; }
 const Vocab& SpmModel::vocab() const { return impl_->vocab; }

@@ -34,6 +34,7 @@ struct SpmTrainOptions {
   std::string type = "unigram";     // or "bpe"
   int64_t max_sentences = 1000000;  // lines sampled for training (>= kMinSentences; SentencePiece's
                                     // input_sentence_size)
+  std::string option;               // the option vocab_size came from, for messages ("" : "--vocab-size")
 };
 
 struct SpmTrainReport {
@@ -55,6 +56,10 @@ class SpmModel {
   // U+2581 (line and byte offset), and the trainer's refusals in the option's terms ("--vocab-size 5000 is too
   // large for FILE: ...").
   static SpmModel train(const std::string& path, const SpmTrainOptions& options, SpmTrainReport* report = nullptr);
+  // The same on texts in memory (one column of a pairs file), each cut at its newlines; `what` names them in
+  // messages ("pairs.tsv (source)").
+  static SpmModel train_texts(const std::vector<std::string>& texts, const std::string& what,
+                              const SpmTrainOptions& options, SpmTrainReport* report = nullptr);
   // A serialized model (a .model file's bytes); `what` names it in messages.
   static SpmModel from_serialized(std::string bytes, std::string_view what);
   static SpmModel read_file(const std::string& path);

@@ -89,6 +89,8 @@ void Trainer::save(const std::string& path) const {
     v.set("shard_rngs", std::move(others));
   }
   models::add_vocabularies(v, data_.src_vocab, data_.tgt_vocab);
+  if (data_.src_spm || data_.tgt_spm)
+    models::add_spm_models(v, data_.src_spm ? *data_.src_spm : *data_.tgt_spm, data_.tgt_spm ? &*data_.tgt_spm : nullptr);
   v.set("step", text_value(std::to_string(step_)));
   v.set("optimizer", optimizer_->state());
   // With parts, "data_order" is shard 0's and "shard_data_orders" the others' (gathered by save_checked).
@@ -134,6 +136,16 @@ std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::st
   models::TransformerConfig tconfig;
   if (transformer) tconfig = models::TransformerConfig::from_value(*head.config, path);
   else config = models::Seq2SeqConfig::from_value(*head.config, path);
+  // A side split by SentencePiece goes on with the checkpoint's model only.
+  const auto same_spm = [&](const std::optional<models::SpmModel>& stored, Tokenizer stored_tokenizer,
+                            const std::optional<models::SpmModel>& given, Tokenizer tokenizer, const char* side) {
+    AK_CHECK((stored_tokenizer == Tokenizer::Spm) == (tokenizer == Tokenizer::Spm),
+             "{}: the checkpoint's {} is split into {} tokens, the data's into {} tokens", path, side,
+             tokenizer_name(stored_tokenizer), tokenizer_name(tokenizer));
+    if (stored && given) models::check_same_spm(*stored, path, *given, fmt::format("the data's {} tokenizer", side));
+  };
+  same_spm(head.src_spm, head.src_tokenizer, data.src_spm, data.train.src_tokenizer, "source");
+  same_spm(head.tgt_spm, head.tgt_tokenizer, data.tgt_spm, data.train.tgt_tokenizer, "target");
   check_same_vocab(head.src_vocab, path, data.src_vocab, data.vocab_name(), path + ": source vocabulary");
   check_same_vocab(head.tgt_vocab, path, data.tgt_vocab, data.vocab_name(), path + ": target vocabulary");
   models::check_vocab_sizes(*head.config, head.src_vocab, head.tgt_vocab, path);

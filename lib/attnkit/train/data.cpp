@@ -62,13 +62,32 @@ std::string split_jsonl(std::string_view line, std::string& src, std::string& tg
   return "";
 }
 
+// One side's text as the pieces of its SentencePiece model, a newline as the model's newline token; "" or the
+// reason it cannot.
+std::string spm_pieces(const models::SpmModel& spm, std::string_view text, std::vector<std::string>& out) {
+  out.clear();
+  std::vector<int64_t> ids;
+  for (size_t start = 0;;) {
+    const size_t end = text.find('\n', start);
+    if (std::string why = spm.encode_line(text.substr(start, end - start), ids); !why.empty()) return why;
+    if (end == std::string_view::npos) break;
+    ids.push_back(spm.newline_id());
+    start = end + 1;
+  }
+  for (const int64_t id : ids) out.push_back(spm.vocab().token(id));
+  return "";
+}
+
 // Tokenizes both sides and checks them; "" or the reason.
 std::string make_example(const std::string& src, const std::string& tgt, const DataOptions& options, Example& ex) {
   const std::pair<const std::string*, std::vector<std::string>*> sides[2] = {{&src, &ex.src}, {&tgt, &ex.tgt}};
   const char* names[2] = {"source", "target"};
   const Tokenizer tokenizers[2] = {options.tokenizer, options.target_tokenizer.value_or(options.tokenizer)};
+  const std::optional<models::SpmModel>* spm[2] = {&options.src_spm, &options.tgt_spm};
   for (int s = 0; s < 2; ++s) {
-    std::string bad = tokenize(*sides[s].first, tokenizers[s], *sides[s].second);
+    std::string bad = tokenizers[s] == Tokenizer::Spm && *spm[s]
+                          ? spm_pieces(**spm[s], *sides[s].first, *sides[s].second)
+                          : tokenize(*sides[s].first, tokenizers[s], *sides[s].second);
     if (!bad.empty()) return fmt::format("{}: {}", names[s], bad);
     if (sides[s].second->empty()) return fmt::format("empty {}", names[s]);
     const auto n = static_cast<int64_t>(sides[s].second->size());
@@ -94,13 +113,17 @@ DataFormat data_format(std::string_view name, DataFormat format) {
   return DataFormat::Tsv;
 }
 
-Corpus parse_corpus(std::string_view text, std::string_view name, const DataOptions& options) {
+namespace {
+
+// Calls `take(src, tgt, line)` for each line of `text` split into its source and target (blank lines skipped); a
+// line that cannot be split, or whose `take` returns a reason, is bad: refused, or with skip_bad_lines counted into
+// `corpus` (its first messages kept). `corpus` gets the name; refuses an empty text unless allow_empty.
+template <typename Take>
+void for_each_pair(std::string_view text, std::string_view name, const DataOptions& options, Corpus& corpus,
+                   Take take) {
   AK_CHECK(options.max_len >= 0, "{}: the maximum length must be >= 0, got {}", name, options.max_len);
   const DataFormat format = data_format(name, options.format);
-  Corpus corpus;
   corpus.name = std::string(name);
-  corpus.src_tokenizer = options.tokenizer;
-  corpus.tgt_tokenizer = options.target_tokenizer.value_or(options.tokenizer);
   AK_CHECK(!text.empty() || options.allow_empty, "{}: the file is empty (expected one example per line)", name);
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte-order mark
 
@@ -116,10 +139,8 @@ Corpus parse_corpus(std::string_view text, std::string_view name, const DataOpti
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (blank(line)) continue;
 
-    Example ex;
-    ex.line = line_no;
     std::string bad = format == DataFormat::Tsv ? split_tsv(line, src, tgt) : split_jsonl(line, src, tgt);
-    if (bad.empty()) bad = make_example(src, tgt, options, ex);
+    if (bad.empty()) bad = take(src, tgt, line_no);
     if (!bad.empty()) {
       std::string message = options.first_byte >= 0 ? fmt::format("{}: the line at byte {}: {}", name, line_byte, bad)
                                                     : fmt::format("{}:{}: {}", name, line_no, bad);
@@ -127,15 +148,43 @@ Corpus parse_corpus(std::string_view text, std::string_view name, const DataOpti
       ++corpus.bad_lines;
       if (static_cast<int64_t>(corpus.bad_line_messages.size()) < options.max_reported)
         corpus.bad_line_messages.push_back(std::move(message));
-      continue;
     }
-    corpus.examples.push_back(std::move(ex));
   }
+}
+
+}  // namespace
+
+Corpus parse_corpus(std::string_view text, std::string_view name, const DataOptions& options) {
+  Corpus corpus;
+  corpus.src_tokenizer = options.tokenizer;
+  corpus.tgt_tokenizer = options.target_tokenizer.value_or(options.tokenizer);
+  for_each_pair(text, name, options, corpus, [&](const std::string& src, const std::string& tgt, int64_t line) {
+    Example ex;
+    ex.line = line;
+    std::string bad = make_example(src, tgt, options, ex);
+    if (bad.empty()) corpus.examples.push_back(std::move(ex));
+    return bad;
+  });
   if (corpus.examples.empty() && !options.allow_empty) {
     AK_CHECK(corpus.bad_lines > 0, "{}: no examples (every line is blank)", name);
     fail("{}: no examples left: {}", name, corpus.bad_lines_summary());
   }
   return corpus;
+}
+
+TextPairs read_text_pairs(const std::string& path, const DataOptions& options) {
+  const std::string text = io::read_plain_text(path);
+  const std::string name = path == "-" ? "<stdin>" : path;
+  TextPairs pairs;
+  Corpus counts;
+  for_each_pair(text, name, options, counts, [&](const std::string& src, const std::string& tgt, int64_t line) {
+    pairs.src.push_back(src);
+    pairs.tgt.push_back(tgt);
+    pairs.lines.push_back(line);
+    return std::string();
+  });
+  AK_CHECK(!pairs.src.empty(), "{}: no pairs of source and target (every line is blank or bad)", name);
+  return pairs;
 }
 
 Corpus read_corpus(const std::string& path, const DataOptions& options) {

@@ -7,7 +7,9 @@
 //   JSONL  {"src": "source", "tgt": "target"}        other members are ignored
 // Format::Auto picks JSONL for names ending in .jsonl, .ndjson or .json, TSV otherwise.
 // Each side is tokenized with the options' tokenizer (vocab.hpp), the target with target_tokenizer when
-// it is given ("hello<TAB>hh ax l ow": char for the spelling, space for the phonemes).
+// it is given ("hello<TAB>hh ax l ow": char for the spelling, space for the phonemes). A side whose tokenizer
+// is spm is split by its SentencePiece model (src_spm, tgt_spm; models/spm.hpp) into the pieces of the model's
+// vocabulary ("▁the", "▁c", "at"; a character the model lacks is "<unk>", a newline inside a JSONL text "\n").
 //
 // A bad line is an attnkit::Error "<file>:<line>: <reason>", the reasons being:
 //   TSV    "no tab between source and target"  "2 tabs (expected 1 between source and target)"
@@ -25,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attnkit/models/spm.hpp"
 #include "attnkit/train/vocab.hpp"
 
 namespace attnkit::train {
@@ -34,6 +37,7 @@ enum class DataFormat { Auto, Tsv, Jsonl };
 struct DataOptions {
   Tokenizer tokenizer = Tokenizer::Char;         // the source's, and the target's unless target_tokenizer
   std::optional<Tokenizer> target_tokenizer;
+  std::optional<models::SpmModel> src_spm, tgt_spm;  // the SentencePiece model of a side whose tokenizer is spm
   DataFormat format = DataFormat::Auto;
   int64_t max_len = 0;          // > 0: most tokens on either side (without <bos>/<eos>); 0: no limit
   bool skip_bad_lines = false;  // count and skip bad lines instead of failing on the first
@@ -72,6 +76,15 @@ Corpus read_corpus(const std::string& path, const DataOptions& options);
 // The same on text already in memory; `name` stands for the file in messages and picks the format
 // when options.format is Auto.
 Corpus parse_corpus(std::string_view text, std::string_view name, const DataOptions& options);
+
+// The untokenized texts of a file's pairs, for training a tokenizer on one side (a SentencePiece model): every
+// line read as read_corpus reads it, a line that cannot be split into source and target refused (or, with
+// skip_bad_lines, skipped); src[i] and tgt[i] are one pair's, lines[i] its line.
+struct TextPairs {
+  std::vector<std::string> src, tgt;
+  std::vector<int64_t> lines;
+};
+TextPairs read_text_pairs(const std::string& path, const DataOptions& options);
 
 // Vocabulary building from a corpus' sources, targets or both (VocabBuilder with the given order).
 enum class Side { Source, Target, Both };

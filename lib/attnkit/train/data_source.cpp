@@ -6,6 +6,20 @@
 namespace attnkit::train {
 
 namespace {
+
+// A side whose tokenizer is spm has its SentencePiece model's vocabulary, the other sides keep theirs.
+void use_spm_vocabularies(TrainingData& d, const DataSpec& spec) {
+  const Tokenizer src = spec.data.tokenizer, tgt = spec.data.target_tokenizer.value_or(spec.data.tokenizer);
+  AK_CHECK(src != Tokenizer::Spm || spec.data.src_spm, "{}: the source's spm tokenizer needs its SentencePiece model",
+           spec.train_path);
+  AK_CHECK(tgt != Tokenizer::Spm || spec.data.tgt_spm, "{}: the target's spm tokenizer needs its SentencePiece model",
+           spec.train_path);
+  AK_CHECK(spec.vocab_path.empty() || (src != Tokenizer::Spm && tgt != Tokenizer::Spm),
+           "--vocab {}: a side whose tokenizer is spm has its SentencePiece model's vocabulary", spec.vocab_path);
+  if (src == Tokenizer::Spm) d.src_vocab = spec.data.src_spm->vocab(), d.src_spm = spec.data.src_spm;
+  if (tgt == Tokenizer::Spm) d.tgt_vocab = spec.data.tgt_spm->vocab(), d.tgt_spm = spec.data.tgt_spm;
+}
+
 TrainingData load_data(const DataSpec& spec) {
   TrainingData d;
   if (spec.task) {
@@ -19,8 +33,11 @@ TrainingData load_data(const DataSpec& spec) {
   AK_CHECK(!spec.train_path.empty(), "training data: no task and no training file");
   d.train = read_corpus(spec.train_path, spec.data);
   if (!spec.valid_path.empty()) d.valid = read_corpus(spec.valid_path, spec.data);
-  d.src_vocab = build_vocab(d.train, Side::Source, default_order(d.train.src_tokenizer));
-  d.tgt_vocab = build_vocab(d.train, Side::Target, default_order(d.train.tgt_tokenizer));
+  if (d.train.src_tokenizer != Tokenizer::Spm)
+    d.src_vocab = build_vocab(d.train, Side::Source, default_order(d.train.src_tokenizer));
+  if (d.train.tgt_tokenizer != Tokenizer::Spm)
+    d.tgt_vocab = build_vocab(d.train, Side::Target, default_order(d.train.tgt_tokenizer));
+  use_spm_vocabularies(d, spec);
   return d;
 }
 }  // namespace
@@ -86,6 +103,7 @@ TrainingData load_training_parts(const DataSpec& spec, Communicator& comm, int64
     fail("{}: no examples left: {} bad lines skipped", spec.train_path, bad);
   }
   if (!spec.vocab_path.empty()) {
+    use_spm_vocabularies(d, spec);  // refuses --vocab for an spm side
     use_vocab_file(d, spec.vocab_path);
     return d;
   }
@@ -97,11 +115,12 @@ TrainingData load_training_parts(const DataSpec& spec, Communicator& comm, int64
     whole_tgt.merge(VocabBuilder::from_bytes(b, spec.train_path + ": the target tokens' counts"));
   const Tokenizer src_tok = spec.data.tokenizer, tgt_tok = spec.data.target_tokenizer.value_or(spec.data.tokenizer);
   try {
-    d.src_vocab = whole_src.build(default_order(src_tok));
-    d.tgt_vocab = whole_tgt.build(default_order(tgt_tok));
+    if (src_tok != Tokenizer::Spm) d.src_vocab = whole_src.build(default_order(src_tok));
+    if (tgt_tok != Tokenizer::Spm) d.tgt_vocab = whole_tgt.build(default_order(tgt_tok));
   } catch (const Error& e) {
     fail("{}: {}", spec.train_path, e.what());
   }
+  use_spm_vocabularies(d, spec);
   return d;
 }
 

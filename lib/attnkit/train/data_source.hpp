@@ -18,7 +18,7 @@ struct DataSpec {
   std::optional<TaskOptions> task;  // set: a built-in task
   std::string train_path;           // else: TSV / JSONL files
   std::string valid_path;           // optional
-  DataOptions data;                 // tokenizers, max_len, skip_bad_lines (files only)
+  DataOptions data;                 // tokenizers (spm: with their models), max_len, skip_bad_lines (files only)
   std::string vocab_path;           // optional: the vocabularies from this file (read_vocab_pair, vocab.hpp)
 };
 
@@ -26,6 +26,9 @@ struct TrainingData {
   Corpus train, valid;
   Vocab src_vocab, tgt_vocab;
   std::string vocab_source;  // the vocabulary file they came from, or "" (built from the data)
+  // A side whose tokenizer is spm: its SentencePiece model, whose vocabulary is the side's (stored in the
+  // checkpoint with it)
+  std::optional<models::SpmModel> src_spm, tgt_spm;
   // The training file cut into parts (load_training_parts): `parts` are this process's, parts first_part ..
   // first_part + parts.size() − 1 of part_count, covering bytes [bytes.first, bytes.second) of the file; `train`
   // then holds no examples, only the file's name and tokenizers. part_count 0: `train` is the whole set.
@@ -36,8 +39,9 @@ struct TrainingData {
   const std::string& vocab_name() const { return vocab_source.empty() ? train.name : vocab_source; }
 };
 // A task's sets and vocabularies, or the files read with vocabularies built from the training file
-// (source side and target side each in the tokenizer's default order); with spec.vocab_path, the
-// vocabularies of that file instead (tokens it lacks become <unk>). Errors name the file and line.
+// (source side and target side each in the tokenizer's default order; a side whose tokenizer is spm: its
+// SentencePiece model's); with spec.vocab_path, the vocabularies of that file instead (tokens it lacks become
+// <unk>; refused for an spm side). Errors name the file and line.
 TrainingData load_training_data(const DataSpec& spec);
 
 // The training file of spec cut into `parts` parts (train/data_part.hpp), of which this process reads only its

@@ -9,6 +9,7 @@
 //   "step":      optimizer steps taken
 //   "optimizer": the optimizer's state (train/optimizer.hpp)
 //   "data_order": the Batcher's state (train/batch.hpp)
+//   "spm":       a side whose tokenizer is spm: its SentencePiece model (models/checkpoint.hpp)
 //   "window":    {"loss", "steps"}: the training-loss sum since the last logged multiple of log_every
 //   "shard_rngs": {"1": {"state", "inc"}, ...}: with gradient shards (train/data_parallel.hpp), the Rng of
 //                each shard after shard 0 (whose Rng is "rng"); "training" then has "grad_shards"
@@ -18,7 +19,8 @@
 // the data.
 // Resume: the model, the optimizer state and the data order come back, and the loop continues from "step"
 // up to the options' steps (the total, not an increment): the same metrics, bit for bit, as a run that was
-// never interrupted (same thread count). The vocabularies of the data given must equal the checkpoint's.
+// never interrupted (same thread count). The vocabularies of the data given must equal the checkpoint's, and a
+// side split by SentencePiece must be split by the checkpoint's model.
 #pragma once
 #include <cstdint>
 #include <functional>
