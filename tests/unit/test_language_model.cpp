@@ -30,27 +30,15 @@ using namespace attnkit;
 namespace {
 
 // A file under the temporary folder, removed at the end of the test.
-struct TempFile {
-  std::string path;
-  explicit TempFile(const std::string& name, const std::string& text)
-      : path(std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/attnkit_lm_" + name) {
-    std::ofstream(path, std::ios::binary) << text;
-  }
-  ~TempFile() { std::remove(path.c_str()); }
+struct TempFile : test::TempFile {
+  TempFile(const std::string& name, const std::string& text) : test::TempFile("lm_" + name, text) {}
 };
 
 const std::string kText =
     "the cat sat on the mat. the dog sat on the log. a cat and a dog sat on a mat and a log.\n"
     "the mat was red; the log was old. the cat ran, the dog ran, and the cat sat again.\n";
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 train::LmTrainerOptions small_options(nn::PositionalKind positional, bool norm_first, bool tied) {
   train::LmTrainerOptions o;

@@ -21,27 +21,17 @@
 #include "attnkit/train/lm_trainer.hpp"
 #include "attnkit/train/text_data.hpp"
 
+#include "test_util.hpp"
+
 using namespace attnkit;
 
 namespace {
 
-struct TempFile {
-  std::string path;
-  TempFile(const std::string& name, const std::string& text)
-      : path(std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/attnkit_spm_" + name) {
-    std::ofstream(path, std::ios::binary) << text;
-  }
-  ~TempFile() { std::remove(path.c_str()); }
+struct TempFile : test::TempFile {
+  TempFile(const std::string& name, const std::string& text) : test::TempFile("spm_" + name, text) {}
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // Spaces (leading, trailing, doubled), tabs, empty lines, punctuation and non-ASCII UTF-8 (2, 3 and 4 bytes).
 std::string sample_text() {

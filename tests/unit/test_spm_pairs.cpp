@@ -21,27 +21,17 @@
 #include "attnkit/train/spm_models.hpp"
 #include "attnkit/train/trainer.hpp"
 
+#include "test_util.hpp"
+
 using namespace attnkit;
 
 namespace {
 
-struct TempFile {
-  std::string path;
-  TempFile(const std::string& name, const std::string& text)
-      : path(std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/attnkit_spm_pairs_" + name) {
-    std::ofstream(path, std::ios::binary) << text;
-  }
-  ~TempFile() { std::remove(path.c_str()); }
+struct TempFile : test::TempFile {
+  TempFile(const std::string& name, const std::string& text) : test::TempFile("spm_pairs_" + name, text) {}
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // English -> German-ish pairs with doubled and leading spaces and non-ASCII UTF-8 on both sides.
 const std::vector<std::pair<std::string, std::string>>& sample_pairs() {

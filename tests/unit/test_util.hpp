@@ -2,6 +2,8 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -38,6 +40,18 @@ std::string error_of(F&& f) {
   }
   return "";
 }
+
+// A file $TMPDIR/attnkit_NAME (or /tmp) holding `text`, removed at the end of the scope.
+struct TempFile {
+  std::string path;
+  TempFile(const std::string& name, const std::string& text)
+      : path(std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/attnkit_" + name) {
+    std::ofstream(path, std::ios::binary) << text;
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile() { std::remove(path.c_str()); }
+};
 
 // The text of tests/fixtures/NAME.
 inline std::string fixture_text(const std::string& name) {
