@@ -435,6 +435,9 @@ int main(int argc, char** argv) {
     for (const char* name : {"--spm-type", "--spm-sentences"})
       if (has(name) && !spec.source.spm && !spec.target.spm)
         throw UsageError(fmt::format("{} goes with --tokenizer spm or --target-tokenizer spm", name));
+    if (!train_path.empty() && vocab_size_given && !spec.source.spm)
+      throw UsageError("--vocab-size goes with a built-in --task or --tokenizer spm (a training file's vocabulary is "
+                       "the tokens it holds, or --vocab FILE; a target's SentencePiece model: --target-vocab-size)");
     if (!spec.source.spm && !spec.target.spm) return spec;
     if (!models::SpmModel::available())
       throw UsageError("--tokenizer spm: this build has no SentencePiece (install libsentencepiece-dev, e.g. with "

@@ -103,6 +103,8 @@ cp m.json keep.json
 expect_error 1 "bad.tsv:" seq2seq-train --train "$fx/bad.tsv" --model lstm --steps 1 --save x.json
 expect_error 1 "empty.tsv" seq2seq-train --train "$fx/empty.tsv" --model lstm --steps 1 --save x.json
 expect_error 1 "missing.tsv" seq2seq-train --train missing.tsv --model lstm --steps 1 --save x.json
+expect_error 2 "--vocab-size goes with a built-in --task or --tokenizer spm" seq2seq-train --train "$fx/pairs.tsv" \
+  --vocab-size 5 --model lstm --steps 1 --save x.json
 printf '{"format": "something else"}\n' > foreign.json
 expect_error 1 "foreign.json: not an attnkit seq2seq checkpoint" seq2seq-train "${common[@]}" --steps 300 \
   --resume foreign.json --save x.json
