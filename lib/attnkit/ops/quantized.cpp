@@ -177,7 +177,10 @@ Q8Matrix q8_from_stored(std::vector<int8_t> q, std::vector<float> scale, int64_t
   return m;
 }
 
-void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t) {
+namespace {
+
+// q8_quantize_rows, each byte written xor `flip` (0, or -128 for the AVX-512 kernel's a + 128 as u8).
+void quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t, int8_t flip) {
   for (int64_t i = 0; i < m; ++i) {
     const float* row = x + i * ldx;
     float amax = 0;
@@ -190,23 +193,31 @@ void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t
     int8_t* out = a + i * k4;
     if (!finite) {  // a NaN or infinity has no int8 value: the row's products are NaN, as float32's would not be finite
       t[i] = std::numeric_limits<float>::quiet_NaN();
-      std::fill(out, out + k4, int8_t{0});
+      std::fill(out, out + k4, flip);
       continue;
     }
     const float s = amax / 127.0f;
     t[i] = s;
     const float inv = s > 0 ? 1.0f / s : 0.0f;
-    for (int64_t c = 0; c < k; ++c) out[c] = static_cast<int8_t>(std::clamp(std::nearbyint(row[c] * inv), -127.0f, 127.0f));
-    std::fill(out + k, out + k4, int8_t{0});
+    for (int64_t c = 0; c < k; ++c)
+      out[c] = static_cast<int8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(row[c] * inv), -127.0f, 127.0f)) ^ flip);
+    std::fill(out + k, out + k4, flip);
   }
+}
+
+}  // namespace
+
+void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t) {
+  quantize_rows(x, m, k, ldx, k4, a, t, 0);
 }
 
 namespace {
 
-void q8_run(const Q8Matrix& w, const int8_t* a, int64_t m, const detail::Q8Out& out, LowpKernel kernel) {
-  kernel = resolve(kernel, q8_kernel_auto(), q8_kernel_available, "int8 linear");
+// `kernel` resolved; `a` as the kernel takes it (AVX-512: a + 128 as u8) when `as_kernel_takes`, else int8.
+void q8_run(const Q8Matrix& w, const int8_t* a, int64_t m, const detail::Q8Out& out, LowpKernel kernel,
+            bool as_kernel_takes) {
   std::shared_ptr<float> flipped;
-  if (kernel == LowpKernel::Avx512) {  // a + 128 as u8, once, not in every tile
+  if (kernel == LowpKernel::Avx512 && !as_kernel_takes) {  // a + 128 as u8, once, not in every tile
     const int64_t bytes = m * w.k4;
     flipped = ScratchPool::get((bytes + 3) / 4);
     int8_t* u = reinterpret_cast<int8_t*>(flipped.get());
@@ -227,22 +238,23 @@ void q8_run(const Q8Matrix& w, const int8_t* a, int64_t m, const detail::Q8Out& 
 void q8_accumulate(const Q8Matrix& w, const int8_t* a, int64_t m, int32_t* acc, LowpKernel kernel) {
   detail::Q8Out out;
   out.acc = acc, out.n16 = blocks_of(w.n) * kBlock;
-  q8_run(w, a, m, out, kernel);
+  q8_run(w, a, m, out, resolve(kernel, q8_kernel_auto(), q8_kernel_available, "int8 linear"), false);
 }
 
 void q8_linear(const Q8Matrix& w, const float* x, int64_t m, int64_t ldx, const float* bias, float* y, int64_t ldy,
                LowpKernel kernel) {
   if (m <= 0) return;
+  kernel = resolve(kernel, q8_kernel_auto(), q8_kernel_available, "int8 linear");
   // Scratch from the recycling pool: a fresh buffer's page faults would cost more than the product itself
-  // (tensor/scratch_pool.hpp); int8 values in float-sized storage. The sums never leave the registers: each
-  // tile writes its float results.
+  // (tensor/scratch_pool.hpp); int8 values in float-sized storage, written as the kernel takes them. The sums
+  // never leave the registers: each tile writes its float results.
   const std::shared_ptr<float> a_buf = ScratchPool::get((m * w.k4 + 3) / 4), t_buf = ScratchPool::get(m);
   int8_t* a = reinterpret_cast<int8_t*>(a_buf.get());
   float* t = t_buf.get();
-  q8_quantize_rows(x, m, w.k, ldx, w.k4, a, t);
+  quantize_rows(x, m, w.k, ldx, w.k4, a, t, kernel == LowpKernel::Avx512 ? int8_t{-128} : int8_t{0});
   detail::Q8Out out;
   out.t = t, out.scale = w.scale.data(), out.bias = bias, out.y = y, out.ldy = ldy, out.n = w.n;
-  q8_run(w, a, m, out, kernel);
+  q8_run(w, a, m, out, kernel, true);
 }
 
 // --- bfloat16 ---
