@@ -198,6 +198,7 @@ int main(int argc, char** argv) {
   std::string task, train_path, valid_path, model_name, attention = "none", optimizer = "adam",
                                                        schedule = "constant", save_path, resume_path, metrics_path,
                                                        tokenizer = "char", target_tokenizer;
+  int64_t maxi_batch = 0;
   int64_t hidden = 64, embed = 32, steps = 1000, batch = 32, warmup = 0, log_every = 100, max_len = 0;
   int64_t vocab_size = 10, min_len = 1, task_max_len = 10, train_size = 1000, valid_size = 100;
   int layers = 1, threads = 0;
@@ -299,6 +300,11 @@ int main(int argc, char** argv) {
                         ->transform(tools::whole_range(0, train::kMaxSteps))
                         ->capture_default_str();
   app.add_option("--batch", batch, "Batch size")->transform(tools::positive())->capture_default_str();
+  app.add_option("--maxi-batch", maxi_batch,
+                 "Batches of similar lengths: sort the shuffled examples by length in windows of N batches, then "
+                 "shuffle the batches (0 or 1: no sorting)")
+      ->transform(tools::whole_range(0, train::kMaxMaxiBatch))
+      ->capture_default_str();
   app.add_option("--lr", lr, "Peak learning rate (every schedule: the rate reached after --warmup)")->transform(tools::non_negative())->capture_default_str();
   app.add_option("--optimizer", optimizer, "Optimizer")->check(CLI::IsMember({"sgd", "adam", "adamw"}))->capture_default_str();
   app.add_option("--schedule", schedule, "Learning-rate schedule")
@@ -356,8 +362,8 @@ int main(int argc, char** argv) {
   const std::vector<std::string> restored = {
       "--task", "--train", "--valid", "--tokenizer", "--target-tokenizer", "--skip-bad-lines", "--max-len",
       "--vocab-size", "--min-len", "--train-size", "--valid-size", "--vocab", "--optimizer", "--lr", "--schedule",
-      "--warmup", "--label-smoothing", "--clip", "--dropout", "--teacher-forcing", "--batch", "--seed",
-      "--model", "--context", "--deterministic-reduce"};
+      "--warmup", "--label-smoothing", "--clip", "--dropout", "--teacher-forcing", "--batch", "--maxi-batch",
+      "--seed", "--model", "--context", "--deterministic-reduce"};
   // Of those, the ones a language model's checkpoint stores.
   const std::vector<std::string> lm_restored = {"--model", "--train", "--valid", "--tokenizer", "--context",
                                                 "--optimizer", "--lr", "--schedule", "--warmup", "--clip",
@@ -497,7 +503,8 @@ int main(int argc, char** argv) {
                                         "--skip-bad-lines", "--max-len",
                                         "--min-len", "--train-size", "--valid-size", "--attention",
                                         "--bidirectional", "--attention-style", "--teacher-forcing",
-                                        "--label-smoothing", "--epochs", "--vocab", "--norm-first"};
+                                        "--label-smoothing", "--epochs", "--vocab", "--norm-first",
+                                        "--maxi-batch"};
     for (const char* name : transformer ? std::vector<const char*>{"--hidden", "--embed"}
                                         : std::vector<const char*>{"--heads", "--d-model", "--ff", "--post-ln",
                                                                    "--positional", "--activation"})
@@ -815,6 +822,7 @@ int main(int argc, char** argv) {
     o.teacher_forcing_given = given("--teacher-forcing");
     o.steps = steps;
     o.batch_size = batch;
+    o.maxi_batch = maxi_batch;
     o.optimizer = train::parse_optimizer_kind(optimizer);
     o.schedule = schedule_options(schedule, lr, warmup);
     if (lr < 1e-5)

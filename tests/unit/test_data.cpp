@@ -897,6 +897,78 @@ TEST_CASE("batcher: each epoch visits every example once, in an order fixed by s
   for (int64_t r = 1; r < sb.N; ++r) CHECK(sb.src_lengths[r - 1] >= sb.src_lengths[r]);
 }
 
+TEST_CASE("batcher: maxi-batches hold examples of about one length, shuffled as whole batches") {
+  EncodedCorpus c;
+  for (int64_t i = 0; i < 103; ++i) {
+    c.src.push_back(Ids(static_cast<size_t>(1 + (i * 37) % 19), 4));
+    c.tgt.push_back(Ids(static_cast<size_t>(1 + (i * 11) % 7), 5));
+  }
+  BatcherOptions o;
+  o.batch_size = 5;
+  o.seed = 7;
+  const Ids shuffled = Batcher(c, o).epoch_order(2);
+  o.maxi_batch = 4;
+  const Batcher mb(c, o);
+  const Ids order = mb.epoch_order(2);
+  // The plain shuffle, sorted by (source length, target length) in windows of 4 batches (20 examples).
+  Ids windows = shuffled;
+  for (size_t start = 0; start < windows.size(); start += 20)
+    std::stable_sort(windows.begin() + long(start), windows.begin() + long(std::min(windows.size(), start + 20)),
+                     [&](int64_t a, int64_t b) {
+                       return c.src[size_t(a)].size() != c.src[size_t(b)].size()
+                                  ? c.src[size_t(a)].size() < c.src[size_t(b)].size()
+                                  : c.tgt[size_t(a)].size() < c.tgt[size_t(b)].size();
+                     });
+  // The 20 full batches are those of the sorted windows, in another order; the 3 left over come last.
+  std::vector<Ids> expect, got;
+  for (size_t b = 0; b < 20; ++b) {
+    expect.emplace_back(windows.begin() + long(5 * b), windows.begin() + long(5 * b + 5));
+    got.emplace_back(order.begin() + long(5 * b), order.begin() + long(5 * b + 5));
+  }
+  CHECK(got != expect);
+  std::vector<Ids> got_sorted = got, expect_sorted = expect;
+  std::sort(got_sorted.begin(), got_sorted.end());
+  std::sort(expect_sorted.begin(), expect_sorted.end());
+  CHECK(got_sorted == expect_sorted);
+  CHECK(Ids(order.begin() + 100, order.end()) == Ids(windows.begin() + 100, windows.end()));
+  // Less padding than the plain shuffle's batches: sum over batches of rows * longest source - the sources.
+  auto padding = [&](const Ids& ord) {
+    int64_t pad = 0;
+    for (size_t start = 0; start < ord.size(); start += 5) {
+      size_t longest = 0, sum = 0, rows = 0;
+      for (size_t k = start; k < std::min(ord.size(), start + 5); ++k, ++rows) {
+        longest = std::max(longest, c.src[size_t(ord[k])].size());
+        sum += c.src[size_t(ord[k])].size();
+      }
+      pad += int64_t(rows * longest - sum);
+    }
+    return pad;
+  };
+  CHECK(padding(order) * 2 < padding(shuffled));
+  // A function of (seed, epoch); the batches handed out are the order's; 1 is the plain shuffle.
+  CHECK(Batcher(c, o).epoch_order(2) == order);
+  CHECK(mb.epoch_order(3) != order);
+  Batcher walk(c, o);
+  Ids seen;
+  for (int k = 0; k < 21 * 3; ++k) {
+    Batch b = walk.next();
+    if (b.epoch == 2) seen.insert(seen.end(), b.index.begin(), b.index.end());
+  }
+  CHECK(seen == order);
+  o.maxi_batch = 1;
+  CHECK(Batcher(c, o).epoch_order(2) == shuffled);
+  // A window larger than the data set: one window.
+  o.maxi_batch = 1000;
+  const Ids one = Batcher(c, o).epoch_order(0);
+  Ids all = one;
+  std::sort(all.begin(), all.end());
+  Ids expect_all(103);
+  std::iota(expect_all.begin(), expect_all.end(), 0);
+  CHECK(all == expect_all);
+  o.maxi_batch = -1;
+  CHECK(error_of([&] { Batcher(c, o); }) == "batcher: the maxi-batch must be in [0, 1048576] batches, got -1");
+}
+
 TEST_CASE("batcher: resuming from a saved state gives the same next batches") {
   EncodedCorpus c;
   for (int64_t i = 0; i < 17; ++i) {

@@ -116,6 +116,36 @@ TEST_CASE("trainer: resume from a checkpoint equals the uninterrupted run, bit f
   set_num_threads(0);
 }
 
+TEST_CASE("trainer: a maxi-batch run resumes with the checkpoint's maxi-batch, bit for bit") {
+  const std::string full = temp_path("trainer_mb_full.json"), half = temp_path("trainer_mb_half.json");
+  set_num_threads(1);
+  auto options = [&](int64_t steps, const std::string& save, int64_t maxi) {
+    train::TrainerOptions o = tiny_options(steps, save);
+    o.maxi_batch = maxi;
+    return o;
+  };
+  train::Trainer a(options(14, full, 3), tiny_data());
+  a.run([](const std::string&) {});
+  train::Trainer plain(options(14, "", 0), tiny_data());
+  plain.run([](const std::string&) {});
+  train::Trainer b(options(6, half, 3), tiny_data());
+  b.run([](const std::string&) {});
+  auto c = train::Trainer::resume(half, options(14, "", 0), tiny_data());  // the checkpoint's 3, not 0
+  c->run([](const std::string&) {});
+  auto pa = a.model().named_parameters(), pc = c->model().named_parameters(), pp = plain.model().named_parameters();
+  REQUIRE(pa.size() == pc.size());
+  bool differs_from_plain = false;
+  for (size_t k = 0; k < pa.size(); ++k) {
+    CAPTURE(pa[k]->name);
+    const size_t bytes = sizeof(float) * size_t(pa[k]->value.numel());
+    CHECK(std::memcmp(pa[k]->value.data(), pc[k]->value.data(), bytes) == 0);
+    differs_from_plain |= std::memcmp(pa[k]->value.data(), pp[k]->value.data(), bytes) != 0;
+  }
+  CHECK(differs_from_plain);  // the batches were formed otherwise
+  for (const auto& p : {full, half}) std::remove(p.c_str());
+  set_num_threads(0);
+}
+
 TEST_CASE("trainer: epochs, save_every, a stop request, and a vocabulary file's forms") {
   set_num_threads(1);
   const std::string ck = temp_path("trainer_ops.json");

@@ -96,6 +96,8 @@ Batcher::Batcher(const EncodedCorpus& data, const BatcherOptions& options) : dat
   AK_CHECK(static_cast<int64_t>(data.tgt.size()) == data.size(), "batcher: {} sources but {} targets", data.size(),
            data.tgt.size());
   AK_CHECK(options.batch_size >= 1, "batcher: the batch size must be >= 1, got {}", options.batch_size);
+  AK_CHECK(options.maxi_batch >= 0 && options.maxi_batch <= kMaxMaxiBatch,
+           "batcher: the maxi-batch must be in [0, {}] batches, got {}", kMaxMaxiBatch, options.maxi_batch);
   AK_CHECK(!options.drop_last || options.batch_size <= data.size(),
            "batcher: with drop_last, the batch size {} must not exceed the data set's {} examples", options.batch_size,
            data.size());
@@ -112,12 +114,36 @@ std::vector<int64_t> Batcher::epoch_order(int64_t e) const {
   std::vector<int64_t> order(static_cast<size_t>(data_.size()));
   std::iota(order.begin(), order.end(), int64_t{0});
   if (!options_.shuffle) return order;
-  Rng rng(splitmix64(state_.seed + static_cast<uint64_t>(e + 1) * 0x9E3779B97F4A7C15ULL));
+  const uint64_t epoch_seed = splitmix64(state_.seed + static_cast<uint64_t>(e + 1) * 0x9E3779B97F4A7C15ULL);
+  Rng rng(epoch_seed);
   for (size_t i = order.size() - 1; i >= 1; --i) {
     const size_t j = uniform_below(rng, static_cast<uint32_t>(i + 1));
     std::swap(order[i], order[j]);
   }
-  return order;
+  if (options_.maxi_batch <= 1) return order;
+  // Windows of maxi_batch batches, each sorted by length; then the full batches shuffled among themselves.
+  const int64_t n = data_.size(), bs = options_.batch_size;
+  const int64_t window = bs > n / options_.maxi_batch ? n : bs * options_.maxi_batch;
+  auto shorter = [&](int64_t a, int64_t c) {
+    const size_t sa = data_.src[size_t(a)].size(), sc = data_.src[size_t(c)].size();
+    return sa != sc ? sa < sc : data_.tgt[size_t(a)].size() < data_.tgt[size_t(c)].size();
+  };
+  for (int64_t start = 0; start < n; start += window)
+    std::stable_sort(order.begin() + start, order.begin() + std::min(n, start + window), shorter);
+  const int64_t full = n / bs;  // the full batches; a remainder of n % bs examples stays at the end
+  if (full < 2) return order;
+  std::vector<int64_t> pick(static_cast<size_t>(full));
+  std::iota(pick.begin(), pick.end(), int64_t{0});
+  Rng batch_rng(epoch_seed, 1);
+  for (size_t i = pick.size() - 1; i >= 1; --i) {
+    const size_t j = uniform_below(batch_rng, static_cast<uint32_t>(i + 1));
+    std::swap(pick[i], pick[j]);
+  }
+  std::vector<int64_t> out;
+  out.reserve(order.size());
+  for (int64_t b : pick) out.insert(out.end(), order.begin() + b * bs, order.begin() + (b + 1) * bs);
+  out.insert(out.end(), order.begin() + full * bs, order.end());
+  return out;
 }
 
 bool Batcher::at_epoch_end() const {

@@ -9,6 +9,11 @@
 // remainder is skipped). Without shuffle the order is 0, 1, 2, ... in every epoch.
 // sort_by_length: within each batch, rows are ordered by source length, longest first (ties: earlier in
 // the epoch's order first), the order nn::Recurrent is fastest with; `index` keeps the permutation.
+// maxi_batch M > 1 (Marian's --maxi-batch, fairseq's length buckets): the shuffled order is cut into windows of
+// M * batch_size examples, each window is sorted by (source length, target length) (stable), and the batches
+// so formed are shuffled among themselves over the whole epoch (a Fisher-Yates shuffle of the full batches by
+// Rng(splitmix64(seed + (e + 1) * 0x9E3779B97F4A7C15), 1); a smaller last batch stays last). A batch then holds
+// examples of about one length, so less of it is padding; the order is still a function of (seed, epoch).
 //
 // State in a checkpoint (state_value / load_state): {"seed": "..", "epoch": "..", "position": "..",
 // "examples": ".."}, integers as decimal strings (a JSON number would be read back as a float32 tensor and a
@@ -34,11 +39,14 @@ Batch make_batch(const EncodedCorpus& data, const std::vector<int64_t>& rows, bo
 // The whole corpus in order, batch_size rows at a time (validation and test sets).
 std::vector<Batch> batches_in_order(const EncodedCorpus& data, int64_t batch_size, bool sort_by_length);
 
+constexpr int64_t kMaxMaxiBatch = int64_t{1} << 20;
+
 struct BatcherOptions {
   int64_t batch_size = 64;       // >= 1
   bool shuffle = true;
   bool sort_by_length = false;
   bool drop_last = false;        // skip an epoch's last, smaller batch (needs batch_size <= data size)
+  int64_t maxi_batch = 0;        // > 1: batches of similar lengths from windows of this many batches (above)
   uint64_t seed = 1;
 };
 

@@ -57,6 +57,7 @@ void Trainer::save(const std::string& path) const {
   t.set("optimizer", text_value(optimizer_kind_name(options_.optimizer)));
   t.set("lr", real_value(options_.schedule.lr));
   t.set("batch", text_value(std::to_string(options_.batch_size)));
+  if (options_.maxi_batch > 1) t.set("maxi_batch", text_value(std::to_string(options_.maxi_batch)));
   t.set("schedule", text_value(schedule_name(options_.schedule.kind)));
   t.set("warmup", text_value(std::to_string(options_.schedule.warmup_steps)));
   t.set("label_smoothing", real_value(options_.label_smoothing));
@@ -186,6 +187,9 @@ std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::st
   o.batch_size = t.count("batch");
   o.seed = static_cast<uint64_t>(t.count("seed"));
   AK_CHECK(o.batch_size >= 1, "{}: \"batch\" must be >= 1", t.what());
+  o.maxi_batch = t.has("maxi_batch") ? t.count("maxi_batch") : 0;
+  AK_CHECK(o.maxi_batch >= 0 && o.maxi_batch <= kMaxMaxiBatch, "{}: \"maxi_batch\" {} is out of range [0, {}]",
+           t.what(), o.maxi_batch, kMaxMaxiBatch);
   // Checkpoints from before dropout and scheduled sampling existed have neither (0 and 1 then).
   if (!o.dropout_given && t.has("dropout")) o.dropout = float(t.real("dropout"));
   if (!o.teacher_forcing_given && t.has("teacher_forcing")) o.teacher_forcing = float(t.real("teacher_forcing"));

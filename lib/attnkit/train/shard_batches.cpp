@@ -10,7 +10,7 @@ uint64_t part_seed(uint64_t seed, int64_t shard) { return seed + static_cast<uin
 
 ShardBatches::ShardBatches(std::vector<EncodedCorpus> parts, int64_t first, int64_t shards,
                            const std::vector<int64_t>& part_sizes, int64_t batch_size, uint64_t seed,
-                           const std::string& name)
+                           const std::string& name, int64_t maxi_batch)
     : first_(first), shards_(shards) {
   AK_CHECK(shards >= 1 && first >= 0 && first + static_cast<int64_t>(parts.size()) <= shards && !parts.empty() &&
                static_cast<int64_t>(part_sizes.size()) == shards,
@@ -36,6 +36,7 @@ ShardBatches::ShardBatches(std::vector<EncodedCorpus> parts, int64_t first, int6
     BatcherOptions o;
     o.batch_size = each;
     o.seed = part_seed(seed, first + int64_t(c));
+    o.maxi_batch = maxi_batch;
     batchers_.emplace_back(*parts_[c], o);
   }
 }

@@ -27,9 +27,9 @@ class ShardBatches {
  public:
   // `parts`: the encoded parts of shards first .. first + parts.size() − 1 of `shards`; `part_sizes`: every
   // part's examples, in shard order (all processes'). Refuses a part without examples (naming `name`, the
-  // file) and a batch the shards do not divide.
+  // file) and a batch the shards do not divide. maxi_batch: each shard's Batcher's (batch.hpp).
   ShardBatches(std::vector<EncodedCorpus> parts, int64_t first, int64_t shards, const std::vector<int64_t>& part_sizes,
-               int64_t batch_size, uint64_t seed, const std::string& name);
+               int64_t batch_size, uint64_t seed, const std::string& name, int64_t maxi_batch = 0);
 
   // The next batch of each of this process's shards, in shard order (rows index the shard's part).
   std::vector<Batch> next();

@@ -124,12 +124,14 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
     comm_->allgather(mine.data(), int64_t(mine.size()), all.data());
     shard_batches_ = std::make_unique<ShardBatches>(std::move(parts), data_.first_part, shards,
                                                     std::vector<int64_t>(all.begin(), all.end()),
-                                                    options_.batch_size, options_.seed, data_.train.name);
+                                                    options_.batch_size, options_.seed, data_.train.name,
+                                                    options_.maxi_batch);
     data_.parts.clear();  // encoded in shard_batches_: the text is not needed again
   } else {
     BatcherOptions bo;
     bo.batch_size = options_.batch_size;
     bo.seed = options_.seed;
+    bo.maxi_batch = options_.maxi_batch;
     batcher_ = std::make_unique<Batcher>(train_enc_, bo);
   }
   if (options_.epochs > 0) {

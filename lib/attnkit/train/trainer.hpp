@@ -4,7 +4,7 @@
 //
 // Checkpoint (models/checkpoint.hpp's document; train/checkpoint.cpp adds the training sections):
 //   "training":  {"optimizer", "lr", "batch", "schedule", "warmup", "label_smoothing", "clip", "seed",
-//                 "steps", "src_tokenizer", "tgt_tokenizer", "dropout", "teacher_forcing"}
+//                 "steps", "src_tokenizer", "tgt_tokenizer", "dropout", "teacher_forcing", "maxi_batch" (when > 1)}
 //   "rng":       {"state", "inc"}: the training Rng (dropout masks, scheduled sampling) after "step" steps
 //   "step":      optimizer steps taken
 //   "optimizer": the optimizer's state (train/optimizer.hpp)
@@ -77,6 +77,7 @@ struct TrainerOptions {
   bool dropout_given = false, teacher_forcing_given = false;
   int64_t steps = 1000;         // total optimizer steps
   int64_t batch_size = 32;
+  int64_t maxi_batch = 0;       // > 1: batches of similar lengths, sorted in windows of this many (batch.hpp)
   OptimizerKind optimizer = OptimizerKind::Adam;
   ScheduleOptions schedule;     // schedule.lr is the learning rate
   float label_smoothing = 0.0f;
