@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "attnkit/app/seq2seq_eval.hpp"
+#include "attnkit/decode/ensemble.hpp"
 #include "attnkit/decode/loader.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "common/common.hpp"
@@ -23,6 +24,9 @@ int main(int argc, char** argv) {
       "--threads 1 --save model.json\n"
       "  printf '1 2 3\\t3 2 1\\n4 5 6 7\\t7 6 5 4\\n' > test.tsv && seq2seq-eval model.json test.tsv\n"
       "  seq2seq-eval model.json test.tsv --strategy beam --beam 4 --format table --show 3\n"
+      "  seq2seq-train --task reverse --model lstm --attention dot --hidden 32 --embed 16 --steps 300 --lr 0.01 "
+      "--threads 1 --seed 2 --save model2.json\n"
+      "  seq2seq-eval model.json test.tsv --ensemble model2.json --format table\n"
       "  printf '{\"src\": \"1 2\", \"tgt\": \"2 1\"}\\n' > test.jsonl && seq2seq-eval model.json test.jsonl --pretty\n");
   std::string model_path, test_path, strategy = "greedy", input_format = "auto", format = "json";
   tools::OutputOptions out;
@@ -53,6 +57,14 @@ int main(int argc, char** argv) {
   app.add_option("--format", format, "JSON, or a readable table")->check(CLI::IsMember({"json", "table"}))->capture_default_str();
   app.add_flag("--pretty", out.pretty, "Indent the JSON");
   app.add_option("-o,--output", out.path, "Write the report to FILE (atomically) instead of standard output")->type_name("FILE");
+  std::vector<std::string> ensemble_paths;
+  app.add_option("--ensemble", ensemble_paths,
+                 "Decode MODEL and these checkpoints together (repeatable): the mean of their next-token "
+                 "distributions; same tokenizers and vocabularies")
+      ->type_name("MODEL")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   tools::add_threads_option(app, threads);
   tools::PrecisionOptions precision;
   tools::add_precision_options(app, precision);
@@ -66,13 +78,28 @@ int main(int argc, char** argv) {
     if (out.pretty && format == "table") throw UsageError("--pretty goes with --format json");
     o.format = input_format == "tsv" ? train::DataFormat::Tsv : input_format == "jsonl" ? train::DataFormat::Jsonl : train::DataFormat::Auto;
     set_num_threads(threads);
-    nn::PrecisionPlan plan = tools::precision_plan(precision);
-    const decode::LoadedModel model = decode::load_checkpoint(model_path);
-    tools::use_stored_weights(plan, model.stored, model_path, "seq2seq-eval");
-    model.model->set_precision(plan);
-    tools::report_precision(plan, "seq2seq-eval");
-    o.precision = plan.precision();
-    const app::EvalReport report = app::evaluate(model, test_path, o);
+    std::vector<std::string> paths{model_path};
+    paths.insert(paths.end(), ensemble_paths.begin(), ensemble_paths.end());
+    std::vector<decode::LoadedModel> models;
+    std::vector<const decode::LoadedModel*> loaded;
+    std::vector<models::TranslationModel*> members;
+    for (const std::string& path : paths) {
+      nn::PrecisionPlan plan = tools::precision_plan(precision);
+      models.push_back(decode::load_checkpoint(path));
+      const decode::LoadedModel& model = models.back();
+      tools::use_stored_weights(plan, model.stored, path, "seq2seq-eval");
+      model.model->set_precision(plan);
+      tools::report_precision(plan, "seq2seq-eval");
+      o.precision = plan.precision();
+    }
+    for (decode::LoadedModel& m : models) {
+      loaded.push_back(&m);
+      members.push_back(m.model.get());
+    }
+    decode::check_ensemble(loaded, paths);
+    decode::Ensemble ensemble(members);
+    o.models = ensemble.size();
+    const app::EvalReport report = app::evaluate(models.front(), ensemble, test_path, o);
     tools::Output output(out);
     if (format == "table") {
       std::string text = app::eval_table(report, o);

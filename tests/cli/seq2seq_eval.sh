@@ -73,6 +73,23 @@ grep -qE '^WER +50\.00 %' t.txt || fail "table: $(cat t.txt)"
 grep -qE '^exact match +50\.00 % +\(1 of 2 words\)' t.txt || fail "table: $(cat t.txt)"
 grep -q '^wrong: ' t.txt || fail "table: no wrong prediction shown: $(cat t.txt)"
 
+# --- ensembles: a model with itself scores as the model alone; the recurrent model and the Transformer
+# (trained on the same task: the same vocabularies) decode together
+seq2seq-eval lstm.json known-lstm.tsv --threads 1 --max-len 8 --show 5 > one.json || fail "lstm alone exited $?"
+seq2seq-eval lstm.json known-lstm.tsv --threads 1 --max-len 8 --show 5 --ensemble lstm.json > two.json ||
+  fail "--ensemble lstm.json exited $?"
+python3 -c 'import json; a, b = json.load(open("one.json")), json.load(open("two.json")); assert b.pop("models") == 2 and a == b, (a, b)' ||
+  fail "a model ensembled with itself scores otherwise: $(cat two.json)"
+seq2seq-eval lstm.json known-lstm.tsv --threads 1 --max-len 8 --ensemble tf.json --strategy beam --beam 2 \
+  --format table > mixed.txt || fail "--ensemble tf.json exited $?"
+grep -q 'beam search (beam 2), an ensemble of 2 models$' mixed.txt || fail "ensemble table: $(cat mixed.txt)"
+seq2seq-train --task reverse --vocab-size 7 --min-len 2 --max-len 5 --train-size 64 --valid-size 8 --batch 16 \
+  --threads 1 --steps 2 --model gru --hidden 8 --embed 4 --save v7.json > /dev/null || fail "seq2seq-train (7) exited $?"
+expect_error 1 "ensemble: the source vocabularies differ: 10 tokens in lstm.json, 11 in v7.json" \
+  seq2seq-eval lstm.json known.tsv --ensemble v7.json
+expect_error 1 "missing.json" seq2seq-eval lstm.json known.tsv --ensemble missing.json
+expect_error 2 "The following argument was not expected: tf.json" seq2seq-eval lstm.json known.tsv --ensemble v7.json tf.json
+
 # --- the error contract: usage 2, bad input 1, nothing on stdout
 expect_error 2 "--beam goes with --strategy beam" seq2seq-eval lstm.json known.tsv --beam 3
 expect_error 2 "--strategy: sample not in {greedy,beam}" seq2seq-eval lstm.json known.tsv --strategy sample

@@ -34,6 +34,7 @@ struct EvalOptions {
   // The precision the model's weights are multiplied in (set on the model by the caller, models/model.hpp
   // set_precision): named in the report when not fp32.
   ops::Precision precision = ops::Precision::Fp32;
+  int64_t models = 1;                        // models decoded together (an ensemble): named in the report when > 1
 };
 
 struct WrongPrediction {
@@ -59,10 +60,14 @@ struct EvalReport {
 // decodes every distinct source and scores it. Throws attnkit::Error naming the file and line of a bad
 // pair, and for a strategy other than greedy or beam.
 EvalReport evaluate(const decode::LoadedModel& model, const std::string& test_path, const EvalOptions& options);
+// The same decoded by `decoder` (an ensemble with `model` first, decode/ensemble.hpp); `model` gives the
+// tokenizers and vocabularies.
+EvalReport evaluate(const decode::LoadedModel& model, models::Decodable& decoder, const std::string& test_path,
+                    const EvalOptions& options);
 
 // {"test", "lines", "words", "exact_match", "token_accuracy", "wer", "per", "wrong_words", "edits",
-//  "reference_tokens", "unfinished", "unknown_source_tokens", "strategy", "wrong": [{"source", "prediction",
-//  "reference"}]} on one line (indented with pretty).
+//  "reference_tokens", "unfinished", "unknown_source_tokens", "strategy", ["beam", "precision", "models",]
+//  "wrong": [{"source", "prediction", "reference"}]} on one line (indented with pretty).
 std::string eval_json(const EvalReport& report, const EvalOptions& options, bool pretty);
 // The same for reading: one figure per line, then the wrong predictions.
 std::string eval_table(const EvalReport& report, const EvalOptions& options);

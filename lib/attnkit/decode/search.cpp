@@ -134,7 +134,7 @@ struct Ended {
 
 }  // namespace
 
-std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
+std::vector<std::vector<Hypothesis>> search(models::Decodable& model,
                                             const std::vector<std::vector<int64_t>>& sources,
                                             const SearchOptions& o, int64_t first_index) {
   o.validate();

@@ -87,7 +87,7 @@ models::SourceBatch sources_batch(const std::vector<std::vector<int64_t>>& sourc
 // Decodes `sources` (ids in the model's source vocabulary). Returns, per source, its hypotheses best first
 // (n_best of them; fewer only when the beam ended fewer). first_index: the index of sources[0] in the whole
 // input (seeds sampling).
-std::vector<std::vector<Hypothesis>> search(models::TranslationModel& model,
+std::vector<std::vector<Hypothesis>> search(models::Decodable& model,
                                             const std::vector<std::vector<int64_t>>& sources,
                                             const SearchOptions& options, int64_t first_index = 0);
 

@@ -19,6 +19,7 @@
 //   - Runs under autograd::NoGrad; nothing is recorded.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -41,6 +42,19 @@ class DecoderState {
   // Called before the first step() by a search that will ask for cross_attention(): a state that computes the
   // weights only when asked starts keeping them.
   virtual void keep_attention() {}
+};
+
+// What a search decodes with (decode/search.hpp): every TranslationModel (models/model.hpp), and an ensemble of
+// them (decode/ensemble.hpp).
+class Decodable {
+ public:
+  virtual ~Decodable() = default;
+  // False for a language model: it continues its input (the search's sources are prompts) and its attention
+  // weights are over its own tokens.
+  virtual bool has_source() const { return true; }
+  // Encodes the sources and returns the state a search extends one token at a time (above). use_cache = false
+  // recomputes the whole prefix at every step (the reference the cache is tested against).
+  virtual std::unique_ptr<DecoderState> start_decoding(const SourceBatch& sources, bool use_cache) = 0;
 };
 
 // Rows `rows` of `t` along dimension `dim` (the new size of `dim` is rows.size()): the gather every

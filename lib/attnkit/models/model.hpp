@@ -36,13 +36,11 @@ struct ForwardResult {
   autograd::Var logits;  // [N, T, Vt]
 };
 
-class TranslationModel : public nn::Module {
+// Decodable (models/decoding.hpp): has_source() and start_decoding(), the incremental decoding a search drives.
+class TranslationModel : public nn::Module, public Decodable {
  public:
   // The checkpoint's model family: "recurrent" or "transformer".
   virtual std::string_view family() const = 0;
-  // False for a language model: it continues its input (the search's sources are prompts) and its attention
-  // weights are over its own tokens.
-  virtual bool has_source() const { return true; }
   // The model's configuration as stored in a checkpoint's "config" member.
   virtual io::Value config_value() const = 0;
 
@@ -50,11 +48,6 @@ class TranslationModel : public nn::Module {
   virtual ForwardResult forward(const TeacherForcedBatch& batch, const ForwardOptions& options = {}) = 0;
   // Greedy decoding of the batch's sources: each row's ids without <bos>/<eos>, at most max_len of them.
   virtual std::vector<std::vector<int64_t>> greedy(const SourceBatch& batch, int64_t max_len) = 0;
-  // Incremental decoding of the sources: encodes them and returns the state a search extends one token at a
-  // time (models/decoding.hpp). use_cache = false recomputes the whole prefix at every step (the reference the
-  // cache is tested against).
-  virtual std::unique_ptr<DecoderState> start_decoding(const SourceBatch& sources, bool use_cache) = 0;
-
   // Parameters as sub-bundles named by the first part of their state_dict names, and the inverse (every
   // parameter found by name and shape-checked before any is changed; `what` names the bundle in messages).
   virtual io::Value parameters_value() const = 0;

@@ -1,0 +1,159 @@
+// decode/ensemble.hpp: an ensemble's log-probabilities are those of its members' mean distribution, through
+// steps and select_rows, with and without the cache; one member (or a member twice) decodes as the member;
+// the members' attention is averaged; models that do not share their tokens are refused, naming the files.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnkit/decode/ensemble.hpp"
+#include "attnkit/decode/search.hpp"
+#include "attnkit/models/seq2seq.hpp"
+#include "attnkit/models/transformer.hpp"
+#include "attnkit/tensor/random.hpp"
+#include "attnkit/tensor/threads.hpp"
+#include "decoding_contract.hpp"
+#include "test_util.hpp"
+
+using namespace attnkit;
+
+namespace {
+
+constexpr int64_t kVocab = 10;
+
+std::unique_ptr<models::Seq2Seq> recurrent(uint64_t seed) {
+  models::Seq2SeqConfig c;
+  c.cell = nn::CellKind::Lstm;
+  c.attention = models::AttentionKind::Additive;
+  c.src_vocab = kVocab;
+  c.tgt_vocab = kVocab;
+  c.embed = 4;
+  c.hidden = 6;
+  c.bidirectional = true;
+  Rng rng(seed);
+  return std::make_unique<models::Seq2Seq>(c, rng);
+}
+
+std::unique_ptr<models::Transformer> transformer(uint64_t seed) {
+  models::TransformerConfig c;
+  c.src_vocab = kVocab;
+  c.tgt_vocab = kVocab;
+  c.encoder_layers = 1;
+  c.decoder_layers = 1;
+  c.heads = 2;
+  c.d_model = 8;
+  c.ff = 12;
+  Rng rng(seed);
+  return std::make_unique<models::Transformer>(c, rng);
+}
+
+// log((1/K) sum_k exp(lp_k)) per element, in double.
+Tensor log_mean_exp(const std::vector<Tensor>& lp) {
+  Tensor out = Tensor::zeros(lp.front().shape());
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    double s = 0;
+    for (const Tensor& t : lp) s += std::exp(double(t[i]));
+    out.data()[i] = float(std::log(s / double(lp.size())));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ensemble: the mean distribution of its members, through steps, row selection and the cache") {
+  set_num_threads(1);
+  auto a = recurrent(3);
+  auto b = transformer(4);
+  auto c = recurrent(5);
+  const std::vector<std::vector<int64_t>> src = {{4, 5, 6, 7}, {8, 4}, {9, 9, 5}};
+  const models::SourceBatch batch = test::sources_batch(src);
+  for (bool cache : {true, false}) {
+    CAPTURE(cache);
+    decode::Ensemble ens({a.get(), b.get(), c.get()});
+    CHECK(ens.size() == 3);
+    auto e = ens.start_decoding(batch, cache);
+    std::vector<std::unique_ptr<models::DecoderState>> members;
+    for (models::TranslationModel* m : std::vector<models::TranslationModel*>{a.get(), b.get(), c.get()})
+      members.push_back(m->start_decoding(batch, cache));
+    e->keep_attention();
+    for (auto& m : members) m->keep_attention();
+    std::vector<int64_t> prev = {1, 1, 1};
+    const std::vector<std::vector<int64_t>> selections = {{0, 0, 1, 2}, {3, 1, 0}, {2, 2}};
+    for (size_t step = 0; step < 4; ++step) {
+      CAPTURE(step);
+      const Tensor got = e->step(prev);
+      std::vector<Tensor> lp;
+      for (auto& m : members) lp.push_back(m->step(prev));
+      const Tensor want = log_mean_exp(lp);
+      CHECK(test::max_abs_diff(got, want) < 2e-6f);
+      CHECK(test::max_abs_diff(got, lp[0]) > 1e-3f);  // not any one member's
+      for (int64_t r = 0; r < got.shape()[0]; ++r) {
+        double total = 0;
+        for (int64_t v = 0; v < kVocab; ++v) total += std::exp(double(got[r * kVocab + v]));
+        CHECK(total == doctest::Approx(1.0).epsilon(1e-5));
+      }
+      // attention: the members' (the recurrent ones' and the transformer's last layer, mean over heads) mean
+      Tensor mean = Tensor::zeros(members[0]->cross_attention(-1, -1).shape());
+      for (auto& m : members) {
+        const Tensor at = m->cross_attention(-1, -1);
+        for (int64_t i = 0; i < at.numel(); ++i) mean.data()[i] += at[i] / 3.0f;
+      }
+      CHECK(test::max_abs_diff(e->cross_attention(-1, -1), mean) < 1e-6f);
+      if (step < selections.size()) {
+        const std::vector<int64_t>& rows = selections[step];
+        e->select_rows(rows);
+        for (auto& m : members) m->select_rows(rows);
+        CHECK(e->rows() == int64_t(rows.size()));
+        prev.assign(rows.size(), 0);
+        for (size_t r = 0; r < rows.size(); ++r) prev[r] = 4 + int64_t((r + step) % 5);
+      }
+    }
+  }
+  set_num_threads(0);
+}
+
+TEST_CASE("ensemble: one member, or one model twice, decodes as the model") {
+  set_num_threads(1);
+  auto a = recurrent(7);
+  const std::vector<std::vector<int64_t>> src = {{4, 5, 6, 7}, {8, 4}, {9, 9, 5}, {6}};
+  decode::SearchOptions greedy;
+  greedy.strategy = decode::Strategy::Greedy;
+  greedy.max_len = 8;
+  decode::SearchOptions beam = greedy;
+  beam.strategy = decode::Strategy::Beam;
+  beam.beam = 3;
+  for (const decode::SearchOptions& o : {greedy, beam}) {
+    const auto alone = decode::search(*a, src, o);
+    decode::Ensemble one({a.get()});
+    decode::Ensemble twice({a.get(), a.get()});
+    for (decode::Ensemble* e : {&one, &twice}) {
+      const auto got = decode::search(*e, src, o);
+      REQUIRE(got.size() == alone.size());
+      for (size_t n = 0; n < got.size(); ++n) {
+        CHECK(got[n].front().ids == alone[n].front().ids);
+        CHECK(got[n].front().score == doctest::Approx(alone[n].front().score).epsilon(1e-5));
+      }
+    }
+  }
+  set_num_threads(0);
+}
+
+TEST_CASE("ensemble: models that do not share their tokens are refused, naming the files") {
+  decode::LoadedModel x, y, z;
+  x.model = recurrent(1);
+  y.model = transformer(2);
+  z.model = recurrent(3);
+  x.src_vocab = y.src_vocab = z.src_vocab = models::Vocab({"a", "b", "c"});
+  x.tgt_vocab = y.tgt_vocab = models::Vocab({"p", "q"});
+  z.tgt_vocab = models::Vocab({"p", "r"});
+  CHECK_NOTHROW(decode::check_ensemble({&x, &y}, {"x.json", "y.json"}));
+  CHECK(test::error_of([&] { decode::check_ensemble({&x, &y, &z}, {"x.json", "y.json", "z.json"}); }) ==
+        "ensemble: the target vocabularies differ: " + models::vocab_difference(x.tgt_vocab, "x.json", z.tgt_vocab, "z.json"));
+  y.tgt_tokenizer = models::Tokenizer::Space;
+  CHECK(test::error_of([&] { decode::check_ensemble({&x, &y}, {"x.json", "y.json"}); }) ==
+        "y.json splits its text with tokenizers char / space, x.json with char / char: an ensemble's models share "
+        "their tokens");
+  CHECK(test::error_of([] { decode::Ensemble({}); }) == "ensemble: no models");
+}
