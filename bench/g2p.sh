@@ -15,6 +15,10 @@
 #          steps, 500 warmup steps (fits 30 minutes on 2 cores); the last 5 saves (every 1000 steps,
 #          --keep-last 5) are averaged (seq2seq-train --average), and the last checkpoint and the average are
 #          scored greedy and with beam search (beam 5).
+#   ensemble the wide model, trained twice at once from seeds 1 and 2 (--models N: N times), each process on one
+#          thread (--threads 1 each: two processes on 2 cores train more examples a second than one on two
+#          threads), with batches of similar lengths (--maxi-batch 100), 19000 steps each (fits 30 minutes);
+#          each model and their ensemble (seq2seq-eval --ensemble) scored greedy and with beam search (beam 5).
 #
 # The curve's validation set is every 5th line of valid.tsv (about 1000 pronunciations, spread over the alphabet),
 # to keep the periodic greedy decoding cheap; the final figures are on all of test.tsv.
@@ -22,7 +26,8 @@
 # --transformer trains a Transformer instead (3 + 3 layers, d 128, 4 heads, ff 512, label smoothing 0.1, lr 0.0015,
 # 500 warmup steps), to compare the two at the same training time (docs/transformer.md); give --steps to fit it.
 #
-# Usage: bench/g2p.sh [--recipe base|wide | --transformer] [--steps N] [--threads N] [--log-every N]
+# Usage: bench/g2p.sh [--recipe base|wide|ensemble | --transformer] [--steps N] [--threads N] [--log-every N]
+#                     [--models N (ensemble: models trained at once, 2)]
 #                     [--save-every N (wide: the saves averaged, 1000)] [-- extra seq2seq-train options]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -35,6 +40,7 @@ recipe=base
 log_every=1000
 save_every=1000
 extra=()
+models=2
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) steps="$2"; shift 2 ;;
@@ -43,6 +49,7 @@ while [[ $# -gt 0 ]]; do
     --transformer) model=transformer; shift ;;
     --recipe) recipe="$2"; shift 2 ;;
     --save-every) save_every="$2"; shift 2 ;;
+    --models) models="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "g2p.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -53,7 +60,40 @@ if [[ ! -s "$out/data/train.tsv" ]]; then
 fi
 awk 'NR % 5 == 0' "$out/data/valid.tsv" > "$out/data/valid-curve.tsv"
 average=0
-if [[ $model == lstm && $recipe == base ]]; then
+if [[ $model == lstm && $recipe == ensemble ]]; then
+  # N processes of one thread each, at once; then each model and the ensemble scored
+  steps="${steps:-19000}"
+  echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  t0=$(date +%s.%N)
+  pids=()
+  for ((k = 1; k <= models; k++)); do
+    args=(--train "$out/data/train.tsv" --valid "$out/data/valid-curve.tsv" --tokenizer char --target-tokenizer space
+          --model lstm --attention additive --bidirectional --hidden 256 --embed 64 --dropout 0.2
+          --label-smoothing 0.1 --lr 0.003 --warmup 500 --batch 64 --maxi-batch 100 --schedule cosine --clip 1
+          --steps "$steps" --log-every "$log_every" --threads 1 --seed "$k" "${extra[@]}")
+    echo "\$ seq2seq-train ${args[*]} --save g2p-ens$k.safetensors --metrics g2p-ens$k.jsonl &"
+    rm -f "$out/g2p-ens$k.jsonl"
+    "$bin/seq2seq-train" "${args[@]}" --save "$out/g2p-ens$k.safetensors" --metrics "$out/g2p-ens$k.jsonl" \
+      > "$out/g2p-ens$k.summary.json" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  t1=$(date +%s.%N)
+  echo "training wall time: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f s", b - a }'); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  ensemble=()
+  for ((k = 2; k <= models; k++)); do ensemble+=(--ensemble "$out/g2p-ens$k.safetensors"); done
+  for strategy in greedy beam; do
+    beam=(); [[ $strategy == beam ]] && beam=(--strategy beam --beam 5)
+    for ((k = 1; k <= models; k++)); do
+      echo "\$ seq2seq-eval g2p-ens$k.safetensors test.tsv ${beam[*]} --format table"
+      "$bin/seq2seq-eval" "$out/g2p-ens$k.safetensors" "$out/data/test.tsv" --threads "$threads" "${beam[@]}" --format table
+    done
+    echo "\$ seq2seq-eval g2p-ens1.safetensors test.tsv ${ensemble[*]##*/} ${beam[*]} --format table"
+    "$bin/seq2seq-eval" "$out/g2p-ens1.safetensors" "$out/data/test.tsv" "${ensemble[@]}" --threads "$threads" \
+      "${beam[@]}" --format table
+  done
+  exit 0
+elif [[ $model == lstm && $recipe == base ]]; then
   model_args=(--model lstm --attention additive --bidirectional --hidden 128 --embed 64 --dropout 0.1 --lr 0.003
               --warmup 200)
   steps="${steps:-12000}"
@@ -63,7 +103,7 @@ elif [[ $model == lstm && $recipe == wide ]]; then
   steps="${steps:-24000}"
   average=5
 elif [[ $model == lstm ]]; then
-  echo "g2p.sh: --recipe is base or wide, not $recipe" >&2; exit 2
+  echo "g2p.sh: --recipe is base, wide or ensemble, not $recipe" >&2; exit 2
 else
   model_args=(--model transformer --layers 3 --heads 4 --d-model 128 --ff 512 --dropout 0.1 --label-smoothing 0.1
               --lr 0.0015 --warmup 500)

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include "attnkit/decode/ensemble.hpp"
 #include "attnkit/decode/loader.hpp"
 #include "attnkit/decode/records.hpp"
 #include "attnkit/decode/search.hpp"
@@ -120,6 +121,14 @@ int main(int argc, char** argv) {
   tools::add_precision_options(app, precision);
   std::string save_quantized;
   tools::add_save_quantized_option(app, save_quantized);
+  std::vector<std::string> ensemble_paths;
+  app.add_option("--ensemble", ensemble_paths,
+                 "An encoder-decoder: decode MODEL and these checkpoints together (repeatable), on the mean of their "
+                 "next-token distributions; same tokenizers and vocabularies")
+      ->type_name("MODEL")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
   // A language model: each prompt continued by --max-new-tokens tokens; on a terminal (no -o) with one output
   // per prompt the text is written as it is produced, else one JSON line per prompt.
@@ -261,6 +270,32 @@ int main(int argc, char** argv) {
         return 0;
       }
     }
+    // --ensemble: the other checkpoints, each lowered as MODEL is; the search then decodes with them all
+    std::vector<decode::LoadedModel> others;
+    std::vector<const decode::LoadedModel*> loaded{&model};
+    std::vector<models::TranslationModel*> members{model.model.get()};
+    if (!ensemble_paths.empty()) {
+      if (!weights_path.empty()) throw UsageError("--ensemble goes with checkpoints, not with --weights");
+      if (!save_quantized.empty()) throw UsageError("--save-quantized writes one model: not with --ensemble");
+      if (!model.model->has_source())
+        throw UsageError("--ensemble goes with encoder-decoders; " + model_path + " is a " + model.family + " model");
+      for (const std::string& path : ensemble_paths) {
+        others.push_back(decode::load_checkpoint(path));
+        nn::PrecisionPlan member_plan = tools::precision_plan(precision);
+        tools::use_stored_weights(member_plan, others.back().stored, path, "transformer-decode");
+        others.back().model->set_precision(member_plan);
+        tools::report_precision(member_plan, "transformer-decode");
+      }
+      for (const decode::LoadedModel& m : others) {
+        loaded.push_back(&m);
+        members.push_back(m.model.get());
+      }
+      std::vector<std::string> names{model_path};
+      names.insert(names.end(), ensemble_paths.begin(), ensemble_paths.end());
+      decode::check_ensemble(loaded, names);
+    }
+    decode::Ensemble ensemble(members);
+    models::Decodable& decoder = members.size() > 1 ? static_cast<models::Decodable&>(ensemble) : *model.model;
     if (model.family == "transformer-lm" || model.family == "recurrent-lm") return generate(model, o);
     if (prompt_opt->count() + new_opt->count() > 0)
       throw UsageError((prompt_opt->count() ? std::string("--prompt") : std::string("--max-new-tokens")) +
@@ -292,7 +327,7 @@ int main(int argc, char** argv) {
         size_t b = a;
         while (b < ids.size() && !ids[b].empty()) ++b;
         const std::vector<std::vector<int64_t>> run(ids.begin() + long(a), ids.begin() + long(b));
-        auto r = decode::search(*model.model, run, o, done + int64_t(a));
+        auto r = decode::search(decoder, run, o, done + int64_t(a));
         std::move(r.begin(), r.end(), results.begin() + long(a));
         a = b;
       }

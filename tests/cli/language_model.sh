@@ -107,6 +107,7 @@ python3 -c "import json; o = json.load(open('run.json'))['output']; assert len(o
 seq2seq-train --model gru-lm --train train.txt --context 8 --hidden 16 --embed 16 --tied --steps 3 --threads 1 \
   --save gru.json > /dev/null || fail "gru-lm --tied exited $?"
 expect_error 2 "--tied needs --embed 8 equal to --hidden 16" seq2seq-train --model gru-lm --train train.txt --embed 8 --hidden 16 --tied --steps 1 --save x.json
+expect_error 2 "--ensemble goes with encoder-decoders; lm.json is a transformer-lm model" transformer-decode lm.json --prompt ab --ensemble lm.json
 expect_error 2 "--maxi-batch does nothing with --model gru-lm" seq2seq-train --model gru-lm --train train.txt --maxi-batch 10 --steps 1 --save x.json
 expect_error 2 "--d-model does nothing with --model rnn-lm" seq2seq-train --model rnn-lm --train train.txt --d-model 8 --steps 1 --save x.json
 expect_error 1 "streams of 200 tokens need at least 1601" seq2seq-train --model lstm-lm --train train.txt --context 200 --batch 8 --steps 1 --save x.json

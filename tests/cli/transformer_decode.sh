@@ -188,4 +188,24 @@ wait "$pid" || fail "interactive run exited $?: $(cat live.err)"
 mkdir help && (cd help && transformer-decode --help | sed -n '/^Examples:/,$p' | tail -n +2 | sed 's/^  //' > ex.sh &&
   [[ $(wc -l < ex.sh) -ge 5 ]] && bash -euo pipefail ex.sh > ex.out 2> ex.err && [[ -s align.svg ]]) ||
   fail "--help examples: $(cat help/ex.err 2>/dev/null)"
+# --- --ensemble: a model with itself decodes as alone (tokens, scores within rounding); another model on the same
+# vocabulary joins it; other vocabularies and combinations without a meaning are refused
+for s in "" "--strategy beam --beam 3 --n-best 2"; do
+  # shellcheck disable=SC2086
+  d $s < src.txt > alone.jsonl && d $s --ensemble m.json < src.txt > self.jsonl || fail "$s --ensemble m.json: exited $?"
+  jq -c '[.tokens, (.score * 1e4 | round)]' alone.jsonl > a.txt; jq -c '[.tokens, (.score * 1e4 | round)]' self.jsonl > e.txt
+  cmp -s a.txt e.txt || fail "a model ensembled with itself decodes otherwise ($s): $(paste a.txt e.txt)"
+done
+seq2seq-train --task reverse --vocab-size 6 --min-len 2 --max-len 5 --train-size 64 --valid-size 8 --model gru \
+  --attention general --hidden 12 --embed 8 --batch 16 --lr 0.02 --threads 1 --steps 20 --seed 4 --save g.json > /dev/null ||
+  fail "seq2seq-train (gru) exited $?"
+d --ensemble g.json --attention < src.txt > ens.jsonl || fail "--ensemble g.json exited $?"
+[[ $(jq -s 'length' ens.jsonl) == 4 ]] && jq -e '.attention | length > 0' ens.jsonl > /dev/null || fail "ensemble: $(cat ens.jsonl)"
+seq2seq-train --task reverse --vocab-size 7 --min-len 2 --max-len 5 --train-size 64 --valid-size 8 --model gru \
+  --hidden 8 --embed 4 --batch 16 --threads 1 --steps 2 --save v7.json > /dev/null || fail "seq2seq-train (7) exited $?"
+expect_error 1 "ensemble: the source vocabularies differ: 10 tokens in m.json, 11 in v7.json" \
+  transformer-decode m.json --src '1 2' --ensemble v7.json
+expect_error 2 "--save-quantized writes one model: not with --ensemble" transformer-decode m.json --src '1 2' \
+  --ensemble g.json --precision int8 --save-quantized q.safetensors
+
 finish transformer_decode
