@@ -17,7 +17,7 @@
 #          scored greedy and with beam search (beam 5).
 #   ensemble the wide model, trained twice at once from seeds 1 and 2 (--models N: N times), each process on one
 #          thread (--threads 1 each: two processes on 2 cores train more examples a second than one on two
-#          threads), with batches of similar lengths (--maxi-batch 100), 19000 steps each (fits 30 minutes);
+#          threads), with batches of similar lengths (--maxi-batch 100), 23000 steps each (fits 30 minutes);
 #          each model and their ensemble (seq2seq-eval --ensemble) scored greedy and with beam search (beam 5).
 #
 # The curve's validation set is every 5th line of valid.tsv (about 1000 pronunciations, spread over the alphabet),
@@ -62,7 +62,7 @@ awk 'NR % 5 == 0' "$out/data/valid.tsv" > "$out/data/valid-curve.tsv"
 average=0
 if [[ $model == lstm && $recipe == ensemble ]]; then
   # N processes of one thread each, at once; then each model and the ensemble scored
-  steps="${steps:-19000}"
+  steps="${steps:-23000}"
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   t0=$(date +%s.%N)
   pids=()
