@@ -58,13 +58,9 @@ int main(int argc, char** argv) {
   app.add_flag("--pretty", out.pretty, "Indent the JSON");
   app.add_option("-o,--output", out.path, "Write the report to FILE (atomically) instead of standard output")->type_name("FILE");
   std::vector<std::string> ensemble_paths;
-  app.add_option("--ensemble", ensemble_paths,
-                 "Decode MODEL and these checkpoints together (repeatable): the mean of their next-token "
-                 "distributions; same tokenizers and vocabularies")
-      ->type_name("MODEL")
-      ->expected(1)
-      ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  tools::add_ensemble_option(app, ensemble_paths,
+                             "Decode MODEL and these checkpoints together (repeatable): the mean of their next-token "
+                             "distributions; same tokenizers and vocabularies");
   tools::add_threads_option(app, threads);
   tools::PrecisionOptions precision;
   tools::add_precision_options(app, precision);
@@ -80,18 +76,10 @@ int main(int argc, char** argv) {
     set_num_threads(threads);
     std::vector<std::string> paths{model_path};
     paths.insert(paths.end(), ensemble_paths.begin(), ensemble_paths.end());
-    std::vector<decode::LoadedModel> models;
+    std::vector<decode::LoadedModel> models = tools::load_lowered_checkpoints(paths, precision, "seq2seq-eval");
+    o.precision = tools::precision_plan(precision).precision();
     std::vector<const decode::LoadedModel*> loaded;
     std::vector<models::TranslationModel*> members;
-    for (const std::string& path : paths) {
-      nn::PrecisionPlan plan = tools::precision_plan(precision);
-      models.push_back(decode::load_checkpoint(path));
-      const decode::LoadedModel& model = models.back();
-      tools::use_stored_weights(plan, model.stored, path, "seq2seq-eval");
-      model.model->set_precision(plan);
-      tools::report_precision(plan, "seq2seq-eval");
-      o.precision = plan.precision();
-    }
     for (decode::LoadedModel& m : models) {
       loaded.push_back(&m);
       members.push_back(m.model.get());

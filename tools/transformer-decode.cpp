@@ -122,13 +122,9 @@ int main(int argc, char** argv) {
   std::string save_quantized;
   tools::add_save_quantized_option(app, save_quantized);
   std::vector<std::string> ensemble_paths;
-  app.add_option("--ensemble", ensemble_paths,
-                 "An encoder-decoder: decode MODEL and these checkpoints together (repeatable), on the mean of their "
-                 "next-token distributions; same tokenizers and vocabularies")
-      ->type_name("MODEL")
-      ->expected(1)
-      ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  tools::add_ensemble_option(app, ensemble_paths,
+                             "An encoder-decoder: decode MODEL and these checkpoints together (repeatable), on the "
+                             "mean of their next-token distributions; same tokenizers and vocabularies");
 
   // A language model: each prompt continued by --max-new-tokens tokens; on a terminal (no -o) with one output
   // per prompt the text is written as it is produced, else one JSON line per prompt.
@@ -279,13 +275,7 @@ int main(int argc, char** argv) {
       if (!save_quantized.empty()) throw UsageError("--save-quantized writes one model: not with --ensemble");
       if (!model.model->has_source())
         throw UsageError("--ensemble goes with encoder-decoders; " + model_path + " is a " + model.family + " model");
-      for (const std::string& path : ensemble_paths) {
-        others.push_back(decode::load_checkpoint(path));
-        nn::PrecisionPlan member_plan = tools::precision_plan(precision);
-        tools::use_stored_weights(member_plan, others.back().stored, path, "transformer-decode");
-        others.back().model->set_precision(member_plan);
-        tools::report_precision(member_plan, "transformer-decode");
-      }
+      others = tools::load_lowered_checkpoints(ensemble_paths, precision, "transformer-decode");
       for (const decode::LoadedModel& m : others) {
         loaded.push_back(&m);
         members.push_back(m.model.get());

@@ -208,6 +208,27 @@ void use_stored_weights(nn::PrecisionPlan& plan, const std::optional<models::Sto
   if (!note.empty()) std::cerr << tool << ": " << note << "\n";
 }
 
+void add_ensemble_option(CLI::App& app, std::vector<std::string>& paths, const std::string& help) {
+  app.add_option("--ensemble", paths, help)
+      ->type_name("MODEL")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+std::vector<decode::LoadedModel> load_lowered_checkpoints(const std::vector<std::string>& paths,
+                                                          const PrecisionOptions& precision, const std::string& tool) {
+  std::vector<decode::LoadedModel> models;
+  for (const std::string& path : paths) {
+    nn::PrecisionPlan plan = precision_plan(precision);
+    models.push_back(decode::load_checkpoint(path));
+    use_stored_weights(plan, models.back().stored, path, tool);
+    models.back().model->set_precision(plan);
+    report_precision(plan, tool);
+  }
+  return models;
+}
+
 void add_threads_option(CLI::App& app, int& threads) {
   app.add_option("--threads", threads, fmt::format("Threads for the heavy kernels, 0 (one per core) to {}", kMaxThreads))
       ->check(CLI::Validator(

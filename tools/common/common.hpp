@@ -6,9 +6,11 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "attnkit/decode/loader.hpp"
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/io/json_writer.hpp"
 #include "attnkit/io/reference.hpp"
@@ -89,6 +91,14 @@ void check_save_quantized(const std::string& path, const PrecisionOptions& optio
 // ("TOOL: FILE: int8 weights (N matrices) dequantized to float32; ..."); another precision is a usage error.
 void use_stored_weights(nn::PrecisionPlan& plan, const std::optional<models::StoredWeights>& stored,
                         const std::string& what, const std::string& tool);
+
+// --ensemble MODEL, repeatable, one path each: checkpoints decoded together with the tool's MODEL
+// (decode/ensemble.hpp). `help` says what for.
+void add_ensemble_option(CLI::App& app, std::vector<std::string>& paths, const std::string& help);
+// The checkpoints at `paths` (decode::load_checkpoint), each with its weight matrices in --precision's precision
+// (a quantized checkpoint's stored ones as use_stored_weights says), what was lowered said on stderr.
+std::vector<decode::LoadedModel> load_lowered_checkpoints(const std::vector<std::string>& paths,
+                                                          const PrecisionOptions& precision, const std::string& tool);
 
 // Where a run's result goes: standard output, or -o FILE (written to a temporary, moved into place
 // by commit(), removed if the run fails). Each write() is one document or record, a newline
