@@ -5,6 +5,7 @@ generation tokens/s at batch 1.
 
   python3 bench/lm_vs_torch.py [--build build] [--text FILE] [--steps 2000] [--attnkit-steps N] [--threads 2]
                                [--quick] [--only gpt,lstm,generate] [--out lm_vs_torch.json]
+  python3 bench/lm_vs_torch.py --rounds R [--steps 300] [--only gpt,lstm] ...
 
 The text: FILE, else the King James Bible printed by Debian's `bible` (bible-kjv, bible-kjv-text); its first 90%
 trains, the last 10% validates (nanoGPT's split), read by both sides with char tokens (attnkit's vocabulary:
@@ -29,6 +30,8 @@ its steps. PyTorch runs at the faster of 1 and --threads threads (timed over 20 
 trains at >= 2.5x its tokens/s; lstm >= 3x its tokens/s. --attnkit-steps N trains attnkit's side for N steps (its
 cosine schedule over N; default --steps) while PyTorch trains --steps: how far attnkit gets in a given time when
 its schedule is set for that time, as a user with a time budget would set it.
+--rounds R: training tokens/s only, in R paired rounds, each running attnkit then PyTorch (at the thread count
+chosen as above) for --steps steps; prints each round's ratio and the median.
 
 Measure on a quiet machine only (nothing else building or running). --quick: 20 steps each, to check the script
 runs. PyTorch 1.13 (python3 -c 'import torch'); without it, attnkit's side only.
@@ -37,6 +40,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -262,6 +266,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="gpt,lstm,generate")
     ap.add_argument("--out", default="lm_vs_torch.json")
+    ap.add_argument("--rounds", type=int, default=0)
     args = ap.parse_args()
     steps = 20 if args.quick else args.steps
     log_every = max(1, steps // 10)
@@ -293,6 +298,26 @@ def main():
         "lstm": (["--model", "lstm-lm", "--layers", "2", "--hidden", "256", "--embed", "64", "--context", "100",
                   "--batch", "50", "--lr", "0.002", "--optimizer", "adam", "--clip", "5"], 50 * 100),
     }
+    if args.rounds > 0:  # tokens/s in paired rounds, no curves
+        for kind in ("gpt", "lstm"):
+            if kind not in only:
+                continue
+            recipe, tokens_per_step = recipes[kind]
+            threads = fastest_threads(torch, args, train_ids, valid_ids, vocab, kind) if torch else None
+            ratios = []
+            for r in range(args.rounds):
+                once = common[:common.index("--log-every") + 1] + [str(asteps)] + common[common.index("--log-every") + 2:]
+                lines, _, _ = attnkit_train(args.build, recipe + once, workdir, kind)
+                atps = asteps * tokens_per_step / curve_from_metrics(lines, tokens_per_step)[-1][0]
+                line = f"{kind} round {r + 1}: attnkit {atps:.0f} tokens/s"
+                if torch:
+                    _, ttps, _ = torch_side(torch, args, train_ids, valid_ids, vocab, kind, threads, steps, 10 ** 9)
+                    ratios.append(atps / ttps)
+                    line += f", PyTorch {ttps:.0f} ({threads} threads): {atps / ttps:.2f}x"
+                print(line, flush=True)
+            if ratios:
+                print(f"{kind}: median ratio {statistics.median(ratios):.2f}x (range {min(ratios):.2f}-{max(ratios):.2f})")
+        return
     models = {}
     for kind in ("gpt", "lstm"):
         if kind not in only and not (kind == "gpt" and "generate" in only):
