@@ -39,6 +39,14 @@ Int integer_member(const io::Value& bundle, const char* name, std::string_view w
 
 io::Value integer_value(uint64_t x) { return io::Value::string(std::to_string(x)); }
 
+// Fisher-Yates: i = n-1 .. 1, swap i with uniform_below(i + 1). `v` holds at least one element.
+void shuffle(std::vector<int64_t>& v, Rng& rng) {
+  for (size_t i = v.size() - 1; i >= 1; --i) {
+    const size_t j = uniform_below(rng, static_cast<uint32_t>(i + 1));
+    std::swap(v[i], v[j]);
+  }
+}
+
 }  // namespace
 
 Batch make_batch(const EncodedCorpus& data, const std::vector<int64_t>& rows, bool sort_by_length) {
@@ -116,10 +124,7 @@ std::vector<int64_t> Batcher::epoch_order(int64_t e) const {
   if (!options_.shuffle) return order;
   const uint64_t epoch_seed = splitmix64(state_.seed + static_cast<uint64_t>(e + 1) * 0x9E3779B97F4A7C15ULL);
   Rng rng(epoch_seed);
-  for (size_t i = order.size() - 1; i >= 1; --i) {
-    const size_t j = uniform_below(rng, static_cast<uint32_t>(i + 1));
-    std::swap(order[i], order[j]);
-  }
+  shuffle(order, rng);
   if (options_.maxi_batch <= 1) return order;
   // Windows of maxi_batch batches, each sorted by length; then the full batches shuffled among themselves.
   const int64_t n = data_.size(), bs = options_.batch_size;
@@ -135,10 +140,7 @@ std::vector<int64_t> Batcher::epoch_order(int64_t e) const {
   std::vector<int64_t> pick(static_cast<size_t>(full));
   std::iota(pick.begin(), pick.end(), int64_t{0});
   Rng batch_rng(epoch_seed, 1);
-  for (size_t i = pick.size() - 1; i >= 1; --i) {
-    const size_t j = uniform_below(batch_rng, static_cast<uint32_t>(i + 1));
-    std::swap(pick[i], pick[j]);
-  }
+  shuffle(pick, batch_rng);
   std::vector<int64_t> out;
   out.reserve(order.size());
   for (int64_t b : pick) out.insert(out.end(), order.begin() + b * bs, order.begin() + (b + 1) * bs);
