@@ -1,13 +1,15 @@
 // The recurrent stack with lower-precision weights (ops/recurrent_stack.hpp RecurrentDirection::lowp_ih/lowp_hh,
 // nn::Recurrent::set_precision): in int8 and bf16 the forward equals, bit for bit, a plain composition of the
 // kernels (ops::lowp_linear of x by W_ih and of h_prev by W_hh, from copies made here in PyTorch's gate-major
-// layout, then the float32 cell), over every cell kind, two layers, two directions, initial states and lengths;
+// layout, then the float32 cell), over every cell kind, two layers, two directions, initial states and lengths,
+// on one thread and a team over the units;
 // it stays within a bound of PyTorch's float32 outputs (tests/fixtures/recurrent); float32 changes no bit; a
 // recorded forward, a forward for backward and backward refuse the copies; --keep-fp32 patterns by name.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "attnkit/ops/recurrent.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
+#include "attnkit/tensor/threads.hpp"
 #include "test_util.hpp"
 
 using namespace attnkit;
@@ -221,4 +224,70 @@ TEST_CASE("recurrent in lower precision: a recorded forward, a forward for backw
   ops::RecurrentGradInputs gi;
   gi.x = &dx;
   CHECK(test::error_of([&] { model.backward(in, r, dy, gi); }).find("lower precision") != std::string::npos);
+}
+
+TEST_CASE("recurrent in lower precision: a team of threads over the units, blocks of steps, the same bits") {
+  // Shapes whose steps make two blocks of input products (N rows a step, about 256 rows a block) and whose
+  // units split into shares of whole panels (GRU and RNN: 4 unit blocks a share); 1 and 2 threads, a team even
+  // for these small steps; against the plain composition, bit for bit, and the trace's records alike.
+  struct Case {
+    CellKind cell;
+    int64_t N, T, D, H;
+  };
+  const Case cases[] = {{CellKind::Lstm, 5, 70, 24, 40}, {CellKind::Gru, 3, 90, 17, 72}, {CellKind::RnnTanh, 2, 130, 9, 70}};
+  for (const Case& c : cases) {
+    CAPTURE(std::string(ops::cell_name(c.cell)));
+    ops::RecurrentConfig cfg;
+    cfg.cell = c.cell, cfg.input_size = c.D, cfg.hidden_size = c.H, cfg.layers = 2, cfg.bidirectional = true;
+    Rng rng(17);
+    const Recurrent plain = Recurrent::random(cfg, rng);
+    const Tensor x = rand_normal({c.N, c.T, c.D}, rng);
+    std::vector<int64_t> lengths(static_cast<size_t>(c.N), c.T);
+    lengths[1] = c.T / 2 + 1;
+    ops::RecurrentInputs in;
+    in.x = &x, in.lengths = &lengths;
+    for (Precision p : {Precision::Int8, Precision::Bf16}) {
+      CAPTURE(ops::precision_name(p));
+      Recurrent model = plain;
+      nn::PrecisionPlan plan(p);
+      model.set_precision(plan);
+      const ops::RecurrentResult want = composed(model, p, in);
+      std::vector<ops::RecurrentResult> runs;
+      for (int threads : {1, 2}) {
+        CAPTURE(threads);
+        const int old = num_threads();
+        set_num_threads(threads);
+        ops::RunOptions opt;
+        opt.min_macs_per_thread = 1, opt.trace = true;
+        runs.push_back(model.forward(in, opt));
+        set_num_threads(old);
+        CHECK(max_abs_diff(runs.back().output, want.output) == 0.0f);
+        CHECK(max_abs_diff(runs.back().h_n, want.h_n) == 0.0f);
+        if (c.cell == CellKind::Lstm) CHECK(max_abs_diff(runs.back().c_n, want.c_n) == 0.0f);
+      }
+      for (int d = 0; d < 2; ++d) {
+        const ops::RecurrentCache &one = runs[0].caches[size_t(d)], &two = runs[1].caches[size_t(d)];
+        REQUIRE(one.h.numel() == c.T * c.N * c.H);
+        REQUIRE(one.pre.numel() == two.pre.numel());
+        CHECK(std::memcmp(one.h.data(), two.h.data(), sizeof(float) * size_t(one.h.numel())) == 0);
+        CHECK(std::memcmp(one.pre.data(), two.pre.data(), sizeof(float) * size_t(one.pre.numel())) == 0);
+      }
+    }
+    // W_hh kept in float32 (a share of its columns by the float32 GEMM), W_ih in int8: 1 and 2 threads agree
+    Recurrent mixed = plain;
+    nn::PrecisionPlan keep(Precision::Int8, {"weight_hh_*"});
+    mixed.set_precision(keep);
+    CHECK(keep.kept() == 4);
+    std::vector<Tensor> outs;
+    for (int threads : {1, 2}) {
+      const int old = num_threads();
+      set_num_threads(threads);
+      ops::RunOptions opt;
+      opt.min_macs_per_thread = 1;
+      outs.push_back(mixed.forward(in, opt).output);
+      set_num_threads(old);
+    }
+    CHECK(max_abs_diff(outs[0], outs[1]) <= 1e-6f);
+    CHECK(max_abs_diff(outs[0], plain.forward(in).output) <= bound(Precision::Int8));
+  }
 }

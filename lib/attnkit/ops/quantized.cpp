@@ -98,6 +98,25 @@ LowpKernel resolve(LowpKernel kernel, LowpKernel automatic, bool (*available)(Lo
   return kernel;
 }
 
+// Blocks [b0, b1) of a product on the calling thread, by the resolved `kernel`.
+void q8_blocks_by(LowpKernel kernel, const Q8Matrix& w, const int8_t* a, int64_t m, int64_t b0, int64_t b1,
+                  const detail::Q8Out& out) {
+  switch (kernel) {
+    case LowpKernel::Avx512: return detail::lowp_avx512::q8_blocks(w.packed.data(), w.sums.data(), w.k4, a, m, b0, b1, out);
+    case LowpKernel::Avx2: return detail::lowp_avx2::q8_blocks(w.packed.data(), w.sums.data(), w.k4, a, m, b0, b1, out);
+    default: return q8_reference(w, a, m, b0, b1, out);
+  }
+}
+
+void bf16_blocks_by(LowpKernel kernel, const Bf16Matrix& w, const float* x, int64_t m, int64_t ldx, int64_t b0,
+                    int64_t b1, float* y, int64_t ldy) {
+  switch (kernel) {
+    case LowpKernel::Avx512: return detail::lowp_avx512::bf16_blocks(w.packed.data(), w.k, w.n, x, m, ldx, b0, b1, y, ldy);
+    case LowpKernel::Avx2: return detail::lowp_avx2::bf16_blocks(w.packed.data(), w.k, w.n, x, m, ldx, b0, b1, y, ldy);
+    default: return bf16_reference(w, x, m, ldx, b0, b1, y, ldy);
+  }
+}
+
 }  // namespace
 
 bool q8_kernel_available(LowpKernel kernel) {
@@ -224,13 +243,8 @@ void q8_run(const Q8Matrix& w, const int8_t* a, int64_t m, const detail::Q8Out& 
     for (int64_t i = 0; i < bytes; ++i) u[i] = static_cast<int8_t>(a[i] ^ int8_t(-128));
     a = u;
   }
-  over_blocks(blocks_of(w.n), 2.0 * double(m) * double(w.n) * double(w.k), [&](int64_t b0, int64_t b1) {
-    switch (kernel) {
-      case LowpKernel::Avx512: return detail::lowp_avx512::q8_blocks(w.packed.data(), w.sums.data(), w.k4, a, m, b0, b1, out);
-      case LowpKernel::Avx2: return detail::lowp_avx2::q8_blocks(w.packed.data(), w.sums.data(), w.k4, a, m, b0, b1, out);
-      default: return q8_reference(w, a, m, b0, b1, out);
-    }
-  });
+  over_blocks(blocks_of(w.n), 2.0 * double(m) * double(w.n) * double(w.k),
+              [&](int64_t b0, int64_t b1) { q8_blocks_by(kernel, w, a, m, b0, b1, out); });
 }
 
 }  // namespace
@@ -255,6 +269,35 @@ void q8_linear(const Q8Matrix& w, const float* x, int64_t m, int64_t ldx, const 
   detail::Q8Out out;
   out.t = t, out.scale = w.scale.data(), out.bias = bias, out.y = y, out.ldy = ldy, out.n = w.n;
   q8_run(w, a, m, out, kernel, true);
+}
+
+int64_t lowp_panel_blocks() { return detail::kLowpPanel; }
+
+void q8_prepare_rows(const Q8Matrix& w, const float* x, int64_t m, int64_t ldx, int8_t* a, float* t,
+                     LowpKernel kernel) {
+  kernel = resolve(kernel, q8_kernel_auto(), q8_kernel_available, "int8 linear");
+  quantize_rows(x, m, w.k, ldx, w.k4, a, t, kernel == LowpKernel::Avx512 ? int8_t{-128} : int8_t{0});
+}
+
+namespace {
+
+void check_block_range(int64_t n, int64_t b0, int64_t b1, const char* what) {
+  const int64_t blocks = blocks_of(n);
+  AK_CHECK(0 <= b0 && b0 <= b1 && b1 <= blocks && b0 % detail::kLowpPanel == 0 &&
+               (b1 % detail::kLowpPanel == 0 || b1 == blocks),
+           "{}: blocks [{}, {}) of {} do not start and end at panels of {}", what, b0, b1, blocks, detail::kLowpPanel);
+}
+
+}  // namespace
+
+void q8_linear_blocks(const Q8Matrix& w, const int8_t* a, const float* t, int64_t m, int64_t b0, int64_t b1,
+                      const float* bias, float* y, int64_t ldy, LowpKernel kernel) {
+  kernel = resolve(kernel, q8_kernel_auto(), q8_kernel_available, "int8 linear");
+  check_block_range(w.n, b0, b1, "int8 linear");
+  if (m <= 0 || b0 == b1) return;
+  detail::Q8Out out;
+  out.t = t, out.scale = w.scale.data(), out.bias = bias, out.y = y, out.ldy = ldy, out.n = w.n;
+  q8_blocks_by(kernel, w, a, m, b0, b1, out);
 }
 
 // --- bfloat16 ---
@@ -311,16 +354,19 @@ void bf16_linear(const Bf16Matrix& w, const float* x, int64_t m, int64_t ldx, co
                  LowpKernel kernel) {
   if (m <= 0) return;
   kernel = resolve(kernel, bf16_kernel_auto(), bf16_kernel_available, "bfloat16 linear");
-  over_blocks(blocks_of(w.n), 2.0 * double(m) * double(w.n) * double(w.k), [&](int64_t b0, int64_t b1) {
-    switch (kernel) {
-      case LowpKernel::Avx512: return detail::lowp_avx512::bf16_blocks(w.packed.data(), w.k, w.n, x, m, ldx, b0, b1, y, ldy);
-      case LowpKernel::Avx2: return detail::lowp_avx2::bf16_blocks(w.packed.data(), w.k, w.n, x, m, ldx, b0, b1, y, ldy);
-      default: return bf16_reference(w, x, m, ldx, b0, b1, y, ldy);
-    }
-  });
+  over_blocks(blocks_of(w.n), 2.0 * double(m) * double(w.n) * double(w.k),
+              [&](int64_t b0, int64_t b1) { bf16_blocks_by(kernel, w, x, m, ldx, b0, b1, y, ldy); });
   if (bias)
     for (int64_t i = 0; i < m; ++i)
       for (int64_t r = 0; r < w.n; ++r) y[i * ldy + r] += bias[r];
+}
+
+void bf16_linear_blocks(const Bf16Matrix& w, const float* x, int64_t m, int64_t ldx, int64_t b0, int64_t b1,
+                        float* y, int64_t ldy, LowpKernel kernel) {
+  kernel = resolve(kernel, bf16_kernel_auto(), bf16_kernel_available, "bfloat16 linear");
+  check_block_range(w.n, b0, b1, "bfloat16 linear");
+  if (m <= 0 || b0 == b1) return;
+  bf16_blocks_by(kernel, w, x, m, ldx, b0, b1, y, ldy);
 }
 
 }  // namespace attnkit::ops

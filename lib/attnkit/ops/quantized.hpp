@@ -50,6 +50,18 @@ void q8_accumulate(const Q8Matrix& w, const int8_t* a, int64_t m, int32_t* acc, 
 // Row quantization of x [M, K] into a [M, k4] and t [M] (what q8_linear does first).
 void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t);
 
+// Products a caller splits among its own team (each thread a share of the output channels, as the recurrent
+// stack's lower-precision time loop does, its cell following on the same channels): the activations quantized
+// once, then any run of whole panels of blocks on the calling thread. q8_prepare_rows writes x [M, K] as the
+// kernel takes it into a [M, k4] (int8 storage) and t [M]; q8_linear_blocks computes the channels of blocks
+// [b0, b1) (16 channels a block; b0 a multiple of q8_panel_blocks(), b1 too or the last block) of
+// y = x W^T + bias, the same values as q8_linear's. Both with the same `kernel`.
+int64_t lowp_panel_blocks();  // blocks in a panel of the packed weights
+void q8_prepare_rows(const Q8Matrix& w, const float* x, int64_t m, int64_t ldx, int8_t* a, float* t,
+                     LowpKernel kernel = LowpKernel::Auto);
+void q8_linear_blocks(const Q8Matrix& w, const int8_t* a, const float* t, int64_t m, int64_t b0, int64_t b1,
+                      const float* bias, float* y, int64_t ldy, LowpKernel kernel = LowpKernel::Auto);
+
 struct Bf16Matrix {
   int64_t n = 0, k = 0;
   std::vector<uint16_t> w;       // [N, K] row-major bfloat16 bits
@@ -63,6 +75,10 @@ Bf16Matrix quantize_bf16(const float* w, int64_t n, int64_t k);
 Bf16Matrix bf16_from_stored(std::vector<uint16_t> w, int64_t n, int64_t k);
 void bf16_linear(const Bf16Matrix& w, const float* x, int64_t m, int64_t ldx, const float* bias, float* y, int64_t ldy,
                  LowpKernel kernel = LowpKernel::Auto);
+
+// The bfloat16 product's channels of blocks [b0, b1) on the calling thread (as q8_linear_blocks; no bias).
+void bf16_linear_blocks(const Bf16Matrix& w, const float* x, int64_t m, int64_t ldx, int64_t b0, int64_t b1,
+                        float* y, int64_t ldy, LowpKernel kernel = LowpKernel::Auto);
 
 namespace detail {
 // Where the int8 sums go: with y null, acc [M, n16] (the integer sums); else the float results, in the tile that
