@@ -165,6 +165,44 @@ TEST_CASE("int8: a row holding NaN or infinity gives NaN outputs, the other rows
   }
 }
 
+TEST_CASE("int8: every kernel's row quantization gives the plain loop's bytes and scales") {
+  // rows of k values past and short of the vector widths: random, exact ties of the rounding (amax 127, s = 1:
+  // 0.5, 1.5, 2.5 ...), negative zeros, all zeros, subnormals (a scale with no finite inverse), NaN and infinity
+  const float inf = std::numeric_limits<float>::infinity(), tiny = std::numeric_limits<float>::denorm_min();
+  for (int64_t k : {1, 3, 7, 8, 9, 15, 16, 17, 33, 131, 512}) {
+    const int64_t k4 = (k + 3) / 4 * 4, m = 8, ldx = k + 2;
+    Rng rng(static_cast<uint64_t>(k));
+    std::vector<float> x = normal(m * ldx, rng, 3.0f);
+    for (int64_t c = 0; c < k; ++c) {
+      x[static_cast<size_t>(1 * ldx + c)] = c == 0 ? 127.0f : float(c % 9) - 4.5f;       // ties
+      x[static_cast<size_t>(2 * ldx + c)] = c % 2 ? -0.0f : 0.0f;                          // zeros
+      x[static_cast<size_t>(3 * ldx + c)] = tiny * float(c % 5) * (c % 2 ? -1.0f : 1.0f);  // subnormals
+      x[static_cast<size_t>(6 * ldx + c)] = float(c) * 1e30f;                              // large
+    }
+    x[static_cast<size_t>(4 * ldx + k - 1)] = std::nanf("");
+    x[static_cast<size_t>(5 * ldx + k / 2)] = -inf;
+    std::vector<int8_t> want(static_cast<size_t>(m * k4), 99);
+    std::vector<float> want_t(static_cast<size_t>(m));
+    ops::q8_quantize_rows(x.data(), m, k, ldx, k4, want.data(), want_t.data(), LowpKernel::Reference);
+    CHECK(std::isnan(want_t[4]));
+    CHECK(std::isnan(want_t[5]));
+    if (k > 2) {  // ties to even: -3.5 to -4, -2.5 to -2
+      CHECK(want[static_cast<size_t>(1 * k4 + 1)] == -4);
+      CHECK(want[static_cast<size_t>(1 * k4 + 2)] == -2);
+    }
+    for (LowpKernel kernel : kAll) {
+      if (!ops::q8_kernel_available(kernel)) continue;
+      CAPTURE(ops::lowp_kernel_name(kernel));
+      CAPTURE(k);
+      std::vector<int8_t> got(static_cast<size_t>(m * k4), 77);
+      std::vector<float> got_t(static_cast<size_t>(m));
+      ops::q8_quantize_rows(x.data(), m, k, ldx, k4, got.data(), got_t.data(), kernel);
+      CHECK(got == want);
+      CHECK(std::memcmp(got_t.data(), want_t.data(), sizeof(float) * static_cast<size_t>(m)) == 0);
+    }
+  }
+}
+
 TEST_CASE("int8: stored matrices are checked; an unavailable kernel is refused") {
   CHECK_THROWS_WITH_AS(ops::q8_from_stored({1, -128}, {1.0f}, 1, 2),
                        "int8 weights: -128 is outside the symmetric range [-127, 127]", Error);

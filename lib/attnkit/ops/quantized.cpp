@@ -198,8 +198,11 @@ Q8Matrix q8_from_stored(std::vector<int8_t> q, std::vector<float> scale, int64_t
 
 namespace {
 
-// q8_quantize_rows, each byte written xor `flip` (0, or -128 for the AVX-512 kernel's a + 128 as u8).
-void quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t, int8_t flip) {
+// q8_quantize_rows, each byte written xor `flip` (0, or -128 for the AVX-512 kernel's a + 128 as u8): the plain
+// loop the vector kernels (detail::lowp_*::q8_quantize_rows) agree with byte for byte. A scale below FLT_MIN / 127
+// (a row of subnormal values) has no finite inverse: its row is divided by the scale instead.
+void quantize_rows_plain(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t,
+                         int8_t flip) {
   for (int64_t i = 0; i < m; ++i) {
     const float* row = x + i * ldx;
     float amax = 0;
@@ -218,16 +221,31 @@ void quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4
     const float s = amax / 127.0f;
     t[i] = s;
     const float inv = s > 0 ? 1.0f / s : 0.0f;
-    for (int64_t c = 0; c < k; ++c)
-      out[c] = static_cast<int8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(row[c] * inv), -127.0f, 127.0f)) ^ flip);
+    const bool divide = !(inv <= std::numeric_limits<float>::max());
+    for (int64_t c = 0; c < k; ++c) {
+      const float v = divide ? row[c] / s : row[c] * inv;
+      out[c] = static_cast<int8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(v), -127.0f, 127.0f)) ^ flip);
+    }
     std::fill(out + k, out + k4, flip);
+  }
+}
+
+// By the kernel's instruction set (the AVX-512 one needs only AVX-512F/BW, which the int8 AVX-512 kernel implies).
+void quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t, int8_t flip,
+                   LowpKernel kernel) {
+  switch (kernel) {
+    case LowpKernel::Avx512: return detail::lowp_avx512::q8_quantize_rows(x, m, k, ldx, k4, a, t, flip);
+    case LowpKernel::Avx2: return detail::lowp_avx2::q8_quantize_rows(x, m, k, ldx, k4, a, t, flip);
+    default: return quantize_rows_plain(x, m, k, ldx, k4, a, t, flip);
   }
 }
 
 }  // namespace
 
-void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t) {
-  quantize_rows(x, m, k, ldx, k4, a, t, 0);
+void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t,
+                      LowpKernel kernel) {
+  kernel = resolve(kernel, q8_kernel_auto(), q8_kernel_available, "int8 quantization");
+  quantize_rows(x, m, k, ldx, k4, a, t, 0, kernel);
 }
 
 namespace {
@@ -265,7 +283,7 @@ void q8_linear(const Q8Matrix& w, const float* x, int64_t m, int64_t ldx, const 
   const std::shared_ptr<float> a_buf = ScratchPool::get((m * w.k4 + 3) / 4), t_buf = ScratchPool::get(m);
   int8_t* a = reinterpret_cast<int8_t*>(a_buf.get());
   float* t = t_buf.get();
-  quantize_rows(x, m, w.k, ldx, w.k4, a, t, kernel == LowpKernel::Avx512 ? int8_t{-128} : int8_t{0});
+  quantize_rows(x, m, w.k, ldx, w.k4, a, t, kernel == LowpKernel::Avx512 ? int8_t{-128} : int8_t{0}, kernel);
   detail::Q8Out out;
   out.t = t, out.scale = w.scale.data(), out.bias = bias, out.y = y, out.ldy = ldy, out.n = w.n;
   q8_run(w, a, m, out, kernel, true);
@@ -276,7 +294,7 @@ int64_t lowp_panel_blocks() { return detail::kLowpPanel; }
 void q8_prepare_rows(const Q8Matrix& w, const float* x, int64_t m, int64_t ldx, int8_t* a, float* t,
                      LowpKernel kernel) {
   kernel = resolve(kernel, q8_kernel_auto(), q8_kernel_available, "int8 linear");
-  quantize_rows(x, m, w.k, ldx, w.k4, a, t, kernel == LowpKernel::Avx512 ? int8_t{-128} : int8_t{0});
+  quantize_rows(x, m, w.k, ldx, w.k4, a, t, kernel == LowpKernel::Avx512 ? int8_t{-128} : int8_t{0}, kernel);
 }
 
 namespace {

@@ -47,8 +47,10 @@ void q8_linear(const Q8Matrix& w, const float* x, int64_t m, int64_t ldx, const 
                LowpKernel kernel = LowpKernel::Auto);
 // The integer part alone, for tests: acc [M, N] from activations a [M, k4] already quantized (zeros past K).
 void q8_accumulate(const Q8Matrix& w, const int8_t* a, int64_t m, int32_t* acc, LowpKernel kernel);
-// Row quantization of x [M, K] into a [M, k4] and t [M] (what q8_linear does first).
-void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t);
+// Row quantization of x [M, K] into a [M, k4] and t [M] (what q8_linear does first), by `kernel`'s instruction set
+// (every one gives the same bytes; a row holding NaN or infinity gets t = NaN and zeros).
+void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t,
+                      LowpKernel kernel = LowpKernel::Auto);
 
 // Products a caller splits among its own team (each thread a share of the output channels, as the recurrent
 // stack's lower-precision time loop does, its cell following on the same channels): the activations quantized
@@ -94,13 +96,16 @@ struct Q8Out {
 };
 
 // One thread's share, blocks [b0, b1) of 16 output channels, by one instruction set's kernel (the same entries
-// in each namespace): int8 into `out`; bf16 into y [M, ldy] for columns < n. The AVX-512 int8 kernel takes the
+// in each namespace): int8 into `out`; bf16 into y [M, ldy] for columns < n. q8_quantize_rows: as the plain loop
+// of ops/quantized.cpp (quantize_rows), each byte xor `flip`. The AVX-512 int8 kernel takes the
 // activations as unsigned bytes a + 128 (a ^ 0x80: vpdpbusd multiplies u8 by s8), the others as they are.
 #define ATTNKIT_LOWP_KERNEL_ENTRIES                                                                                 \
   void q8_blocks(const int8_t* packed, const int32_t* sums, int64_t k4, const int8_t* a, int64_t m, int64_t b0, \
                  int64_t b1, const Q8Out& out);                                                                  \
   void bf16_blocks(const uint16_t* packed, int64_t k, int64_t n, const float* x, int64_t m, int64_t ldx,        \
-                   int64_t b0, int64_t b1, float* y, int64_t ldy);
+                   int64_t b0, int64_t b1, float* y, int64_t ldy);                                              \
+  void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t,    \
+                        int8_t flip);
 namespace lowp_avx2 {
 ATTNKIT_LOWP_KERNEL_ENTRIES
 }

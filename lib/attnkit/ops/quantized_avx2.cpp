@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "attnkit/ops/quantized.hpp"
 #include "attnkit/ops/quantized_tiles.hpp"
@@ -128,6 +129,65 @@ void bf16_blocks(const uint16_t* packed, int64_t k, int64_t n, const float* x, i
                  int64_t b1, float* y, int64_t ldy) {
   lowp_tiles<3, blocks_for>(m, b0, b1, lowp_group(32 * k),
                                 [&](auto r, auto b, int64_t i, int64_t blk) { bf16_tile<decltype(r)::value, decltype(b)::value>(packed, k, n, x, ldx, i, blk, y, ldy); });
+}
+
+// As the AVX-512 one (ops/quantized_avx512.cpp), 8 lanes at a time; a row's last k % 8 values by the plain loop's
+// arithmetic (the same bytes).
+void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t,
+                      int8_t flip) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 largest = _mm256_set1_ps(std::numeric_limits<float>::max());
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  const __m256i flips = _mm256_set1_epi32(static_cast<uint8_t>(flip));
+  // the low byte of each 32-bit lane to the first 4 bytes of its 128-bit half, then both halves' to the first 8
+  const __m256i gather = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i halves = _mm256_setr_epi32(0, 4, 1, 1, 1, 1, 1, 1);
+  const int64_t k8 = k / 8 * 8;
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x + i * ldx;
+    int8_t* out = a + i * k4;
+    __m256 vmax = _mm256_setzero_ps();
+    int bad = 0;
+    for (int64_t c = 0; c < k8; c += 8) {
+      const __m256 v = _mm256_and_ps(_mm256_loadu_ps(row + c), magnitude);
+      bad |= _mm256_movemask_ps(_mm256_cmp_ps(v, largest, _CMP_NLE_UQ));
+      vmax = _mm256_max_ps(vmax, v);
+    }
+    float amax = 0;
+    {
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, vmax);
+      for (float v : lanes) amax = std::max(amax, v);
+    }
+    for (int64_t c = k8; c < k; ++c) {
+      const float v = std::fabs(row[c]);
+      bad |= !(v <= std::numeric_limits<float>::max());
+      amax = std::max(amax, v);
+    }
+    if (bad) {
+      t[i] = std::numeric_limits<float>::quiet_NaN();
+      std::memset(out, flip, static_cast<size_t>(k4));
+      continue;
+    }
+    const float s = amax / 127.0f;
+    t[i] = s;
+    const float inv = s > 0 ? 1.0f / s : 0.0f;
+    const bool divide = !(inv <= std::numeric_limits<float>::max());
+    const __m256 vinv = _mm256_set1_ps(inv), vs = _mm256_set1_ps(s);
+    for (int64_t c = 0; c < k8; c += 8) {
+      const __m256 v = _mm256_loadu_ps(row + c);
+      __m256i q = _mm256_cvtps_epi32(divide ? _mm256_div_ps(v, vs) : _mm256_mul_ps(v, vinv));
+      q = _mm256_xor_si256(_mm256_max_epi32(_mm256_min_epi32(q, hi), lo), flips);
+      q = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q, gather), halves);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(out + c), _mm256_castsi256_si128(q));
+    }
+    for (int64_t c = k8; c < k; ++c) {
+      const float v = divide ? row[c] / s : row[c] * inv;
+      out[c] = static_cast<int8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(v), -127.0f, 127.0f)) ^ flip);
+    }
+    if (k4 > k) std::memset(out + k, flip, static_cast<size_t>(k4 - k));
+  }
 }
 
 }  // namespace attnkit::ops::detail::lowp_avx2

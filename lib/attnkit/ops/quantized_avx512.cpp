@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "attnkit/ops/quantized.hpp"
 #include "attnkit/ops/quantized_tiles.hpp"
@@ -108,6 +109,46 @@ void bf16_blocks(const uint16_t* packed, int64_t k, int64_t n, const float* x, i
                  int64_t b1, float* y, int64_t ldy) {
   lowp_tiles<4, blocks_for>(m, b0, b1, lowp_group(32 * k),
                                 [&](auto r, auto b, int64_t i, int64_t blk) { bf16_tile<decltype(r)::value, decltype(b)::value>(packed, k, n, x, ldx, i, blk, y, ldy); });
+}
+
+// Per row: the largest magnitude (a NaN or infinity marks the row), then round(x / s) by cvtps (nearest, ties to
+// even, as std::nearbyint in the default rounding mode), clamped to [-127, 127], xor flip, stored as bytes.
+void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t,
+                      int8_t flip) {
+  const __m512 magnitude = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  const __m512 largest = _mm512_set1_ps(std::numeric_limits<float>::max());
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  const __m512i flips = _mm512_set1_epi32(static_cast<uint8_t>(flip));
+  auto mask_at = [&](int64_t c) { return k - c >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (k - c)) - 1); };
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x + i * ldx;
+    int8_t* out = a + i * k4;
+    __m512 vmax = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int64_t c = 0; c < k; c += 16) {
+      const __mmask16 mask = mask_at(c);
+      const __m512 v = _mm512_and_ps(_mm512_maskz_loadu_ps(mask, row + c), magnitude);
+      bad |= _mm512_mask_cmp_ps_mask(mask, v, largest, _CMP_NLE_UQ);  // not <= FLT_MAX: NaN or infinity
+      vmax = _mm512_max_ps(vmax, v);
+    }
+    if (bad) {
+      t[i] = std::numeric_limits<float>::quiet_NaN();
+      std::memset(out, flip, static_cast<size_t>(k4));
+      continue;
+    }
+    const float s = _mm512_reduce_max_ps(vmax) / 127.0f;
+    t[i] = s;
+    const float inv = s > 0 ? 1.0f / s : 0.0f;
+    const bool divide = !(inv <= std::numeric_limits<float>::max());
+    const __m512 vinv = _mm512_set1_ps(inv), vs = _mm512_set1_ps(s);
+    for (int64_t c = 0; c < k; c += 16) {
+      const __mmask16 mask = mask_at(c);
+      const __m512 v = _mm512_maskz_loadu_ps(mask, row + c);
+      const __m512i q = _mm512_cvtps_epi32(divide ? _mm512_div_ps(v, vs) : _mm512_mul_ps(v, vinv));
+      _mm512_mask_cvtepi32_storeu_epi8(out + c, mask, _mm512_xor_si512(_mm512_max_epi32(_mm512_min_epi32(q, hi), lo), flips));
+    }
+    if (k4 > k) std::memset(out + k, flip, static_cast<size_t>(k4 - k));
+  }
 }
 
 }  // namespace attnkit::ops::detail::lowp_avx512
