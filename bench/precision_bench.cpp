@@ -4,7 +4,9 @@
 // --tokens tokens) at batch 1 and --batch, and one encoder layer's forward on [--enc-batch, --enc-len, d].
 // Precisions interleaved within each round (the order rotates; the copies are made between timings), median
 // over the rounds; ratios to float32, and the weights streamed: the bytes one decoding step reads (the decoder's
-// self-attention, cross-attention query and output, FFN matrices and the output projection, as held) x steps/s.
+// self-attention, cross-attention query and output, FFN matrices and the output projection, as held) x steps/s,
+// beside the machine's read bandwidth measured in the same rounds (--threads threads summing their parts of a
+// 512 MB buffer, past every cache: what a step that streams its weights from memory could reach at most).
 // Driven by bench/precision_decode.sh; alone:
 //   precision_bench [--layers 6] [--d 512] [--heads 8] [--ff 2048] [--vocab 8000] [--src-len 32] [--tokens 64]
 //                   [--batch 64] [--enc-batch 16] [--enc-len 256] [--rounds 5] [--threads 2]
@@ -16,6 +18,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attnkit/autograd/var.hpp"
@@ -43,6 +46,27 @@ double median(std::vector<double> v) {
 double matrix_bytes(Precision p, double out, double in) {
   if (p == Precision::Int8) return out * in + 4 * out;
   return out * in * (p == Precision::Bf16 ? 2 : 4);
+}
+
+// GB/s of `threads` threads each summing its part of buf once (integer sums: the compiler vectorizes them).
+double read_gb_per_s(const std::vector<uint32_t>& buf, int threads) {
+  std::vector<uint32_t> sums(static_cast<size_t>(threads));
+  const double t0 = now();
+  std::vector<std::thread> team;
+  const size_t n = buf.size();
+  for (int t = 0; t < threads; ++t)
+    team.emplace_back([&, t] {
+      uint32_t s = 0;
+      for (size_t i = n * size_t(t) / size_t(threads), end = n * size_t(t + 1) / size_t(threads); i < end; ++i)
+        s += buf[i];
+      sums[size_t(t)] = s;
+    });
+  for (std::thread& th : team) th.join();
+  const double seconds = now() - t0;
+  uint32_t all = 0;
+  for (uint32_t s : sums) all += s;
+  if (all == 1) std::fprintf(stderr, " ");  // the sums are used
+  return double(n) * sizeof(uint32_t) / seconds / 1e9;
 }
 
 }  // namespace
@@ -117,6 +141,8 @@ int main(int argc, char** argv) {
     std::vector<Precision> precisions{Precision::Fp32, Precision::Bf16, Precision::Int8};
     if (!only.empty()) precisions = {ops::precision_from_name(only)};
     std::map<Precision, std::vector<double>> b1, bB, enc;
+    std::vector<uint32_t> stream(size_t(128) << 20, 1u);  // 512 MB
+    std::vector<double> bandwidth;
     auto use = [&](Precision p) {
       nn::PrecisionPlan plan(p), layer_plan(p);
       model.set_precision(plan);
@@ -133,7 +159,13 @@ int main(int argc, char** argv) {
         b1[p].push_back(double(T) / decode_s(one));
         bB[p].push_back(double(B * T) / decode_s(many));
         enc[p].push_back(layer_s());
+        if (k == 0) {  // the bandwidth, best of 3 passes, once a round
+          double best = 0;
+          for (int pass = 0; pass < 3; ++pass) best = std::max(best, read_gb_per_s(stream, threads));
+          bandwidth.push_back(best);
+        }
       }
+    const double read_gb = median(bandwidth);
     // one step's weights: per decoder layer self-attention Q|K|V and output, cross-attention query and output,
     // the two FFN matrices; then the output projection
     auto step_bytes = [&](Precision p) {
@@ -148,16 +180,18 @@ int main(int argc, char** argv) {
       const double gb1 = step_bytes(p) * t1 / 1e9, gbB = step_bytes(p) * tB / double(B) / 1e9;
       std::printf("{\"precision\":\"%s\",\"layers\":%lld,\"d\":%lld,\"threads\":%d,\"rounds\":%lld,"
                   "\"greedy_b1_tokens_per_s\":%.1f,\"greedy_b%lld_tokens_per_s\":%.1f,\"step_weight_mb\":%.1f,"
-                  "\"b1_weight_gb_per_s\":%.2f,\"bB_weight_gb_per_s\":%.2f,\"encoder_layer_ms\":%.2f,"
-                  "\"encoder_shape\":[%lld,%lld,%lld]}\n",
+                  "\"b1_weight_gb_per_s\":%.2f,\"bB_weight_gb_per_s\":%.2f,\"memory_read_gb_per_s\":%.2f,"
+                  "\"encoder_layer_ms\":%.2f,\"encoder_shape\":[%lld,%lld,%lld]}\n",
                   std::string(ops::precision_name(p)).c_str(), (long long)layers, (long long)E, threads,
-                  (long long)rounds, t1, (long long)B, tB, step_bytes(p) / 1e6, gb1, gbB, e * 1e3, (long long)EB,
+                  (long long)rounds, t1, (long long)B, tB, step_bytes(p) / 1e6, gb1, gbB, read_gb, e * 1e3, (long long)EB,
                   (long long)ET, (long long)E);
       const Precision base = precisions.front();  // float32 unless --only
       const double f1 = median(b1[base]), fB = median(bB[base]), fe = median(enc[base]);
       std::fprintf(stderr, "%-5s %12.1f %7.2fx %9.2f %14.1f %7.2fx %9.2f %14.2f %7.2fx\n",
                    std::string(ops::precision_name(p)).c_str(), t1, t1 / f1, gb1, tB, tB / fB, gbB, e * 1e3, fe / e);
     }
+    std::fprintf(stderr, "memory read bandwidth, %d thread%s: %.1f GB/s (median of the rounds' best of 3 passes)\n",
+                 threads, threads > 1 ? "s" : "", read_gb);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "precision_bench: %s\n", e.what());
     return 1;
