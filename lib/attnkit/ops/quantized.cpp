@@ -199,8 +199,8 @@ Q8Matrix q8_from_stored(std::vector<int8_t> q, std::vector<float> scale, int64_t
 namespace {
 
 // q8_quantize_rows, each byte written xor `flip` (0, or -128 for the AVX-512 kernel's a + 128 as u8): the plain
-// loop the vector kernels (detail::lowp_*::q8_quantize_rows) agree with byte for byte. A scale below FLT_MIN / 127
-// (a row of subnormal values) has no finite inverse: its row is divided by the scale instead.
+// loop the vector kernels (detail::lowp_*::q8_quantize_rows) agree with byte for byte (the shared parts in
+// ops/quantized_tiles.hpp).
 void quantize_rows_plain(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t,
                          int8_t flip) {
   for (int64_t i = 0; i < m; ++i) {
@@ -214,18 +214,12 @@ void quantize_rows_plain(const float* x, int64_t m, int64_t k, int64_t ldx, int6
     }
     int8_t* out = a + i * k4;
     if (!finite) {  // a NaN or infinity has no int8 value: the row's products are NaN, as float32's would not be finite
-      t[i] = std::numeric_limits<float>::quiet_NaN();
-      std::fill(out, out + k4, flip);
+      detail::unquantizable_row(out, k4, t + i, flip);
       continue;
     }
-    const float s = amax / 127.0f;
-    t[i] = s;
-    const float inv = s > 0 ? 1.0f / s : 0.0f;
-    const bool divide = !(inv <= std::numeric_limits<float>::max());
-    for (int64_t c = 0; c < k; ++c) {
-      const float v = divide ? row[c] / s : row[c] * inv;
-      out[c] = static_cast<int8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(v), -127.0f, 127.0f)) ^ flip);
-    }
+    const detail::RowScale scale = detail::row_scale(amax);
+    t[i] = scale.t;
+    for (int64_t c = 0; c < k; ++c) out[c] = detail::quantize_value(row[c], scale, flip);
     std::fill(out + k, out + k4, flip);
   }
 }

@@ -166,26 +166,20 @@ void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t
       amax = std::max(amax, v);
     }
     if (bad) {
-      t[i] = std::numeric_limits<float>::quiet_NaN();
-      std::memset(out, flip, static_cast<size_t>(k4));
+      unquantizable_row(out, k4, t + i, flip);
       continue;
     }
-    const float s = amax / 127.0f;
-    t[i] = s;
-    const float inv = s > 0 ? 1.0f / s : 0.0f;
-    const bool divide = !(inv <= std::numeric_limits<float>::max());
-    const __m256 vinv = _mm256_set1_ps(inv), vs = _mm256_set1_ps(s);
+    const RowScale scale = row_scale(amax);
+    t[i] = scale.t;
+    const __m256 vinv = _mm256_set1_ps(scale.inv), vs = _mm256_set1_ps(scale.t);
     for (int64_t c = 0; c < k8; c += 8) {
       const __m256 v = _mm256_loadu_ps(row + c);
-      __m256i q = _mm256_cvtps_epi32(divide ? _mm256_div_ps(v, vs) : _mm256_mul_ps(v, vinv));
+      __m256i q = _mm256_cvtps_epi32(scale.divide ? _mm256_div_ps(v, vs) : _mm256_mul_ps(v, vinv));
       q = _mm256_xor_si256(_mm256_max_epi32(_mm256_min_epi32(q, hi), lo), flips);
       q = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q, gather), halves);
       _mm_storel_epi64(reinterpret_cast<__m128i*>(out + c), _mm256_castsi256_si128(q));
     }
-    for (int64_t c = k8; c < k; ++c) {
-      const float v = divide ? row[c] / s : row[c] * inv;
-      out[c] = static_cast<int8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(v), -127.0f, 127.0f)) ^ flip);
-    }
+    for (int64_t c = k8; c < k; ++c) out[c] = quantize_value(row[c], scale, flip);
     if (k4 > k) std::memset(out + k, flip, static_cast<size_t>(k4 - k));
   }
 }

@@ -132,19 +132,16 @@ void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t
       vmax = _mm512_max_ps(vmax, v);
     }
     if (bad) {
-      t[i] = std::numeric_limits<float>::quiet_NaN();
-      std::memset(out, flip, static_cast<size_t>(k4));
+      unquantizable_row(out, k4, t + i, flip);
       continue;
     }
-    const float s = _mm512_reduce_max_ps(vmax) / 127.0f;
-    t[i] = s;
-    const float inv = s > 0 ? 1.0f / s : 0.0f;
-    const bool divide = !(inv <= std::numeric_limits<float>::max());
-    const __m512 vinv = _mm512_set1_ps(inv), vs = _mm512_set1_ps(s);
+    const RowScale scale = row_scale(_mm512_reduce_max_ps(vmax));
+    t[i] = scale.t;
+    const __m512 vinv = _mm512_set1_ps(scale.inv), vs = _mm512_set1_ps(scale.t);
     for (int64_t c = 0; c < k; c += 16) {
       const __mmask16 mask = mask_at(c);
       const __m512 v = _mm512_maskz_loadu_ps(mask, row + c);
-      const __m512i q = _mm512_cvtps_epi32(divide ? _mm512_div_ps(v, vs) : _mm512_mul_ps(v, vinv));
+      const __m512i q = _mm512_cvtps_epi32(scale.divide ? _mm512_div_ps(v, vs) : _mm512_mul_ps(v, vinv));
       _mm512_mask_cvtepi32_storeu_epi8(out + c, mask, _mm512_xor_si512(_mm512_max_epi32(_mm512_min_epi32(q, hi), lo), flips));
     }
     if (k4 > k) std::memset(out + k, flip, static_cast<size_t>(k4 - k));

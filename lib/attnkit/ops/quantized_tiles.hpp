@@ -5,7 +5,10 @@
 // first row, first block), R = RMain and B = BFor(R) where they fit, then smaller.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <type_traits>
 
 namespace attnkit::ops::detail {
@@ -56,6 +59,31 @@ inline int64_t lowp_panel_offset(int64_t b, int64_t steps, int64_t step) {
 // Groups of blocks whose weights (bytes_per_block each) fill about 32 KB, a multiple of kLowpPanel blocks.
 inline int64_t lowp_group(int64_t bytes_per_block) {
   return std::max<int64_t>(kLowpPanel, 32768 / bytes_per_block / kLowpPanel * kLowpPanel);
+}
+
+// The activations' row quantization (ops/quantized.hpp), the parts every instruction set's version shares. A row
+// of largest magnitude amax has the scale t = amax / 127 and is multiplied by 1 / t, or divided by t when that
+// inverse is not finite (a row of subnormal values).
+struct RowScale {
+  float t = 0, inv = 0;
+  bool divide = false;
+};
+inline RowScale row_scale(float amax) {
+  RowScale r;
+  r.t = amax / 127.0f;
+  r.inv = r.t > 0 ? 1.0f / r.t : 0.0f;
+  r.divide = !(r.inv <= std::numeric_limits<float>::max());
+  return r;
+}
+// A row holding NaN or infinity: t = NaN (its products are NaN) and every byte `flip` (zero).
+inline void unquantizable_row(int8_t* out, int64_t k4, float* t, int8_t flip) {
+  *t = std::numeric_limits<float>::quiet_NaN();
+  std::memset(out, flip, static_cast<size_t>(k4));
+}
+// One value: round to nearest (ties to even) of v / t, clamped to [-127, 127], xor flip.
+inline int8_t quantize_value(float v, const RowScale& r, int8_t flip) {
+  const float scaled = r.divide ? v / r.t : v * r.inv;
+  return static_cast<int8_t>(static_cast<int8_t>(std::clamp(std::nearbyint(scaled), -127.0f, 127.0f)) ^ flip);
 }
 
 }  // namespace attnkit::ops::detail
