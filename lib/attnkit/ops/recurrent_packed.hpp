@@ -87,7 +87,7 @@ RecurrentPacked pack_recurrent_direction(CellKind cell, int64_t H, const Tensor&
                                          const Tensor& b_ih, const Tensor& b_hh);
 
 // recurrent_stack_forward when a direction has lower-precision weights (RecurrentDirection::lowp_ih, lowp_hh),
-// the inputs already checked: a plain time loop per layer and direction (recurrent_lowp.cpp).
+// the inputs already checked: per layer and direction a time loop whose team splits the units (recurrent_lowp.cpp).
 RecurrentResult recurrent_stack_forward_lowp(const RecurrentWeights& weights, const RecurrentInputs& inputs,
                                              const RunOptions& options);
 
