@@ -115,7 +115,6 @@ void bf16_blocks(const uint16_t* packed, int64_t k, int64_t n, const float* x, i
 // even, as std::nearbyint in the default rounding mode), clamped to [-127, 127], xor flip, stored as bytes.
 void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t k4, int8_t* a, float* t,
                       int8_t flip) {
-  const __m512 magnitude = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
   const __m512 largest = _mm512_set1_ps(std::numeric_limits<float>::max());
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
   const __m512i flips = _mm512_set1_epi32(static_cast<uint8_t>(flip));
@@ -127,7 +126,7 @@ void q8_quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t
     __mmask16 bad = 0;
     for (int64_t c = 0; c < k; c += 16) {
       const __mmask16 mask = mask_at(c);
-      const __m512 v = _mm512_and_ps(_mm512_maskz_loadu_ps(mask, row + c), magnitude);
+      const __m512 v = _mm512_abs_ps(_mm512_maskz_loadu_ps(mask, row + c));  // AVX-512F (and_ps needs DQ)
       bad |= _mm512_mask_cmp_ps_mask(mask, v, largest, _CMP_NLE_UQ);  // not <= FLT_MAX: NaN or infinity
       vmax = _mm512_max_ps(vmax, v);
     }
