@@ -124,9 +124,8 @@ RecurrentResult recurrent_stack_forward_lowp(const RecurrentWeights& weights, co
     Tensor layer_out({N, T, dirs * H});
     const double macs_per_step = double(N) * double(GH) * double(Din + H);
     int team = attnkit::detail::team_for(groups, macs_per_step, 2.0 * double(options.min_macs_per_thread));
-    // A team's fork and join (microseconds) pay only over several steps when a step is small (below 2^18
-    // multiply-adds a thread, as in the float32 loop): a decoder's one step a call runs on one thread.
-    if (team > 1 && T < 8 && macs_per_step / team < double(int64_t(1) << 18)) team = 1;
+    // small steps, few of them: one thread (recurrent_packed.hpp)
+    if (team > 1 && T < kMinTeamSteps && macs_per_step / team < double(kSmallStepMacs)) team = 1;
     for (int d = 0; d < dirs; ++d) {
       const int idx = k * dirs + d;
       const RecurrentDirection& dw = weights.directions[size_t(idx)];

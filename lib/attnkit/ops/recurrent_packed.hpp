@@ -86,6 +86,12 @@ struct RecurrentPacked {
 RecurrentPacked pack_recurrent_direction(CellKind cell, int64_t H, const Tensor& w_ih, const Tensor& w_hh,
                                          const Tensor& b_ih, const Tensor& b_hh);
 
+// The forward loops' rule for small steps (below kSmallStepMacs multiply-adds a thread): a team's fork and join
+// (microseconds) pay only over kMinTeamSteps steps or more, so fewer such steps (a decoder's one step a call) run
+// on one thread.
+constexpr int64_t kSmallStepMacs = int64_t(1) << 18;
+constexpr int64_t kMinTeamSteps = 8;
+
 // recurrent_stack_forward when a direction has lower-precision weights (RecurrentDirection::lowp_ih, lowp_hh),
 // the inputs already checked: per layer and direction a time loop whose team splits the units (recurrent_lowp.cpp).
 RecurrentResult recurrent_stack_forward_lowp(const RecurrentWeights& weights, const RecurrentInputs& inputs,

@@ -102,8 +102,8 @@ struct TeamWatch {
   // Watched: steps of [2^14, 2^18) multiply-adds per thread, the ones a team runs since StepClaims
   // (smaller ones run on a team only when asked, RunOptions::min_macs_per_thread: tests do, and
   // they must see the team).
-  static constexpr int64_t kWatchFrom = int64_t(1) << 14, kSmallStep = int64_t(1) << 18;
-  static constexpr int64_t kMinSteps = 8;  // fewer steps of that size: one thread
+  static constexpr int64_t kWatchFrom = int64_t(1) << 14, kSmallStep = kSmallStepMacs;
+  static constexpr int64_t kMinSteps = kMinTeamSteps;  // fewer steps of that size: one thread
   std::atomic<int> skip{0};     // small-step loops still to run on one thread
   std::atomic<int> penalty{1};  // the next bad run's skip is twice this (2, 4 .. 256)
   std::atomic<int64_t> alone_work{-1}, alone_ns{0};  // the last one-thread run: multiply-adds a step, time a step
