@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
       "  seq2seq-train --task reverse --model lstm --attention dot --hidden 32 --embed 16 --steps 300 --lr 0.01 "
       "--threads 1 --seed 2 --save model2.json\n"
       "  seq2seq-eval model.json test.tsv --ensemble model2.json --format table\n"
+      "  seq2seq-train --task reverse --model lstm --attention dot --hidden 32 --embed 16 --steps 300 --lr 0.01 "
+      "--threads 1 --right-left --save model-rl.json\n"
+      "  seq2seq-eval model.json test.tsv --strategy beam --beam 4 --rescore model-rl.json --format table\n"
       "  printf '{\"src\": \"1 2\", \"tgt\": \"2 1\"}\\n' > test.jsonl && seq2seq-eval model.json test.jsonl --pretty\n");
   std::string model_path, test_path, strategy = "greedy", input_format = "auto", format = "json";
   tools::OutputOptions out;
@@ -61,6 +64,15 @@ int main(int argc, char** argv) {
   tools::add_ensemble_option(app, ensemble_paths,
                              "Decode MODEL and these checkpoints together (repeatable): the mean of their next-token "
                              "distributions; same tokenizers and vocabularies");
+  std::vector<std::string> rescore_paths;
+  app.add_option("--rescore", rescore_paths,
+                 "With --strategy beam: rerank the beam's hypotheses by the mean of their log-probabilities under the "
+                 "search's model(s) and these checkpoints (repeatable); a right-to-left model (seq2seq-train "
+                 "--right-left) reads them reversed; same tokenizers and vocabularies")
+      ->type_name("MODEL")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   tools::add_threads_option(app, threads);
   tools::PrecisionOptions precision;
   tools::add_precision_options(app, precision);
@@ -71,6 +83,8 @@ int main(int argc, char** argv) {
       for (CLI::Option* opt : {beam_opt, lp_opt})
         if (opt->count() > 0) throw UsageError(opt->get_name() + " goes with --strategy beam");
     }
+    if (!rescore_paths.empty() && o.search.strategy != decode::Strategy::Beam)
+      throw UsageError("--rescore goes with --strategy beam (it reranks the beam's hypotheses)");
     if (out.pretty && format == "table") throw UsageError("--pretty goes with --format json");
     o.format = input_format == "tsv" ? train::DataFormat::Tsv : input_format == "jsonl" ? train::DataFormat::Jsonl : train::DataFormat::Auto;
     set_num_threads(threads);
@@ -87,7 +101,18 @@ int main(int argc, char** argv) {
     decode::check_ensemble(loaded, paths);
     decode::Ensemble ensemble(members);
     o.models = ensemble.size();
-    const app::EvalReport report = app::evaluate(models.front(), ensemble, test_path, o);
+    std::vector<decode::LoadedModel> rescoring = tools::load_lowered_checkpoints(rescore_paths, precision, "seq2seq-eval");
+    std::vector<decode::Rescorer> rescorers;
+    std::vector<const decode::LoadedModel*> together{&models.front()};
+    std::vector<std::string> names{model_path};
+    for (size_t k = 0; k < rescoring.size(); ++k) {
+      together.push_back(&rescoring[k]);
+      names.push_back(rescore_paths[k]);
+      rescorers.push_back({rescoring[k].model.get(), rescoring[k].right_left});
+    }
+    decode::check_rescorers(together, names);
+    o.rescorers = static_cast<int64_t>(rescorers.size());
+    const app::EvalReport report = app::evaluate(models.front(), ensemble, test_path, o, rescorers);
     tools::Output output(out);
     if (format == "table") {
       std::string text = app::eval_table(report, o);

@@ -131,7 +131,7 @@ void restore_options(CLI::App& app, const std::string& path, const std::vector<s
       // refused naming the difference).
       if (name == "--vocab" || name == "--vocab-size") continue;
       std::string given = opt->as<std::string>();
-      if (name == "--skip-bad-lines" || name == "--deterministic-reduce") given = "true";
+      if (name == "--skip-bad-lines" || name == "--deterministic-reduce" || name == "--right-left") given = "true";
       if (!same_option_value(given, *value) && !override)
         throw UsageError(fmt::format("{} {}: the checkpoint {} was trained with {} {}; give --override to change it",
                                      name, given, path, name, *value));
@@ -312,6 +312,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--warmup", warmup, "Linear warmup steps")->transform(tools::non_negative())->capture_default_str();
   app.add_option("--label-smoothing", label_smoothing, "Label smoothing in [0, 1)")->check(CLI::Range(0.0, 0.999))->capture_default_str();
+  bool right_left = false;
+  app.add_flag("--right-left", right_left,
+               "Learn every target reversed, last token first: a right-to-left model, to rescore a left-to-right "
+               "model's beam with (seq2seq-eval --rescore); its outputs read left to right again when decoded");
   app.add_option("--clip", clip, "Max gradient norm (0: no clipping)")->transform(tools::non_negative())->capture_default_str();
   app.add_option("--seed", seed, "Seed of the task, the initialisation and the data order")
       ->transform(tools::non_negative())
@@ -363,7 +367,7 @@ int main(int argc, char** argv) {
       "--task", "--train", "--valid", "--tokenizer", "--target-tokenizer", "--skip-bad-lines", "--max-len",
       "--vocab-size", "--min-len", "--train-size", "--valid-size", "--vocab", "--optimizer", "--lr", "--schedule",
       "--warmup", "--label-smoothing", "--clip", "--dropout", "--teacher-forcing", "--batch", "--maxi-batch",
-      "--seed", "--model", "--context", "--deterministic-reduce"};
+      "--seed", "--model", "--context", "--deterministic-reduce", "--right-left"};
   // Of those, the ones a language model's checkpoint stores.
   const std::vector<std::string> lm_restored = {"--model", "--train", "--valid", "--tokenizer", "--context",
                                                 "--optimizer", "--lr", "--schedule", "--warmup", "--clip",
@@ -504,7 +508,7 @@ int main(int argc, char** argv) {
                                         "--min-len", "--train-size", "--valid-size", "--attention",
                                         "--bidirectional", "--attention-style", "--teacher-forcing",
                                         "--label-smoothing", "--epochs", "--vocab", "--norm-first",
-                                        "--maxi-batch"};
+                                        "--maxi-batch", "--right-left"};
     for (const char* name : transformer ? std::vector<const char*>{"--hidden", "--embed"}
                                         : std::vector<const char*>{"--heads", "--d-model", "--ff", "--post-ln",
                                                                    "--positional", "--activation"})
@@ -829,6 +833,7 @@ int main(int argc, char** argv) {
       std::cerr << "seq2seq-train: warning: the peak learning rate --lr " << lr
                 << " is below 1e-05: the model will barely learn\n";
     o.label_smoothing = static_cast<float>(label_smoothing);
+    o.right_left = right_left;
     o.clip = clip;
     o.seed = seed;
     o.log_every = log_every;
@@ -840,6 +845,7 @@ int main(int argc, char** argv) {
       std::string value = opt->count() > 0 ? opt->as<std::string>() : opt->get_default_str();
       if (name == "--skip-bad-lines") value = skip_bad_lines ? "true" : "false";
       if (name == "--deterministic-reduce") value = deterministic_reduce ? "true" : "";  // saved when given
+      if (name == "--right-left") value = right_left ? "true" : "";                     // saved when given
       if (name == "--teacher-forcing" && o.family == "transformer") continue;  // a recurrent option
       if (name == "--model" || name == "--context") continue;                  // a language model's
       if (!value.empty()) o.command_options.emplace_back(name, value);

@@ -318,6 +318,7 @@ int main(int argc, char** argv) {
         while (b < ids.size() && !ids[b].empty()) ++b;
         const std::vector<std::vector<int64_t>> run(ids.begin() + long(a), ids.begin() + long(b));
         auto r = decode::search(decoder, run, o, done + int64_t(a));
+        decode::reading_order(model, r);  // a right-to-left model's outputs turned round
         std::move(r.begin(), r.end(), results.begin() + long(a));
         a = b;
       }

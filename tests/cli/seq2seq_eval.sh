@@ -90,6 +90,37 @@ expect_error 1 "ensemble: the source vocabularies differ: 10 tokens in lstm.json
 expect_error 1 "missing.json" seq2seq-eval lstm.json known.tsv --ensemble missing.json
 expect_error 2 "The following argument was not expected: tf.json" seq2seq-eval lstm.json known.tsv --ensemble v7.json tf.json
 
+# --- rescoring: a model rescoring its own beam ranks it as the beam did; a right-to-left model rescores a
+# left-to-right one's beam, and is refused beside it in an ensemble
+seq2seq-eval lstm.json known-lstm.tsv --threads 1 --max-len 8 --show 5 --strategy beam --beam 3 > beam.json ||
+  fail "beam exited $?"
+seq2seq-eval lstm.json known-lstm.tsv --threads 1 --max-len 8 --show 5 --strategy beam --beam 3 --rescore lstm.json \
+  > self-rescored.json || fail "--rescore lstm.json exited $?"
+python3 -c 'import json; a, b = json.load(open("beam.json")), json.load(open("self-rescored.json")); assert b.pop("rescorers") == 1 and a == b, (a, b)' ||
+  fail "a model rescoring its own beam scores otherwise: $(cat self-rescored.json)"
+seq2seq-train --task reverse --vocab-size 6 --min-len 2 --max-len 5 --train-size 64 --valid-size 8 --batch 16 \
+  --lr 0.01 --threads 1 --steps 300 --model lstm --attention dot --hidden 32 --embed 16 --right-left --save rl.json \
+  > /dev/null || fail "seq2seq-train --right-left exited $?"
+python3 -c 'import json; t = json.load(open("rl.json"))["training"]; assert t["right_left"] == "true" and t["options"]["--right-left"] == "true", t' ||
+  fail "rl.json does not say it is right to left"
+seq2seq-eval lstm.json known-lstm.tsv --threads 1 --max-len 8 --strategy beam --beam 3 --rescore rl.json --format table \
+  > rescored.txt || fail "--rescore rl.json exited $?"
+grep -q 'beam search (beam 3), rescored by 1 model$' rescored.txt || fail "rescored table: $(cat rescored.txt)"
+# alone, the right-to-left model's outputs read left to right: on the reverse task, mostly the source reversed
+transformer-decode rl.json --threads 1 --max-len 8 < src.txt > rl-out.jsonl || fail "transformer-decode rl.json exited $?"
+python3 - <<'PY' || fail "right-to-left outputs are not in reading order: $(cat rl-out.jsonl)"
+import json
+srcs = open("src.txt").read().split("\n")[:-1]
+outs = [json.loads(l)["tokens"] for l in open("rl-out.jsonl")]
+right = sum(o == s.split()[::-1] for s, o in zip(srcs, outs))
+assert right >= 3, (srcs, outs)
+PY
+expect_error 2 "--rescore goes with --strategy beam" seq2seq-eval lstm.json known.tsv --rescore rl.json
+expect_error 1 "rl.json produces its outputs right to left and lstm.json left to right" \
+  seq2seq-eval lstm.json known.tsv --ensemble rl.json
+expect_error 1 "ensemble: the source vocabularies differ: 10 tokens in lstm.json, 11 in v7.json" \
+  seq2seq-eval lstm.json known.tsv --strategy beam --rescore v7.json
+
 # --- the error contract: usage 2, bad input 1, nothing on stdout
 expect_error 2 "--beam goes with --strategy beam" seq2seq-eval lstm.json known.tsv --beam 3
 expect_error 2 "--strategy: sample not in {greedy,beam}" seq2seq-eval lstm.json known.tsv --strategy sample

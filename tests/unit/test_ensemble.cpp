@@ -153,7 +153,15 @@ TEST_CASE("ensemble: models that do not share their tokens are refused, naming t
         "ensemble: the target vocabularies differ: " + models::vocab_difference(x.tgt_vocab, "x.json", z.tgt_vocab, "z.json"));
   y.tgt_tokenizer = models::Tokenizer::Space;
   CHECK(test::error_of([&] { decode::check_ensemble({&x, &y}, {"x.json", "y.json"}); }) ==
-        "y.json splits its text with tokenizers char / space, x.json with char / char: an ensemble's models share "
-        "their tokens");
+        "y.json splits its text with tokenizers char / space, x.json with char / char: models decoded together "
+        "share their tokens");
+  y.tgt_tokenizer = models::Tokenizer::Char;
+  y.right_left = true;  // the other direction: rescoring, not an ensemble
+  CHECK(test::error_of([&] { decode::check_ensemble({&x, &y}, {"x.json", "y.json"}); }) ==
+        "y.json produces its outputs right to left and x.json left to right: an ensemble's models go step by step "
+        "together (a model of the other direction can rescore the search's hypotheses instead)");
+  CHECK_NOTHROW(decode::check_rescorers({&x, &y}, {"x.json", "y.json"}));
+  CHECK(test::error_of([&] { decode::check_rescorers({&x, &y, &z}, {"x.json", "y.json", "z.json"}); }) ==
+        "ensemble: the target vocabularies differ: " + models::vocab_difference(x.tgt_vocab, "x.json", z.tgt_vocab, "z.json"));
   CHECK(test::error_of([] { decode::Ensemble({}); }) == "ensemble: no models");
 }

@@ -42,12 +42,14 @@ EvalReport evaluate(const decode::LoadedModel& model, const std::string& test_pa
 }
 
 EvalReport evaluate(const decode::LoadedModel& model, models::Decodable& decoder, const std::string& test_path,
-                    const EvalOptions& options) {
+                    const EvalOptions& options, const std::vector<decode::Rescorer>& rescorers) {
   AK_CHECK(options.search.strategy != decode::Strategy::Sample,
            "evaluation decodes with greedy or beam search, not sampling");
   AK_CHECK(options.batch > 0, "evaluation: batch {} must be positive", options.batch);
+  AK_CHECK(rescorers.empty() || options.search.strategy == decode::Strategy::Beam,
+           "evaluation: rescoring reranks a beam's hypotheses: it goes with beam search");
   decode::SearchOptions search = options.search;
-  search.n_best = 1;
+  search.n_best = rescorers.empty() ? 1 : search.beam;
   search.attention = false;
   decode::use_special_ids(model, search);
   search.validate();
@@ -75,7 +77,9 @@ EvalReport evaluate(const decode::LoadedModel& model, models::Decodable& decoder
         unknown = std::count(sources.back().begin(), sources.back().end(), models::Vocab::kUnk);
       report.unknown_source_tokens += unknown;
     }
-    const auto results = decode::search(decoder, sources, search, static_cast<int64_t>(begin));
+    auto results = decode::search(decoder, sources, search, static_cast<int64_t>(begin));
+    decode::reading_order(model, results);
+    decode::rescore(results, sources, rescorers, search);
     for (size_t g = begin; g < end; ++g) {
       const decode::Hypothesis& best = results[g - begin].front();
       const std::vector<std::string> prediction = scored_tokens(model, best.ids);
@@ -126,6 +130,7 @@ std::string eval_json(const EvalReport& r, const EvalOptions& options, bool pret
   if (options.search.strategy == decode::Strategy::Beam) j["beam"] = options.search.beam;
   if (options.precision != ops::Precision::Fp32) j["precision"] = ops::precision_name(options.precision);
   if (options.models > 1) j["models"] = options.models;
+  if (options.rescorers > 0) j["rescorers"] = options.rescorers;
   nlohmann::ordered_json wrong = nlohmann::ordered_json::array();
   for (const WrongPrediction& w : r.wrong)
     wrong.push_back({{"source", w.source}, {"prediction", w.prediction}, {"reference", w.reference}});
@@ -134,13 +139,16 @@ std::string eval_json(const EvalReport& r, const EvalOptions& options, bool pret
 }
 
 std::string eval_table(const EvalReport& r, const EvalOptions& options) {
-  std::string out = fmt::format("{}: {} lines, {} words (distinct sources), {} search{}{}{}\n", r.test, r.lines, r.words,
+  std::string out = fmt::format("{}: {} lines, {} words (distinct sources), {} search{}{}{}{}\n", r.test, r.lines, r.words,
                                 strategy_name(options.search.strategy),
                                 options.search.strategy == decode::Strategy::Beam ? fmt::format(" (beam {})", options.search.beam) : "",
                                 options.precision == ops::Precision::Fp32
                                     ? std::string()
                                     : fmt::format(", {} weights", ops::precision_name(options.precision)),
-                                options.models > 1 ? fmt::format(", an ensemble of {} models", options.models) : "");
+                                options.models > 1 ? fmt::format(", an ensemble of {} models", options.models) : "",
+                                options.rescorers > 0 ? fmt::format(", rescored by {} model{}", options.rescorers,
+                                                                    options.rescorers > 1 ? "s" : "")
+                                                      : "");
   out += fmt::format("exact match     {:7.2f} %   ({} of {} words)\n", 100 * r.exact_match, r.words - r.wrong_words, r.words);
   out += fmt::format("WER             {:7.2f} %   ({} of {} words wrong)\n", 100 * r.wer, r.wrong_words, r.words);
   out += fmt::format("PER             {:7.2f} %   (edit distance {} over {} reference tokens)\n", 100 * r.per, r.edits,

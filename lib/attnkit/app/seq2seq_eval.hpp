@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "attnkit/decode/loader.hpp"
+#include "attnkit/decode/rescore.hpp"
 #include "attnkit/decode/search.hpp"
 #include "attnkit/ops/lowp_weights.hpp"
 #include "attnkit/train/data.hpp"
@@ -35,6 +36,7 @@ struct EvalOptions {
   // set_precision): named in the report when not fp32.
   ops::Precision precision = ops::Precision::Fp32;
   int64_t models = 1;                        // models decoded together (an ensemble): named in the report when > 1
+  int64_t rescorers = 0;                     // models rescoring the beam: named in the report when > 0
 };
 
 struct WrongPrediction {
@@ -61,12 +63,15 @@ struct EvalReport {
 // pair, and for a strategy other than greedy or beam.
 EvalReport evaluate(const decode::LoadedModel& model, const std::string& test_path, const EvalOptions& options);
 // The same decoded by `decoder` (an ensemble with `model` first, decode/ensemble.hpp); `model` gives the
-// tokenizers and vocabularies.
+// tokenizers, vocabularies and direction. With `rescorers` (beam search only) the beam's hypotheses are reranked by
+// them (decode/rescore.hpp) before the best is scored; the hypotheses are in reading order by then
+// (decode::reading_order), so a Rescorer is `reversed` when its model is right to left.
 EvalReport evaluate(const decode::LoadedModel& model, models::Decodable& decoder, const std::string& test_path,
-                    const EvalOptions& options);
+                    const EvalOptions& options, const std::vector<decode::Rescorer>& rescorers = {});
 
 // {"test", "lines", "words", "exact_match", "token_accuracy", "wer", "per", "wrong_words", "edits",
-//  "reference_tokens", "unfinished", "unknown_source_tokens", "strategy", ["beam", "precision", "models",]
+//  "reference_tokens", "unfinished", "unknown_source_tokens", "strategy", ["beam", "precision", "models",
+//  "rescorers",]
 //  "wrong": [{"source", "prediction", "reference"}]} on one line (indented with pretty).
 std::string eval_json(const EvalReport& report, const EvalOptions& options, bool pretty);
 // The same for reading: one figure per line, then the wrong predictions.

@@ -85,7 +85,11 @@ std::unique_ptr<models::DecoderState> Ensemble::start_decoding(const models::Sou
   return std::make_unique<EnsembleState>(std::move(states));
 }
 
-void check_ensemble(const std::vector<const LoadedModel*>& models, const std::vector<std::string>& names) {
+namespace {
+
+// What check_ensemble and check_rescorers refuse; `same_direction`: the direction too.
+void check_together(const std::vector<const LoadedModel*>& models, const std::vector<std::string>& names,
+                    bool same_direction) {
   AK_CHECK(!models.empty() && models.size() == names.size(), "ensemble: {} models and {} names", models.size(),
            names.size());
   const LoadedModel& first = *models.front();
@@ -97,13 +101,17 @@ void check_ensemble(const std::vector<const LoadedModel*>& models, const std::ve
              "{} is a {} and {} a {}: they cannot be decoded together", b,
              m.model->has_source() ? "an encoder-decoder" : "language model", a,
              first.model->has_source() ? "an encoder-decoder" : "language model");
+    AK_CHECK(!same_direction || m.right_left == first.right_left,
+             "{} produces its outputs {} and {} {}: an ensemble's models go step by step together (a model of the "
+             "other direction can rescore the search's hypotheses instead)", b,
+             m.right_left ? "right to left" : "left to right", a, first.right_left ? "right to left" : "left to right");
     AK_CHECK(m.src_tokenizer == first.src_tokenizer && m.tgt_tokenizer == first.tgt_tokenizer,
-             "{} splits its text with tokenizers {} / {}, {} with {} / {}: an ensemble's models share their tokens", b,
+             "{} splits its text with tokenizers {} / {}, {} with {} / {}: models decoded together share their tokens", b,
              models::tokenizer_name(m.src_tokenizer), models::tokenizer_name(m.tgt_tokenizer), a,
              models::tokenizer_name(first.src_tokenizer), models::tokenizer_name(first.tgt_tokenizer));
     AK_CHECK(m.src_spm.has_value() == first.src_spm.has_value() && m.tgt_spm.has_value() == first.tgt_spm.has_value() &&
                  (!m.src_spm || *m.src_spm == *first.src_spm) && (!m.tgt_spm || *m.tgt_spm == *first.tgt_spm),
-             "{} holds other SentencePiece models than {}: an ensemble's models share their tokens", b, a);
+             "{} holds other SentencePiece models than {}: models decoded together share their tokens", b, a);
     for (const bool target : {false, true}) {
       const models::Vocab& va = target ? first.tgt_vocab : first.src_vocab;
       const models::Vocab& vb = target ? m.tgt_vocab : m.src_vocab;
@@ -111,6 +119,16 @@ void check_ensemble(const std::vector<const LoadedModel*>& models, const std::ve
       AK_CHECK(diff.empty(), "ensemble: the {} vocabularies differ: {}", target ? "target" : "source", diff);
     }
   }
+}
+
+}  // namespace
+
+void check_ensemble(const std::vector<const LoadedModel*>& models, const std::vector<std::string>& names) {
+  check_together(models, names, true);
+}
+
+void check_rescorers(const std::vector<const LoadedModel*>& models, const std::vector<std::string>& names) {
+  check_together(models, names, false);
 }
 
 }  // namespace attnkit::decode

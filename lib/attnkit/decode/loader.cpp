@@ -81,6 +81,7 @@ LoadedModel load_document(io::Value v, const std::map<std::string, std::string>*
   m.tgt_tokenizer = head.tgt_tokenizer;
   m.src_spm = std::move(head.src_spm);
   m.tgt_spm = std::move(head.tgt_spm);
+  m.right_left = head.right_left;
   m.model = models::model_family(m.family, path).make(v, *head.config, path);
   models::load_parameters(*m.model, v, path);
   models::check_checkpoint_complete(*m.model, v, *head.config, path);
@@ -112,6 +113,7 @@ void save_quantized(const LoadedModel& m, const nn::PrecisionPlan& plan, const s
   io::Value training;  // what read_checkpoint_head reads of it
   training.set("src_tokenizer", models::text_value(models::tokenizer_name(m.src_tokenizer)));
   training.set("tgt_tokenizer", models::text_value(models::tokenizer_name(m.tgt_tokenizer)));
+  if (m.right_left) training.set("right_left", models::text_value("true"));
   v.set("training", std::move(training));
   models::add_vocabularies(v, m.src_vocab, m.tgt_vocab);
   if (m.src_spm || m.tgt_spm) {
@@ -120,6 +122,19 @@ void save_quantized(const LoadedModel& m, const nn::PrecisionPlan& plan, const s
   }
   const std::map<std::string, std::string> dtypes = models::add_quantized_parameters(v, *m.model, plan);
   io::write_file_atomic(path, io::safetensors_bytes(v, path, dtypes));
+}
+
+void reading_order(const LoadedModel& m, std::vector<std::vector<Hypothesis>>& results) {
+  if (!m.right_left) return;
+  for (std::vector<Hypothesis>& hyps : results)
+    for (Hypothesis& h : hyps) {
+      std::reverse(h.ids.begin(), h.ids.end());
+      if (h.attention.rank() == 2) {  // [steps, W]: a row per id, then <eos>'s when it ended
+        const int64_t W = h.attention.dim(1), n = static_cast<int64_t>(h.ids.size());
+        for (int64_t a = 0, b = n - 1; a < b; ++a, --b)
+          std::swap_ranges(h.attention.data() + a * W, h.attention.data() + (a + 1) * W, h.attention.data() + b * W);
+      }
+    }
 }
 
 void use_special_ids(const LoadedModel& m, SearchOptions& options) {

@@ -28,6 +28,8 @@ struct LoadedModel {
   std::optional<models::SpmModel> src_spm, tgt_spm;  // a checkpoint's SentencePiece models (tokenizer spm)
   std::optional<models::StoredWeights> stored;  // a quantized checkpoint's lowered matrices (its float32 values
                                                 // in the model are theirs, dequantized)
+  bool right_left = false;  // trained on reversed targets (seq2seq-train --right-left): it produces its outputs
+                            // last token first, and reading_order() turns them round
 };
 
 // Reads the checkpoint at `path`; every refusal names the file: not a checkpoint, an unknown family, a
@@ -48,6 +50,10 @@ void save_quantized(const LoadedModel& m, const nn::PrecisionPlan& plan, const s
 // nested objects). Refuses a missing or misshapen weight, and a weight the model does not have (a config
 // with fewer layers than the weights), naming the file and the tensor.
 LoadedModel load_exported(const std::string& config_path, const std::string& weights_path);
+
+// A right-to-left model's hypotheses (search()'s, last token first) in reading order: each one's ids reversed,
+// and its attention rows with them (the <eos> row stays last). Nothing for a left-to-right model.
+void reading_order(const LoadedModel& m, std::vector<std::vector<Hypothesis>>& results);
 
 // Sets the search's special ids to the model's: its target vocabulary's <bos> and <eos>, its source
 // vocabulary's <pad>, and the target ids never output (its <pad>, <bos>, <unk>). An exported model's may sit

@@ -154,6 +154,7 @@ CheckpointHead read_checkpoint_head(const io::Value& v, const std::string& what)
   const Fields training(top.member("training"), what + ": training");
   h.src_tokenizer = training.choice("src_tokenizer", tokenizer_from_name);
   h.tgt_tokenizer = training.choice("tgt_tokenizer", tokenizer_from_name);
+  h.right_left = training.boolean("right_left", false);
   if (h.src_tokenizer == Tokenizer::Spm || h.tgt_tokenizer == Tokenizer::Spm) {
     AK_CHECK(v.find("spm") != nullptr, "{}: the tokenizer is spm, but the checkpoint has no \"spm\" section (its "
              "SentencePiece model)", what);

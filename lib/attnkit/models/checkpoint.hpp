@@ -66,6 +66,7 @@ struct CheckpointHead {
   Vocab src_vocab, tgt_vocab;
   Tokenizer src_tokenizer = Tokenizer::Char, tgt_tokenizer = Tokenizer::Char;
   std::optional<SpmModel> src_spm, tgt_spm;  // the sides whose tokenizer is spm
+  bool right_left = false;  // trained on reversed targets: its outputs read right to left ("training": "right_left")
 };
 CheckpointHead read_checkpoint_head(const io::Value& checkpoint, const std::string& what);
 

@@ -68,6 +68,7 @@ void Trainer::save(const std::string& path) const {
   t.set("tgt_tokenizer", text_value(tokenizer_name(data_.train.tgt_tokenizer)));
   t.set("dropout", real_value(options_.dropout));
   t.set("teacher_forcing", real_value(options_.teacher_forcing));
+  if (options_.right_left) t.set("right_left", text_value("true"));
   if (grad_shards() > 1) t.set("grad_shards", text_value(std::to_string(grad_shards())));
   if (!options_.command_options.empty()) {
     io::Value given;
@@ -194,6 +195,9 @@ std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::st
   if (!o.dropout_given && t.has("dropout")) o.dropout = float(t.real("dropout"));
   if (!o.teacher_forcing_given && t.has("teacher_forcing")) o.teacher_forcing = float(t.real("teacher_forcing"));
   o.family = head.family;
+  AK_CHECK(o.right_left == head.right_left, "{}: the checkpoint was trained {}; it cannot continue {}", path,
+           head.right_left ? "right to left (its targets reversed)" : "left to right",
+           o.right_left ? "right to left" : "left to right");
   // Gradient shards: the checkpoint's, unless given or the processes do not divide them (then one per process).
   const int64_t saved_shards = saved_grad_shards(t);
   o.grad_shards = shards_to_resume(saved_shards, o.grad_shards, o.communicator ? o.communicator->size() : 1);

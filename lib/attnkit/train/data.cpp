@@ -1,5 +1,6 @@
 #include "attnkit/train/data.hpp"
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -218,6 +219,10 @@ EncodedCorpus encode(const Corpus& corpus, const Vocab& src_vocab, const Vocab& 
     out.tgt.push_back(tgt_vocab.encode(ex.tgt, &out.unknown_tgt));
   }
   return out;
+}
+
+void reverse_targets(EncodedCorpus& corpus) {
+  for (std::vector<int64_t>& t : corpus.tgt) std::reverse(t.begin(), t.end());
 }
 
 std::vector<ReferenceGroup> group_by_source(const Corpus& corpus) {

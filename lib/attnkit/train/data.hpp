@@ -100,6 +100,8 @@ struct EncodedCorpus {
   int64_t size() const { return static_cast<int64_t>(src.size()); }
 };
 EncodedCorpus encode(const Corpus& corpus, const Vocab& src_vocab, const Vocab& tgt_vocab);
+// Every target's ids reversed in place (a right-to-left model's data, trainer.hpp `right_left`).
+void reverse_targets(EncodedCorpus& corpus);
 
 // Examples grouped by source, for scoring against every reference (G2P words with several
 // pronunciations): groups in order of the source's first appearance, each with its distinct targets

@@ -93,6 +93,10 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
   options_.transformer = transformer_config;
   train_enc_ = encode(data_.train, data_.src_vocab, data_.tgt_vocab);
   valid_enc_ = encode(data_.valid, data_.src_vocab, data_.tgt_vocab);
+  if (options_.right_left) {
+    reverse_targets(train_enc_);
+    reverse_targets(valid_enc_);
+  }
   Rng rng(options_.seed);
   if (options_.family == "transformer") model_ = std::make_unique<models::Transformer>(options_.transformer, rng);
   else model_ = std::make_unique<models::Seq2Seq>(options_.model, rng);
@@ -118,6 +122,7 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
     std::vector<uint64_t> mine;
     for (const Corpus& c : data_.parts) {
       parts.push_back(encode(c, data_.src_vocab, data_.tgt_vocab));
+      if (options_.right_left) reverse_targets(parts.back());
       mine.push_back(uint64_t(c.size()));
     }
     std::vector<uint64_t> all(static_cast<size_t>(shards));

@@ -4,7 +4,8 @@
 //
 // Checkpoint (models/checkpoint.hpp's document; train/checkpoint.cpp adds the training sections):
 //   "training":  {"optimizer", "lr", "batch", "schedule", "warmup", "label_smoothing", "clip", "seed",
-//                 "steps", "src_tokenizer", "tgt_tokenizer", "dropout", "teacher_forcing", "maxi_batch" (when > 1)}
+//                 "steps", "src_tokenizer", "tgt_tokenizer", "dropout", "teacher_forcing", "maxi_batch" (when > 1),
+//                 "right_left" (when true)}
 //   "rng":       {"state", "inc"}: the training Rng (dropout masks, scheduled sampling) after "step" steps
 //   "step":      optimizer steps taken
 //   "optimizer": the optimizer's state (train/optimizer.hpp)
@@ -81,6 +82,11 @@ struct TrainerOptions {
   OptimizerKind optimizer = OptimizerKind::Adam;
   ScheduleOptions schedule;     // schedule.lr is the learning rate
   float label_smoothing = 0.0f;
+  // Right-to-left: every target (training and validation) is learnt reversed, last token first (<eos> after
+  // the first), so the model produces its outputs in that order (decode::reading_order turns them round). Such a
+  // model makes other mistakes than a left-to-right one: the two together rescore each other's n-best lists
+  // (decode/rescore.hpp). The checkpoint says so ("right_left"); a resume in the other direction is refused.
+  bool right_left = false;
   double clip = 1.0;            // max gradient norm; 0: no clipping (the norm is still reported)
   uint64_t seed = 1;            // the model's initialisation and the data order
   int64_t log_every = 100;      // a metrics line (and a validation) every this many steps, and at the end

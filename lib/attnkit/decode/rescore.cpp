@@ -1,0 +1,84 @@
+#include "attnkit/decode/rescore.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "attnkit/autograd/var.hpp"
+#include "attnkit/tensor/error.hpp"
+
+namespace attnkit::decode {
+
+std::vector<double> score_outputs(models::Decodable& model, const std::vector<std::vector<int64_t>>& sources,
+                                  const std::vector<std::vector<int64_t>>& outputs, const SearchOptions& options) {
+  AK_CHECK(sources.size() == outputs.size(), "scoring: {} sources and {} outputs", sources.size(), outputs.size());
+  autograd::NoGrad no_grad;
+  std::vector<double> scores(outputs.size(), 0.0);
+  for (const auto& y : outputs)
+    AK_CHECK(static_cast<int64_t>(y.size()) <= kMaxTokens, "scoring: output {} has {} tokens, more than {}",
+             &y - outputs.data(), y.size(), kMaxTokens);
+  std::unique_ptr<models::DecoderState> state = model.start_decoding(sources_batch(sources, options.pad), true);
+  std::vector<int64_t> rows(outputs.size());  // the output each state row scores
+  for (size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int64_t>(r);
+  std::vector<int64_t> prev(rows.size(), options.bos);
+  for (size_t t = 0; !rows.empty(); ++t) {
+    const Tensor lp = state->step(prev);  // [R, Vt]
+    const int64_t V = lp.dim(1);
+    std::vector<int64_t> keep, next;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const std::vector<int64_t>& y = outputs[size_t(rows[r])];
+      const int64_t token = t < y.size() ? y[t] : options.eos;
+      AK_CHECK(token >= 0 && token < V, "scoring: output {} has token {} outside the model's {} target tokens", rows[r],
+               token, V);
+      scores[size_t(rows[r])] += double(lp.data()[int64_t(r) * V + token]);
+      if (t < y.size()) {
+        keep.push_back(static_cast<int64_t>(r));
+        next.push_back(token);
+      }
+    }
+    if (keep.size() != rows.size()) {
+      std::vector<int64_t> still;
+      for (int64_t r : keep) still.push_back(rows[size_t(r)]);
+      rows = std::move(still);
+      if (rows.empty()) break;
+      state->select_rows(keep);
+    }
+    prev = std::move(next);
+  }
+  return scores;
+}
+
+void rescore(std::vector<std::vector<Hypothesis>>& results, const std::vector<std::vector<int64_t>>& sources,
+             const std::vector<Rescorer>& rescorers, const SearchOptions& options) {
+  AK_CHECK(results.size() == sources.size(), "rescoring: {} hypothesis lists for {} sources", results.size(),
+           sources.size());
+  if (rescorers.empty()) return;
+  // every hypothesis as one row, beside its source
+  std::vector<std::vector<int64_t>> row_sources, forward, backward;
+  for (size_t n = 0; n < results.size(); ++n)
+    for (const Hypothesis& h : results[n]) {
+      row_sources.push_back(sources[n]);
+      forward.push_back(h.ids);
+      backward.emplace_back(h.ids.rbegin(), h.ids.rend());
+    }
+  if (row_sources.empty()) return;
+  std::vector<double> total(row_sources.size(), 0.0);
+  for (const Rescorer& m : rescorers) {
+    AK_CHECK(m.model != nullptr, "rescoring: no model");
+    const std::vector<double> s = score_outputs(*m.model, row_sources, m.reversed ? backward : forward, options);
+    for (size_t i = 0; i < s.size(); ++i) total[i] += s[i];
+  }
+  const double models = 1.0 + static_cast<double>(rescorers.size());
+  size_t i = 0;
+  for (std::vector<Hypothesis>& hyps : results) {
+    for (Hypothesis& h : hyps) {
+      const double combined = (h.score + total[i++]) / models;
+      const double len = static_cast<double>(h.ids.size());
+      h.normalized = options.length_penalty == 0 ? combined
+                                                 : combined / std::pow((5.0 + len) / 6.0, options.length_penalty);
+    }
+    std::stable_sort(hyps.begin(), hyps.end(),
+                     [](const Hypothesis& a, const Hypothesis& b) { return a.normalized > b.normalized; });
+  }
+}
+
+}  // namespace attnkit::decode

@@ -1,0 +1,42 @@
+// Forced decoding and n-best rescoring. Legend: R rows (one output per row, with its source), Vt target vocabulary.
+//
+// score_outputs: the log-probability a model gives to outputs it is shown, not ones it chose,
+//   log p(y | x) = sum_{t < |y|} log p(y_t | y_<t, x) + log p(<eos> | y, x)
+// fed <bos>, y_0, ..., y_{|y|-1} one step at a time (the search's loop, with the next token given), each row's
+// source encoded once; a row leaves the state after its <eos>. The log-probabilities are the model's own (the
+// search's masked tokens are not renormalised there either), so a beam hypothesis scored this way gets back
+// its Hypothesis::score within float rounding.
+//
+// rescore: reranks each source's hypotheses (a beam's n-best) by the mean of their log-probabilities under the
+// search's model and under every rescoring model,
+//   combined = (score + sum_m log p_m(y | x)) / (1 + M),   normalized = combined / ((5 + |y|) / 6)^length_penalty
+// best first (ties keep the search's order). A rescoring model that reads its outputs right to left (trained on
+// reversed targets: train/trainer.hpp `right_left`) is shown each hypothesis reversed: the two directions make
+// different mistakes, so an output both find likely is more often right (Marian's right-to-left rescoring; in
+// G2P, L2R/R2L agreement).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "attnkit/decode/search.hpp"
+#include "attnkit/models/decoding.hpp"
+
+namespace attnkit::decode {
+
+// outputs[r] (target ids, without <bos> / <eos>) given sources[r]: log p(outputs[r] <eos> | sources[r]).
+// options gives the special ids (bos, eos, pad). Refuses lists of different lengths, an empty list, and ids
+// outside the model's target vocabulary.
+std::vector<double> score_outputs(models::Decodable& model, const std::vector<std::vector<int64_t>>& sources,
+                                  const std::vector<std::vector<int64_t>>& outputs, const SearchOptions& options);
+
+struct Rescorer {
+  models::Decodable* model = nullptr;
+  bool reversed = false;  // reads the hypotheses right to left (its direction is the search model's opposite)
+};
+
+// results[n]: source n's hypotheses (search()'s), reranked in place as above; each one's `normalized` becomes
+// its combined ranking score (its `score` stays the search model's).
+void rescore(std::vector<std::vector<Hypothesis>>& results, const std::vector<std::vector<int64_t>>& sources,
+             const std::vector<Rescorer>& rescorers, const SearchOptions& options);
+
+}  // namespace attnkit::decode
