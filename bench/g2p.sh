@@ -19,6 +19,9 @@
 #          thread (--threads 1 each: two processes on 2 cores train more examples a second than one on two
 #          threads), with batches of similar lengths (--maxi-batch 100), 23000 steps each (fits 30 minutes);
 #          each model and their ensemble (seq2seq-eval --ensemble) scored greedy and with beam search (beam 5).
+#   rescore  as ensemble, but the second model learns its targets right to left (seq2seq-train --right-left): each
+#          model scored alone, then the left-to-right model's beam (beam 5) rescored by the right-to-left one
+#          (seq2seq-eval --rescore) and the other way round.
 #
 # The curve's validation set is every 5th line of valid.tsv (about 1000 pronunciations, spread over the alphabet),
 # to keep the periodic greedy decoding cheap; the final figures are on all of test.tsv.
@@ -26,7 +29,7 @@
 # --transformer trains a Transformer instead (3 + 3 layers, d 128, 4 heads, ff 512, label smoothing 0.1, lr 0.0015,
 # 500 warmup steps), to compare the two at the same training time (docs/transformer.md); give --steps to fit it.
 #
-# Usage: bench/g2p.sh [--recipe base|wide|ensemble | --transformer] [--steps N] [--threads N] [--log-every N]
+# Usage: bench/g2p.sh [--recipe base|wide|ensemble|rescore | --transformer] [--steps N] [--threads N] [--log-every N]
 #                     [--models N (ensemble: models trained at once, 2)]
 #                     [--save-every N (wide: the saves averaged, 1000)] [-- extra seq2seq-train options]
 set -euo pipefail
@@ -41,6 +44,7 @@ log_every=1000
 save_every=1000
 extra=()
 models=2
+models_given=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) steps="$2"; shift 2 ;;
@@ -49,19 +53,22 @@ while [[ $# -gt 0 ]]; do
     --transformer) model=transformer; shift ;;
     --recipe) recipe="$2"; shift 2 ;;
     --save-every) save_every="$2"; shift 2 ;;
-    --models) models="$2"; shift 2 ;;
+    --models) models="$2"; models_given=1; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "g2p.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+if [[ $recipe == rescore ]] && (( models_given )); then
+  echo "g2p.sh: --models goes with --recipe ensemble (rescore trains two: one each way)" >&2; exit 2
+fi
 mkdir -p "$out"
 if [[ ! -s "$out/data/train.tsv" ]]; then
   "$here/../examples/06-g2p-data/prepare.sh" "$out/data"
 fi
 awk 'NR % 5 == 0' "$out/data/valid.tsv" > "$out/data/valid-curve.tsv"
 average=0
-if [[ $model == lstm && $recipe == ensemble ]]; then
-  # N processes of one thread each, at once; then each model and the ensemble scored
+if [[ $model == lstm && ( $recipe == ensemble || $recipe == rescore ) ]]; then
+  # N processes of one thread each, at once; then each model and the ensemble (or the rescored beams) scored
   steps="${steps:-23000}"
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   t0=$(date +%s.%N)
@@ -71,6 +78,7 @@ if [[ $model == lstm && $recipe == ensemble ]]; then
           --model lstm --attention additive --bidirectional --hidden 256 --embed 64 --dropout 0.2
           --label-smoothing 0.1 --lr 0.003 --warmup 500 --batch 64 --maxi-batch 100 --schedule cosine --clip 1
           --steps "$steps" --log-every "$log_every" --threads 1 --seed "$k" "${extra[@]}")
+    [[ $recipe == rescore && $k == 2 ]] && args+=(--right-left)
     echo "\$ seq2seq-train ${args[*]} --save g2p-ens$k.safetensors --metrics g2p-ens$k.jsonl &"
     rm -f "$out/g2p-ens$k.jsonl"
     "$bin/seq2seq-train" "${args[@]}" --save "$out/g2p-ens$k.safetensors" --metrics "$out/g2p-ens$k.jsonl" \
@@ -80,6 +88,22 @@ if [[ $model == lstm && $recipe == ensemble ]]; then
   for pid in "${pids[@]}"; do wait "$pid"; done
   t1=$(date +%s.%N)
   echo "training wall time: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f s", b - a }'); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  if [[ $recipe == rescore ]]; then
+    for k in 1 2; do
+      echo "\$ seq2seq-eval g2p-ens$k.safetensors test.tsv --format table"
+      "$bin/seq2seq-eval" "$out/g2p-ens$k.safetensors" "$out/data/test.tsv" --threads "$threads" --format table
+    done
+    for k in 1 2; do
+      other=$((3 - k))
+      echo "\$ seq2seq-eval g2p-ens$k.safetensors test.tsv --strategy beam --beam 5 --format table"
+      "$bin/seq2seq-eval" "$out/g2p-ens$k.safetensors" "$out/data/test.tsv" --threads "$threads" --strategy beam \
+        --beam 5 --format table
+      echo "\$ seq2seq-eval g2p-ens$k.safetensors test.tsv --strategy beam --beam 5 --rescore g2p-ens$other.safetensors --format table"
+      "$bin/seq2seq-eval" "$out/g2p-ens$k.safetensors" "$out/data/test.tsv" --threads "$threads" --strategy beam \
+        --beam 5 --rescore "$out/g2p-ens$other.safetensors" --format table
+    done
+    exit 0
+  fi
   ensemble=()
   for ((k = 2; k <= models; k++)); do ensemble+=(--ensemble "$out/g2p-ens$k.safetensors"); done
   for strategy in greedy beam; do
@@ -103,7 +127,7 @@ elif [[ $model == lstm && $recipe == wide ]]; then
   steps="${steps:-24000}"
   average=5
 elif [[ $model == lstm ]]; then
-  echo "g2p.sh: --recipe is base, wide or ensemble, not $recipe" >&2; exit 2
+  echo "g2p.sh: --recipe is base, wide, ensemble or rescore, not $recipe" >&2; exit 2
 else
   model_args=(--model transformer --layers 3 --heads 4 --d-model 128 --ff 512 --dropout 0.1 --label-smoothing 0.1
               --lr 0.0015 --warmup 500)

@@ -1,9 +1,11 @@
 // train/trainer: a short run learns, a checkpoint resumed equals the uninterrupted run bit for bit, and a
-// foreign or mismatched checkpoint is refused naming the file.
+// foreign or mismatched checkpoint is refused naming the file; a right-to-left run is the run on reversed targets,
+// bit for bit, and its checkpoint says so.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attnkit/decode/loader.hpp"
 #include "attnkit/io/json_reader.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "attnkit/train/report.hpp"
@@ -57,6 +60,13 @@ train::TrainerOptions tiny_options(int64_t steps, const std::string& save) {
 
 std::string temp_path(const char* name) {
   return (std::filesystem::temp_directory_path() / (std::string("attnkit_") + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+// 9 steps (a metrics line every 4, and the last) in one direction or the other
+train::TrainerOptions right_left_options(const std::string& save, bool right_left) {
+  train::TrainerOptions o = tiny_options(9, save);
+  o.right_left = right_left;
+  return o;
 }
 
 }  // namespace
@@ -211,5 +221,43 @@ TEST_CASE("trainer: epochs, save_every, a stop request, and a vocabulary file's 
   CHECK(test::error_of([] { train::parse_vocab_pair(R"({"source": {"tokens": []}})", "half.json"); })
             .find("half.json: expected") != std::string::npos);
   std::remove(ck.c_str());
+  set_num_threads(0);
+}
+
+TEST_CASE("right to left: the run on reversed targets, bit for bit, and a checkpoint that says so") {
+  set_num_threads(1);
+  const std::string rl = temp_path("trainer_rl.json"), lr = temp_path("trainer_lr.json"),
+                    rest = temp_path("trainer_rl_rest.json");
+  std::vector<std::string> lines_rl, lines_lr;
+  train::Trainer a(right_left_options(rl, true), tiny_data());
+  a.run([&](const std::string& l) { lines_rl.push_back(l); });
+  train::TrainingData flipped = tiny_data();  // the reverse task's targets by hand: the copy task
+  for (train::Corpus* c : {&flipped.train, &flipped.valid})
+    for (train::Example& e : c->examples) std::reverse(e.tgt.begin(), e.tgt.end());
+  train::Trainer b(right_left_options(lr, false), std::move(flipped));
+  b.run([&](const std::string& l) { lines_lr.push_back(l); });
+  auto strip = [](const std::string& l) {
+    nlohmann::json j = nlohmann::json::parse(l);
+    j.erase("tokens_per_s");
+    return j.dump();
+  };
+  REQUIRE(lines_rl.size() == 3);
+  REQUIRE(lines_lr.size() == 3);
+  for (size_t i = 0; i < lines_rl.size(); ++i) CHECK(strip(lines_rl[i]) == strip(lines_lr[i]));
+  auto pa = a.model().named_parameters(), pb = b.model().named_parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (size_t k = 0; k < pa.size(); ++k) {
+    CAPTURE(pa[k]->name);
+    CHECK(std::memcmp(pa[k]->value.data(), pb[k]->value.data(), sizeof(float) * size_t(pa[k]->value.numel())) == 0);
+  }
+  CHECK(decode::load_checkpoint(rl).right_left);
+  CHECK_FALSE(decode::load_checkpoint(lr).right_left);
+  // a resume keeps the direction
+  CHECK(test::error_of([&] { train::Trainer::resume(rl, right_left_options(rest, false), tiny_data()); }) ==
+        rl + ": the checkpoint was trained right to left (its targets reversed); it cannot continue left to right");
+  CHECK(test::error_of([&] { train::Trainer::resume(lr, right_left_options(rest, true), tiny_data()); }) ==
+        lr + ": the checkpoint was trained left to right; it cannot continue right to left");
+  CHECK(train::Trainer::resume(rl, right_left_options(rest, true), tiny_data())->step() == 9);
+  for (const auto& p : {rl, lr, rest}) std::remove(p.c_str());
   set_num_threads(0);
 }
