@@ -61,18 +61,14 @@ int main(int argc, char** argv) {
   app.add_flag("--pretty", out.pretty, "Indent the JSON");
   app.add_option("-o,--output", out.path, "Write the report to FILE (atomically) instead of standard output")->type_name("FILE");
   std::vector<std::string> ensemble_paths;
-  tools::add_ensemble_option(app, ensemble_paths,
-                             "Decode MODEL and these checkpoints together (repeatable): the mean of their next-token "
-                             "distributions; same tokenizers and vocabularies");
+  tools::add_models_option(app, "--ensemble", ensemble_paths,
+                           "Decode MODEL and these checkpoints together (repeatable): the mean of their next-token "
+                           "distributions; same tokenizers and vocabularies");
   std::vector<std::string> rescore_paths;
-  app.add_option("--rescore", rescore_paths,
-                 "With --strategy beam: rerank the beam's hypotheses by the mean of their log-probabilities under the "
-                 "search's model(s) and these checkpoints (repeatable); a right-to-left model (seq2seq-train "
-                 "--right-left) reads them reversed; same tokenizers and vocabularies")
-      ->type_name("MODEL")
-      ->expected(1)
-      ->allow_extra_args(false)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  tools::add_models_option(app, "--rescore", rescore_paths,
+                           "With --strategy beam: rerank the beam's hypotheses by the mean of their log-probabilities "
+                           "under the search's model(s) and these checkpoints (repeatable); a right-to-left model "
+                           "(seq2seq-train --right-left) reads them reversed; same tokenizers and vocabularies");
   tools::add_threads_option(app, threads);
   tools::PrecisionOptions precision;
   tools::add_precision_options(app, precision);

@@ -122,9 +122,9 @@ int main(int argc, char** argv) {
   std::string save_quantized;
   tools::add_save_quantized_option(app, save_quantized);
   std::vector<std::string> ensemble_paths;
-  tools::add_ensemble_option(app, ensemble_paths,
-                             "An encoder-decoder: decode MODEL and these checkpoints together (repeatable), on the "
-                             "mean of their next-token distributions; same tokenizers and vocabularies");
+  tools::add_models_option(app, "--ensemble", ensemble_paths,
+                           "An encoder-decoder: decode MODEL and these checkpoints together (repeatable), on the "
+                           "mean of their next-token distributions; same tokenizers and vocabularies");
 
   // A language model: each prompt continued by --max-new-tokens tokens; on a terminal (no -o) with one output
   // per prompt the text is written as it is produced, else one JSON line per prompt.

@@ -208,8 +208,8 @@ void use_stored_weights(nn::PrecisionPlan& plan, const std::optional<models::Sto
   if (!note.empty()) std::cerr << tool << ": " << note << "\n";
 }
 
-void add_ensemble_option(CLI::App& app, std::vector<std::string>& paths, const std::string& help) {
-  app.add_option("--ensemble", paths, help)
+void add_models_option(CLI::App& app, const std::string& name, std::vector<std::string>& paths, const std::string& help) {
+  app.add_option(name, paths, help)
       ->type_name("MODEL")
       ->expected(1)
       ->allow_extra_args(false)

@@ -92,9 +92,9 @@ void check_save_quantized(const std::string& path, const PrecisionOptions& optio
 void use_stored_weights(nn::PrecisionPlan& plan, const std::optional<models::StoredWeights>& stored,
                         const std::string& what, const std::string& tool);
 
-// --ensemble MODEL, repeatable, one path each: checkpoints decoded together with the tool's MODEL
-// (decode/ensemble.hpp). `help` says what for.
-void add_ensemble_option(CLI::App& app, std::vector<std::string>& paths, const std::string& help);
+// `name` MODEL, repeatable, one path each: further checkpoints beside the tool's MODEL (--ensemble: decoded
+// together, decode/ensemble.hpp; --rescore: rescoring its beam, decode/rescore.hpp). `help` says what for.
+void add_models_option(CLI::App& app, const std::string& name, std::vector<std::string>& paths, const std::string& help);
 // The checkpoints at `paths` (decode::load_checkpoint), each with its weight matrices in --precision's precision
 // (a quantized checkpoint's stored ones as use_stored_weights says), what was lowered said on stderr.
 std::vector<decode::LoadedModel> load_lowered_checkpoints(const std::vector<std::string>& paths,

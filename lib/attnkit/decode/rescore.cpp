@@ -1,7 +1,6 @@
 #include "attnkit/decode/rescore.hpp"
 
 #include <algorithm>
-#include <cmath>
 
 #include "attnkit/autograd/var.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -72,9 +71,7 @@ void rescore(std::vector<std::vector<Hypothesis>>& results, const std::vector<st
   for (std::vector<Hypothesis>& hyps : results) {
     for (Hypothesis& h : hyps) {
       const double combined = (h.score + total[i++]) / models;
-      const double len = static_cast<double>(h.ids.size());
-      h.normalized = options.length_penalty == 0 ? combined
-                                                 : combined / std::pow((5.0 + len) / 6.0, options.length_penalty);
+      h.normalized = normalized_score(combined, static_cast<int64_t>(h.ids.size()), options.length_penalty);
     }
     std::stable_sort(hyps.begin(), hyps.end(),
                      [](const Hypothesis& a, const Hypothesis& b) { return a.normalized > b.normalized; });

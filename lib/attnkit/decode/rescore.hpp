@@ -31,7 +31,8 @@ std::vector<double> score_outputs(models::Decodable& model, const std::vector<st
 
 struct Rescorer {
   models::Decodable* model = nullptr;
-  bool reversed = false;  // reads the hypotheses right to left (its direction is the search model's opposite)
+  bool reversed = false;  // is shown each hypothesis reversed: a right-to-left model, the hypotheses being in
+                          // reading order (decode::reading_order)
 };
 
 // results[n]: source n's hypotheses (search()'s), reranked in place as above; each one's `normalized` becomes

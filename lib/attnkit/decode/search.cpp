@@ -65,6 +65,11 @@ models::SourceBatch sources_batch(const std::vector<std::vector<int64_t>>& sourc
   return b;
 }
 
+double normalized_score(double score, int64_t len, double alpha) {
+  if (alpha == 0) return score;
+  return score / std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha);
+}
+
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -74,11 +79,6 @@ uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
   return x ^ (x >> 31);
-}
-
-double normalized_score(double score, int64_t len, double alpha) {
-  if (alpha == 0) return score;
-  return score / std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha);
 }
 
 // One token drawn from the row's log-probabilities (see search.hpp: temperature, top_k, top_p).

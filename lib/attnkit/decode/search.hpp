@@ -80,6 +80,9 @@ struct Hypothesis {
                              // over the prompt and the first s outputs (zeros after); else empty
 };
 
+// The ranking score above: score / ((5 + len) / 6)^alpha (alpha 0: the score itself).
+double normalized_score(double score, int64_t len, double alpha);
+
 // The sources as a batch (src, src_lengths; <pad> after each row's length). Refuses an empty list or source,
 // and a source of more than kMaxTokens tokens.
 models::SourceBatch sources_batch(const std::vector<std::vector<int64_t>>& sources, int64_t pad = 0);
