@@ -14,6 +14,7 @@
 #include "attnkit/ops/attention_scores.hpp"
 #include "attnkit/ops/gemm_panels.hpp"
 #include "attnkit/ops/matmul.hpp"
+#include "attnkit/tensor/eigen_bridge.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/threads.hpp"
 #include "gradcheck.hpp"
@@ -318,6 +319,42 @@ TEST_CASE("attention_backward: finite differences for every score kind x mask ki
           for (const Tensor* t : Case::grads(g, kind)) CHECK(all_finite(*t));
           CHECK(test::gradient_mismatch(c.inputs(), c.names(), [&] { return c.loss(); }, Case::grads(g, kind)) == "");
         }
+}
+
+TEST_CASE("additive attention: keys projected beforehand (no W_k) equal the projection inside, both ways") {
+  // keys k [N, S, Dk] and Kp = k W_k [N, S, A]: attention(q, Kp, v) without W_k is attention(q, k, v) with it,
+  // and its key gradient dKp gives the other's through dk = dKp W_k^T, dW_k = k^T dKp.
+  for (const char* mask : kMaskKinds) {
+    INFO(mask);
+    Rng rng(41);
+    Case c(ops::ScoreKind::Additive, true, rng);
+    c.o.mask = make_mask(mask, c.N, 1, c.T, c.S, rng);
+    Case p = c;
+    p.o.weights.W_k = Tensor();
+    p.k = Tensor({c.N, c.S, c.A});
+    as_matrix(p.k.data(), c.N * c.S, c.A) = as_matrix(c.k.data(), c.N * c.S, c.Dk) * as_matrix(c.o.weights.W_k);
+    const ops::AttentionResult f1 = ops::attention_forward(c.q, c.k, c.v, c.o);
+    const ops::AttentionResult f2 = ops::attention_forward(p.q, p.k, p.v, p.o);
+    check_close(f2.context, f1.context, "context", 1e-6);
+    check_close(ops::attention_forward_naive(p.q, p.k, p.v, p.o).context, f1.context, "naive context", 1e-6);
+    const ops::AttentionGrads g1 = ops::attention_backward(c.q, c.k, c.v, c.o, f1, c.dc);
+    const ops::AttentionGrads g2 = ops::attention_backward(p.q, p.k, p.v, p.o, f2, p.dc);
+    CHECK(g2.weights.W_k.empty());
+    check_close(g2.query, g1.query, "dq", 1e-5);
+    check_close(g2.values, g1.values, "dv", 1e-5);
+    Tensor dk({c.N, c.S, c.Dk});
+    as_matrix(dk.data(), c.N * c.S, c.Dk) = as_matrix(g2.keys.data(), c.N * c.S, c.A) * as_matrix(c.o.weights.W_k).transpose();
+    check_close(dk, g1.keys, "dk through W_k", 1e-5);
+    // and its own finite differences, Kp the input
+    std::vector<Tensor*> in{&p.q, &p.k, &p.v, &p.o.weights.W_q, &p.o.weights.v, &p.o.weights.b};
+    CHECK(test::gradient_mismatch(in, {"query", "projected keys", "values", "W_q", "v", "b"}, [&] { return p.loss(); },
+                                  {&g2.query, &g2.keys, &g2.values, &g2.weights.W_q, &g2.weights.v, &g2.weights.b}) == "");
+  }
+  Rng rng(42);
+  Case c(ops::ScoreKind::Additive, true, rng);
+  c.o.weights.W_k = Tensor();  // keys of Dk = 2 features, A = 3: not projected keys
+  CHECK_THROWS_WITH_AS(ops::attention_forward(c.q, c.k, c.v, c.o),
+                       doctest::Contains("without W_k takes projected keys"), attnkit::Error);
 }
 
 TEST_CASE("attention forward: fully masked rows in vectorised tiles give zeros, masked weights are exactly 0") {

@@ -245,6 +245,12 @@ Seq2Seq::Encoded Seq2Seq::encode(const SourceBatch& batch, const ForwardOptions&
   e.states = r.output;
   e.h0 = merge_directions(r.h_n, config_.layers, config_.bidirectional);    // [L, N, Hd]
   if (config_.cell == nn::CellKind::Lstm) e.c0 = merge_directions(r.c_n, config_.layers, config_.bidirectional);
+  if (config_.attention == AttentionKind::Additive) {
+    const int64_t Hd = config_.decoder_hidden();
+    e.keys = autograd::reshape(autograd::matmul(autograd::reshape(e.states, {batch.N * batch.S, Hd}),
+                                                Var::param(att_W_k_)),
+                               {batch.N, batch.S, att_W_k_.value.dim(1)});  // [N*S, Hd] x [Hd, A] -> [N, S, A]
+  }
   return e;
 }
 
@@ -260,14 +266,14 @@ Var Seq2Seq::attend(const Var& query, const Encoded& enc, const std::vector<int6
     case AttentionKind::Additive:
       a.score = ops::ScoreKind::Additive;
       a.weights.W_q = Var::param(att_W_q_);
-      a.weights.W_k = Var::param(att_W_k_);
-      a.weights.v = Var::param(att_v_);
+      a.weights.v = Var::param(att_v_);  // W_k: enc.keys are projected already
       break;
     case AttentionKind::None: fail("seq2seq: attend without attention");
   }
   a.mask.key_lengths = src_lengths;
   if (weights != nullptr) a.keep = ops::KeepWeights::Yes;
-  autograd::AttentionOutput out = autograd::attention(query, enc.states, enc.states, a);
+  const Var& keys = config_.attention == AttentionKind::Additive ? enc.keys : enc.states;  // [N, S, A] / [N, S, Hd]
+  autograd::AttentionOutput out = autograd::attention(query, keys, enc.states, a);
   if (weights != nullptr) *weights = std::move(out.weights);  // [N, T', S]
   return out.context;                                          // [N, T', Hd]
 }

@@ -133,6 +133,9 @@ class Seq2Seq : public TranslationModel {
   struct Encoded {
     autograd::Var states;  // [N, S, Hd]
     autograd::Var h0, c0;  // [L, N, Hd] (c0: LSTM)
+    // Additive attention: the keys projected once, states W_k [N, S, A], for every decoder step's scores
+    // (a step-by-step decoder would otherwise project them again at each step, forward and backward).
+    autograd::Var keys;
   };
   struct StackResult {
     autograd::Var output;    // [N, T', dirs*H'] the last layer's

@@ -67,6 +67,7 @@ class Seq2SeqDecoderState : public DecoderState {
       if (v.defined()) v = Var(gather_rows(v.value(), dim, rows));
     };
     gather(enc_.states, 0);  // [R', S, Hd]
+    gather(enc_.keys, 0);    // [R', S, A] (additive attention)
     gather(enc_.h0, 1);      // [L, R', Hd]
     gather(enc_.c0, 1);
     gather(h_, 1);

@@ -155,7 +155,9 @@ AttentionResult attention_forward_naive(const Tensor& query, const Tensor& keys,
             for (int64_t a = 0; a < A; ++a) {
               double z = w.b.empty() ? 0.0 : w.b[a];
               for (int64_t i = 0; i < d.Dq; ++i) z += double(qt[i]) * w.W_q[i * A + a];
-              for (int64_t j = 0; j < d.Dk; ++j) z += double(ks[j]) * w.W_k[j * A + a];
+              if (w.W_k.empty()) z += ks[a];  // projected keys
+              else
+                for (int64_t j = 0; j < d.Dk; ++j) z += double(ks[j]) * w.W_k[j * A + a];
               acc += w.v[a] * std::tanh(z);
             }
             break;

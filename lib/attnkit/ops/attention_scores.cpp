@@ -63,14 +63,19 @@ Dims check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
                w.W.shape_str(), d.Dq, d.Dk);
       break;
     case ScoreKind::Additive: {
-      AK_CHECK(!w.W_q.empty() && !w.W_k.empty() && !w.v.empty(),
-               "attention: the additive score needs weights W_q [Dq, A], W_k [Dk, A] and v [A]{}",
-               w.W_q.empty() ? " (W_q is missing)" : w.W_k.empty() ? " (W_k is missing)" : " (v is missing)");
+      AK_CHECK(!w.W_q.empty() && !w.v.empty(),
+               "attention: the additive score needs weights W_q [Dq, A] and v [A] (and W_k [Dk, A] unless the keys "
+               "are already projected){}",
+               w.W_q.empty() ? " (W_q is missing)" : " (v is missing)");
       AK_CHECK(w.W_q.rank() == 2 && w.W_q.dim(0) == d.Dq, "attention: W_q has shape {}, expected [Dq, A] with Dq = {}",
                w.W_q.shape_str(), d.Dq);
       const int64_t A = w.W_q.dim(1);
-      AK_CHECK(w.W_k.shape() == (Shape{d.Dk, A}), "attention: W_k has shape {}, expected [Dk, A] = [{}, {}]",
-               w.W_k.shape_str(), d.Dk, A);
+      if (w.W_k.empty())
+        AK_CHECK(d.Dk == A, "attention: the additive score without W_k takes projected keys [.., S, A]: keys have {} "
+                 "features, A = {}", d.Dk, A);
+      else
+        AK_CHECK(w.W_k.shape() == (Shape{d.Dk, A}), "attention: W_k has shape {}, expected [Dk, A] = [{}, {}]",
+                 w.W_k.shape_str(), d.Dk, A);
       AK_CHECK(w.v.shape() == Shape{A}, "attention: v has shape {}, expected [A] = [{}]", w.v.shape_str(), A);
       AK_CHECK(w.b.empty() || w.b.shape() == Shape{A}, "attention: b has shape {}, expected [A] = [{}]",
                w.b.shape_str(), A);
@@ -116,7 +121,8 @@ AttentionResult additive_forward(const Tensor& q, const Tensor& k, const Tensor&
   // The same products as additive_backward's (ops::gemm), so its recomputed Z is the forward's, bit for bit.
   MatrixRM Qp(d.N * d.T, A), Kp(d.N * d.S, A);
   gemm(Trans::No, Trans::No, d.N * d.T, A, d.Dq, 1.0f, q.data(), d.Dq, w.W_q.data(), A, 0.0f, Qp.data(), A);  // [N*T, A]
-  gemm(Trans::No, Trans::No, d.N * d.S, A, d.Dk, 1.0f, k.data(), d.Dk, w.W_k.data(), A, 0.0f, Kp.data(), A);  // [N*S, A]
+  if (w.W_k.empty()) Kp = as_matrix(k.data(), d.N * d.S, A);  // the keys already projected
+  else gemm(Trans::No, Trans::No, d.N * d.S, A, d.Dk, 1.0f, k.data(), d.Dk, w.W_k.data(), A, 0.0f, Kp.data(), A);  // [N*S, A]
   if (!w.b.empty()) Kp.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(w.b.data(), A);
   AttentionResult r;
   r.context = Tensor({d.N, d.T, d.Dv});
@@ -253,7 +259,8 @@ void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, c
   const int64_t A = w.W_q.dim(1), NT = d.N * d.T, NS = d.N * d.S;
   Tensor Qp({NT, A}), Kp({NS, A});
   gemm(Trans::No, Trans::No, NT, A, d.Dq, 1.0f, q.data(), d.Dq, w.W_q.data(), A, 0.0f, Qp.data(), A);  // [N*T, A]
-  gemm(Trans::No, Trans::No, NS, A, d.Dk, 1.0f, k.data(), d.Dk, w.W_k.data(), A, 0.0f, Kp.data(), A);  // [N*S, A]
+  if (w.W_k.empty()) std::copy(k.data(), k.data() + NS * A, Kp.data());  // the keys already projected
+  else gemm(Trans::No, Trans::No, NS, A, d.Dk, 1.0f, k.data(), d.Dk, w.W_k.data(), A, 0.0f, Kp.data(), A);  // [N*S, A]
   if (!w.b.empty()) as_matrix(Kp).rowwise() += Eigen::Map<const Eigen::RowVectorXf>(w.b.data(), A);  // [N*S, A]
   const bool keep = !fwd.weights.empty();
   SdpaProblem p = make_problem(d, q.data(), d.Dq, k.data(), values.data(), nullptr, o.mask, 1.0f);
@@ -334,8 +341,12 @@ void additive_backward(const Tensor& q, const Tensor& k, const Tensor& values, c
   gemm(Trans::No, Trans::Yes, NT, d.Dq, A, 1.0f, dQp.data(), A, w.W_q.data(), A, 1.0f, g.query.data(), d.Dq);
   gemm(Trans::Yes, Trans::No, d.Dq, A, NT, 1.0f, q.data(), d.Dq, dQp.data(), A, 0.0f, g.weights.W_q.data(), A);
   // Kp = k W_k + b:  dk += dKp W_k^T [N*S, Dk];  dW_k = k^T dKp [Dk, A];  db = colsum dKp [A]
-  gemm(Trans::No, Trans::Yes, NS, d.Dk, A, 1.0f, dKp, A, w.W_k.data(), A, 1.0f, g.keys.data(), d.Dk);
-  gemm(Trans::Yes, Trans::No, d.Dk, A, NS, 1.0f, k.data(), d.Dk, dKp, A, 0.0f, g.weights.W_k.data(), A);
+  if (w.W_k.empty()) {  // projected keys: dk += dKp
+    as_matrix(g.keys.data(), NS, A) += as_matrix(dKp, NS, A);
+  } else {
+    gemm(Trans::No, Trans::Yes, NS, d.Dk, A, 1.0f, dKp, A, w.W_k.data(), A, 1.0f, g.keys.data(), d.Dk);
+    gemm(Trans::Yes, Trans::No, d.Dk, A, NS, 1.0f, k.data(), d.Dk, dKp, A, 0.0f, g.weights.W_k.data(), A);
+  }
   std::copy(dv, dv + A, g.weights.v.data());
   if (!w.b.empty()) column_sums(dKp, NS, A, g.weights.b.data());
 }
@@ -363,7 +374,8 @@ AttentionGrads attention_backward(const Tensor& query, const Tensor& keys, const
   const ScoreWeights& w = options.weights;
   if (options.score == ScoreKind::General) g.weights.W = Tensor(w.W.shape());
   if (options.score == ScoreKind::Additive) {
-    g.weights.W_q = Tensor(w.W_q.shape()), g.weights.W_k = Tensor(w.W_k.shape()), g.weights.v = Tensor(w.v.shape());
+    g.weights.W_q = Tensor(w.W_q.shape()), g.weights.v = Tensor(w.v.shape());
+    if (!w.W_k.empty()) g.weights.W_k = Tensor(w.W_k.shape());
     if (!w.b.empty()) g.weights.b = Tensor(w.b.shape());
   }
   if (d.N * d.T == 0 || d.S == 0) return g;  // nothing attended: every gradient is zero

@@ -28,7 +28,7 @@ std::string_view score_kind_name(ScoreKind kind);
 struct ScoreWeights {
   Tensor W;    // general:  [Dq, Dk]
   Tensor W_q;  // additive: [Dq, A]
-  Tensor W_k;  // additive: [Dk, A]
+  Tensor W_k;  // additive: [Dk, A]; empty: the keys given are projected already, k W_k [.., S, A]
   Tensor v;    // additive: [A]
   Tensor b;    // additive, optional: [A]
 };
