@@ -116,6 +116,20 @@ right = sum(o == s.split()[::-1] for s, o in zip(srcs, outs))
 assert right >= 3, (srcs, outs)
 PY
 expect_error 2 "--rescore goes with --strategy beam" seq2seq-eval lstm.json known.tsv --rescore rl.json
+# an inverse model (target -> source): on the reverse task a reversing model reads either side
+seq2seq-eval lstm.json known-lstm.tsv --threads 1 --max-len 8 --strategy beam --beam 3 --rescore rl.json \
+  --rescore-inverse lstm.json --format table > inverse.txt || fail "--rescore-inverse lstm.json exited $?"
+grep -q 'beam search (beam 3), rescored by 2 models$' inverse.txt || fail "inverse-rescored table: $(cat inverse.txt)"
+expect_error 2 "--rescore-inverse goes with --strategy beam" seq2seq-eval lstm.json known.tsv --rescore-inverse lstm.json
+# weight 0: the inverse model counts for nothing, the beam's own ranking (here: --rescore rl.json's) stays
+seq2seq-eval lstm.json known-lstm.tsv --threads 1 --max-len 8 --show 5 --strategy beam --beam 3 --rescore-inverse rl.json \
+  --inverse-weight 0 > weight0.json || fail "--inverse-weight 0 exited $?"
+python3 -c 'import json; a, b = json.load(open("beam.json")), json.load(open("weight0.json")); assert b.pop("rescorers") == 1 and a == b, (a, b)' ||
+  fail "an inverse model of weight 0 changed the beam's ranking: $(cat weight0.json)"
+expect_error 2 "--inverse-weight goes with --rescore-inverse" seq2seq-eval lstm.json known.tsv --strategy beam --inverse-weight 0.5
+expect_error 2 "--inverse-weight" seq2seq-eval lstm.json known.tsv --strategy beam --rescore-inverse lstm.json --inverse-weight -1
+expect_error 1 "rescoring: the source vocabularies differ (read the other way: an inverse model's source is the target): 10 tokens in lstm.json, 11 in v7.json" \
+  seq2seq-eval lstm.json known.tsv --strategy beam --rescore-inverse v7.json
 expect_error 1 "rl.json produces its outputs right to left and lstm.json left to right" \
   seq2seq-eval lstm.json known.tsv --ensemble rl.json
 expect_error 1 "ensemble: the source vocabularies differ: 10 tokens in lstm.json, 11 in v7.json" \

@@ -2,7 +2,8 @@
 // steps and select_rows, with and without the cache; one member (or a member twice) decodes as the member;
 // the members' attention is averaged; models that do not share their tokens are refused, naming the files.
 // decode/rescore.hpp: forced decoding gives a beam hypothesis back its own score; rescoring reranks a beam by the
-// mean of the models' log-probabilities, a right-to-left rescorer reading each hypothesis reversed;
+// mean of the models' log-probabilities, a right-to-left rescorer reading each hypothesis reversed, an inverse
+// one scoring the source given each hypothesis;
 // decode::reading_order turns a right-to-left model's hypotheses (and their attention rows) round.
 #include <doctest/doctest.h>
 
@@ -269,6 +270,72 @@ TEST_CASE("rescoring: a beam reranked by the mean of the models' log-probabiliti
     for (size_t n = 0; n < same.size(); ++n)
       for (size_t i = 0; i < same[n].size(); ++i) CHECK(same[n][i].ids == searched[n][i].ids);
   }
+  set_num_threads(0);
+}
+
+TEST_CASE("rescoring by inverse models: log p(source | hypothesis), a right-to-left one shown the source reversed") {
+  set_num_threads(1);
+  auto search_model = recurrent(3);
+  auto inverse = recurrent(6);
+  auto inverse_rl = transformer(7);
+  const decode::SearchOptions o = beam_options(5);
+  const auto searched = decode::search(*search_model, kSources, o);
+  auto results = searched;
+  decode::rescore(results, kSources, {{inverse.get(), false, true}, {inverse_rl.get(), true, true}}, o);
+  bool reordered = false;
+  int64_t empty = 0;
+  for (size_t n = 0; n < results.size(); ++n)
+    for (size_t i = 0; i < results[n].size(); ++i) {
+      const decode::Hypothesis& h = results[n][i];
+      reordered = reordered || searched[n][i].ids != h.ids;
+      if (h.ids.empty()) {  // it cannot be an inverse model's source: it ranks last
+        CHECK((std::isinf(h.normalized) && h.normalized < 0));
+        CHECK(i + 1 == results[n].size());
+        ++empty;
+        continue;
+      }
+      const std::vector<int64_t> reversed(kSources[n].rbegin(), kSources[n].rend());
+      const double a = decode::score_outputs(*inverse, {h.ids}, {kSources[n]}, o)[0];
+      const double b = decode::score_outputs(*inverse_rl, {h.ids}, {reversed}, o)[0];
+      CHECK(h.normalized == doctest::Approx((h.score + a + b) / 3).epsilon(1e-5));
+      if (i > 0) CHECK(results[n][i - 1].normalized >= h.normalized);
+    }
+  CHECK(reordered);
+  CHECK(empty > 0);  // the random search model ends some hypotheses at once
+  // weighted: (score + w a + w b) / (1 + 2 w); weight 0 leaves the search's order
+  auto weighted = searched;
+  decode::rescore(weighted, kSources, {{inverse.get(), false, true, 0.25}, {inverse_rl.get(), true, true, 0.25}}, o);
+  for (size_t n = 0; n < weighted.size(); ++n)
+    for (const decode::Hypothesis& h : weighted[n]) {
+      if (h.ids.empty()) continue;
+      const std::vector<int64_t> reversed(kSources[n].rbegin(), kSources[n].rend());
+      const double a = decode::score_outputs(*inverse, {h.ids}, {kSources[n]}, o)[0];
+      const double b = decode::score_outputs(*inverse_rl, {h.ids}, {reversed}, o)[0];
+      CHECK(h.normalized == doctest::Approx((h.score + 0.25 * a + 0.25 * b) / 1.5).epsilon(1e-5));
+    }
+  auto unweighted = searched;
+  decode::rescore(unweighted, kSources, {{inverse.get(), false, true, 0.0}}, o);
+  for (size_t n = 0; n < unweighted.size(); ++n)
+    for (size_t i = 0; i < unweighted[n].size(); ++i) CHECK(unweighted[n][i].ids == searched[n][i].ids);
+  CHECK(test::error_of([&] {
+          auto r = searched;
+          decode::rescore(r, kSources, {{inverse.get(), false, true, -1.0}}, o);
+        }) == "rescoring: a model's weight is -1, not a number >= 0");
+  // checks: the inverse model's sides are the search model's, swapped
+  decode::LoadedModel x, y;
+  x.model = recurrent(1);
+  y.model = recurrent(2);
+  x.src_vocab = y.tgt_vocab = models::Vocab({"a", "b", "c"});
+  x.tgt_vocab = y.src_vocab = models::Vocab({"p", "q"});
+  y.src_tokenizer = models::Tokenizer::Space;
+  x.tgt_tokenizer = models::Tokenizer::Space;
+  CHECK_NOTHROW(decode::check_rescorers({&x, &y}, {"x.json", "y.json"}, {false, true}));
+  CHECK(test::error_of([&] { decode::check_rescorers({&x, &y}, {"x.json", "y.json"}); }).find(
+            "y.json splits its text with tokenizers space / char, x.json with char / space") == 0);
+  y.src_vocab = models::Vocab({"p", "r"});
+  CHECK(test::error_of([&] { decode::check_rescorers({&x, &y}, {"x.json", "y.json"}, {false, true}); }) ==
+        "rescoring: the target vocabularies differ (read the other way: an inverse model's source is the target): " +
+            models::vocab_difference(x.tgt_vocab, "x.json", y.src_vocab, "y.json"));
   set_num_threads(0);
 }
 

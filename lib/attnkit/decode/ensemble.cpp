@@ -87,14 +87,16 @@ std::unique_ptr<models::DecoderState> Ensemble::start_decoding(const models::Sou
 
 namespace {
 
-// What check_ensemble and check_rescorers refuse; `same_direction`: the direction too.
+// What check_ensemble and check_rescorers refuse; `same_direction`: the direction too. swapped[k]: models[k] is
+// an inverse model (target -> source), whose source side is the first model's target side and the other way.
 void check_together(const std::vector<const LoadedModel*>& models, const std::vector<std::string>& names,
-                    bool same_direction) {
+                    bool same_direction, const std::vector<bool>& swapped) {
   AK_CHECK(!models.empty() && models.size() == names.size(), "ensemble: {} models and {} names", models.size(),
            names.size());
   const LoadedModel& first = *models.front();
   for (size_t k = 1; k < models.size(); ++k) {
     const LoadedModel& m = *models[k];
+    const bool swap = k < swapped.size() && swapped[k];
     const std::string& a = names.front();
     const std::string& b = names[k];
     AK_CHECK(m.model->has_source() == first.model->has_source(),
@@ -105,18 +107,24 @@ void check_together(const std::vector<const LoadedModel*>& models, const std::ve
              "{} produces its outputs {} and {} {}: an ensemble's models go step by step together (a model of the "
              "other direction can rescore the search's hypotheses instead)", b,
              m.right_left ? "right to left" : "left to right", a, first.right_left ? "right to left" : "left to right");
-    AK_CHECK(m.src_tokenizer == first.src_tokenizer && m.tgt_tokenizer == first.tgt_tokenizer,
-             "{} splits its text with tokenizers {} / {}, {} with {} / {}: models decoded together share their tokens", b,
-             models::tokenizer_name(m.src_tokenizer), models::tokenizer_name(m.tgt_tokenizer), a,
+    const models::Tokenizer m_src = swap ? m.tgt_tokenizer : m.src_tokenizer;
+    const models::Tokenizer m_tgt = swap ? m.src_tokenizer : m.tgt_tokenizer;
+    const auto& m_src_spm = swap ? m.tgt_spm : m.src_spm;
+    const auto& m_tgt_spm = swap ? m.src_spm : m.tgt_spm;
+    const char* as = swap ? " (read the other way: an inverse model's source is the target)" : "";
+    AK_CHECK(m_src == first.src_tokenizer && m_tgt == first.tgt_tokenizer,
+             "{} splits its text with tokenizers {} / {}{}, {} with {} / {}: models decoded together share their tokens",
+             b, models::tokenizer_name(m_src), models::tokenizer_name(m_tgt), as, a,
              models::tokenizer_name(first.src_tokenizer), models::tokenizer_name(first.tgt_tokenizer));
-    AK_CHECK(m.src_spm.has_value() == first.src_spm.has_value() && m.tgt_spm.has_value() == first.tgt_spm.has_value() &&
-                 (!m.src_spm || *m.src_spm == *first.src_spm) && (!m.tgt_spm || *m.tgt_spm == *first.tgt_spm),
-             "{} holds other SentencePiece models than {}: models decoded together share their tokens", b, a);
+    AK_CHECK(m_src_spm.has_value() == first.src_spm.has_value() && m_tgt_spm.has_value() == first.tgt_spm.has_value() &&
+                 (!m_src_spm || *m_src_spm == *first.src_spm) && (!m_tgt_spm || *m_tgt_spm == *first.tgt_spm),
+             "{} holds other SentencePiece models than {}{}: models decoded together share their tokens", b, a, as);
     for (const bool target : {false, true}) {
       const models::Vocab& va = target ? first.tgt_vocab : first.src_vocab;
-      const models::Vocab& vb = target ? m.tgt_vocab : m.src_vocab;
+      const models::Vocab& vb = target != swap ? m.tgt_vocab : m.src_vocab;
       const std::string diff = models::vocab_difference(va, a, vb, b);
-      AK_CHECK(diff.empty(), "ensemble: the {} vocabularies differ: {}", target ? "target" : "source", diff);
+      AK_CHECK(diff.empty(), "{}: the {} vocabularies differ{}: {}", swap ? "rescoring" : "ensemble",
+               target ? "target" : "source", as, diff);
     }
   }
 }
@@ -124,11 +132,14 @@ void check_together(const std::vector<const LoadedModel*>& models, const std::ve
 }  // namespace
 
 void check_ensemble(const std::vector<const LoadedModel*>& models, const std::vector<std::string>& names) {
-  check_together(models, names, true);
+  check_together(models, names, true, {});
 }
 
-void check_rescorers(const std::vector<const LoadedModel*>& models, const std::vector<std::string>& names) {
-  check_together(models, names, false);
+void check_rescorers(const std::vector<const LoadedModel*>& models, const std::vector<std::string>& names,
+                     const std::vector<bool>& inverse) {
+  AK_CHECK(inverse.empty() || inverse.size() == models.size(), "rescoring: {} models and {} inverse flags",
+           models.size(), inverse.size());
+  check_together(models, names, false, inverse);
 }
 
 }  // namespace attnkit::decode

@@ -31,8 +31,11 @@ class Ensemble : public models::Decodable {
 // Refuses models that cannot be decoded together: another source or target vocabulary, tokenizer or
 // SentencePiece model than the first's, a language model beside an encoder-decoder, or a model of the other
 // direction (right to left beside left to right). check_rescorers: the same but for the direction, which may
-// differ. names[k] names models[k] (its file) in the message.
+// differ, and inverse[k] (when given) marks models[k] as an inverse model (target -> source, decode/rescore.hpp),
+// whose source side must be the first model's target side and the other way. names[k] names models[k] (its
+// file) in the message.
 void check_ensemble(const std::vector<const LoadedModel*>& models, const std::vector<std::string>& names);
-void check_rescorers(const std::vector<const LoadedModel*>& models, const std::vector<std::string>& names);
+void check_rescorers(const std::vector<const LoadedModel*>& models, const std::vector<std::string>& names,
+                     const std::vector<bool>& inverse = {});
 
 }  // namespace attnkit::decode

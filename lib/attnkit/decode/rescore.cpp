@@ -1,6 +1,8 @@
 #include "attnkit/decode/rescore.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "attnkit/autograd/var.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -61,16 +63,38 @@ void rescore(std::vector<std::vector<Hypothesis>>& results, const std::vector<st
     }
   if (row_sources.empty()) return;
   std::vector<double> total(row_sources.size(), 0.0);
+  double weights = 1.0;  // the search model's, and then each rescorer's
   for (const Rescorer& m : rescorers) {
     AK_CHECK(m.model != nullptr, "rescoring: no model");
-    const std::vector<double> s = score_outputs(*m.model, row_sources, m.reversed ? backward : forward, options);
-    for (size_t i = 0; i < s.size(); ++i) total[i] += s[i];
+    AK_CHECK(m.weight >= 0 && std::isfinite(m.weight), "rescoring: a model's weight is {}, not a number >= 0",
+             m.weight);
+    weights += m.weight;
+    if (m.weight == 0) continue;  // (nothing to add: not even -inf for an empty hypothesis)
+    if (!m.inverse) {
+      const std::vector<double> s = score_outputs(*m.model, row_sources, m.reversed ? backward : forward, options);
+      for (size_t i = 0; i < s.size(); ++i) total[i] += m.weight * s[i];
+      continue;
+    }
+    // log p(x | y): the non-empty hypotheses as sources, their words' sources as outputs
+    std::vector<std::vector<int64_t>> ys, xs;
+    std::vector<size_t> at;
+    for (size_t i = 0; i < forward.size(); ++i) {
+      if (forward[i].empty()) {
+        total[i] = -std::numeric_limits<double>::infinity();
+        continue;
+      }
+      ys.push_back(forward[i]);
+      xs.push_back(m.reversed ? std::vector<int64_t>(row_sources[i].rbegin(), row_sources[i].rend()) : row_sources[i]);
+      at.push_back(i);
+    }
+    if (ys.empty()) continue;
+    const std::vector<double> s = score_outputs(*m.model, ys, xs, options);
+    for (size_t j = 0; j < s.size(); ++j) total[at[j]] += m.weight * s[j];
   }
-  const double models = 1.0 + static_cast<double>(rescorers.size());
   size_t i = 0;
   for (std::vector<Hypothesis>& hyps : results) {
     for (Hypothesis& h : hyps) {
-      const double combined = (h.score + total[i++]) / models;
+      const double combined = (h.score + total[i++]) / weights;
       h.normalized = normalized_score(combined, static_cast<int64_t>(h.ids.size()), options.length_penalty);
     }
     std::stable_sort(hyps.begin(), hyps.end(),

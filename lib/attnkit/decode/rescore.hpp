@@ -8,12 +8,18 @@
 // its Hypothesis::score within float rounding.
 //
 // rescore: reranks each source's hypotheses (a beam's n-best) by the mean of their log-probabilities under the
-// search's model and under every rescoring model,
-//   combined = (score + sum_m log p_m(y | x)) / (1 + M),   normalized = combined / ((5 + |y|) / 6)^length_penalty
+// search's model and under every rescoring model, weighted (w_m = 1 unless given),
+//   combined = (score + sum_m w_m log p_m(y | x)) / (1 + sum_m w_m),
+//   normalized = combined / ((5 + |y|) / 6)^length_penalty
 // best first (ties keep the search's order). A rescoring model that reads its outputs right to left (trained on
 // reversed targets: train/trainer.hpp `right_left`) is shown each hypothesis reversed: the two directions make
 // different mistakes, so an output both find likely is more often right (Marian's right-to-left rescoring; in
 // G2P, L2R/R2L agreement).
+// An inverse rescoring model, trained the other way (target -> source), adds log p_m(x | y) instead: how well
+// the hypothesis explains its source (the noisy channel; in G2P, a phoneme-to-grapheme model asking whether the
+// pronunciation spells the word). It is shown each hypothesis as its source and the source as its output (turned
+// round when that model reads its outputs right to left); an empty hypothesis, which it cannot read, gets
+// log p = -inf (it ranks after every other).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -31,8 +37,10 @@ std::vector<double> score_outputs(models::Decodable& model, const std::vector<st
 
 struct Rescorer {
   models::Decodable* model = nullptr;
-  bool reversed = false;  // is shown each hypothesis reversed: a right-to-left model, the hypotheses being in
-                          // reading order (decode::reading_order)
+  bool reversed = false;  // is shown its outputs reversed: a right-to-left model, the hypotheses (and sources)
+                          // being in reading order (decode::reading_order)
+  bool inverse = false;   // trained target -> source: scores the source given each hypothesis
+  double weight = 1.0;    // w_m >= 0
 };
 
 // results[n]: source n's hypotheses (search()'s), reranked in place as above; each one's `normalized` becomes
