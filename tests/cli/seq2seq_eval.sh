@@ -132,7 +132,7 @@ expect_error 1 "rescoring: the source vocabularies differ (read the other way: a
   seq2seq-eval lstm.json known.tsv --strategy beam --rescore-inverse v7.json
 expect_error 1 "rl.json produces its outputs right to left and lstm.json left to right" \
   seq2seq-eval lstm.json known.tsv --ensemble rl.json
-expect_error 1 "ensemble: the source vocabularies differ: 10 tokens in lstm.json, 11 in v7.json" \
+expect_error 1 "rescoring: the source vocabularies differ: 10 tokens in lstm.json, 11 in v7.json" \
   seq2seq-eval lstm.json known.tsv --strategy beam --rescore v7.json
 
 # --- the error contract: usage 2, bad input 1, nothing on stdout

@@ -181,7 +181,7 @@ TEST_CASE("ensemble: models that do not share their tokens are refused, naming t
         "together (a model of the other direction can rescore the search's hypotheses instead)");
   CHECK_NOTHROW(decode::check_rescorers({&x, &y}, {"x.json", "y.json"}));
   CHECK(test::error_of([&] { decode::check_rescorers({&x, &y, &z}, {"x.json", "y.json", "z.json"}); }) ==
-        "ensemble: the target vocabularies differ: " + models::vocab_difference(x.tgt_vocab, "x.json", z.tgt_vocab, "z.json"));
+        "rescoring: the target vocabularies differ: " + models::vocab_difference(x.tgt_vocab, "x.json", z.tgt_vocab, "z.json"));
   CHECK(test::error_of([] { decode::Ensemble({}); }) == "ensemble: no models");
 }
 

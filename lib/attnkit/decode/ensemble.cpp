@@ -123,7 +123,7 @@ void check_together(const std::vector<const LoadedModel*>& models, const std::ve
       const models::Vocab& va = target ? first.tgt_vocab : first.src_vocab;
       const models::Vocab& vb = target != swap ? m.tgt_vocab : m.src_vocab;
       const std::string diff = models::vocab_difference(va, a, vb, b);
-      AK_CHECK(diff.empty(), "{}: the {} vocabularies differ{}: {}", swap ? "rescoring" : "ensemble",
+      AK_CHECK(diff.empty(), "{}: the {} vocabularies differ{}: {}", same_direction ? "ensemble" : "rescoring",
                target ? "target" : "source", as, diff);
     }
   }
