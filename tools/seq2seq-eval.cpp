@@ -64,23 +64,8 @@ int main(int argc, char** argv) {
   tools::add_models_option(app, "--ensemble", ensemble_paths,
                            "Decode MODEL and these checkpoints together (repeatable): the mean of their next-token "
                            "distributions; same tokenizers and vocabularies");
-  std::vector<std::string> rescore_paths;
-  tools::add_models_option(app, "--rescore", rescore_paths,
-                           "With --strategy beam: rerank the beam's hypotheses by the mean of their log-probabilities "
-                           "under the search's model(s) and these checkpoints (repeatable); a right-to-left model "
-                           "(seq2seq-train --right-left) reads them reversed; same tokenizers and vocabularies");
-  std::vector<std::string> inverse_paths;
-  tools::add_models_option(app, "--rescore-inverse", inverse_paths,
-                           "With --strategy beam: rescore as --rescore with a model trained the other way, target -> "
-                           "source (repeatable): the log-probability it gives the source from each hypothesis; its "
-                           "source tokens are MODEL's target tokens and the other way");
-  double inverse_weight = 1.0;
-  auto* inverse_weight_opt =
-      app.add_option("--inverse-weight", inverse_weight,
-                     "With --rescore-inverse: the weight of each inverse model's log-probability in the mean (the "
-                     "search's and --rescore's models weigh 1)")
-          ->transform(tools::non_negative())
-          ->capture_default_str();
+  tools::RescoreOptions rescore;
+  tools::add_rescore_options(app, rescore);
   tools::add_threads_option(app, threads);
   tools::PrecisionOptions precision;
   tools::add_precision_options(app, precision);
@@ -91,12 +76,7 @@ int main(int argc, char** argv) {
       for (CLI::Option* opt : {beam_opt, lp_opt})
         if (opt->count() > 0) throw UsageError(opt->get_name() + " goes with --strategy beam");
     }
-    if (!rescore_paths.empty() && o.search.strategy != decode::Strategy::Beam)
-      throw UsageError("--rescore goes with --strategy beam (it reranks the beam's hypotheses)");
-    if (!inverse_paths.empty() && o.search.strategy != decode::Strategy::Beam)
-      throw UsageError("--rescore-inverse goes with --strategy beam (it reranks the beam's hypotheses)");
-    if (inverse_weight_opt->count() > 0 && inverse_paths.empty())
-      throw UsageError("--inverse-weight goes with --rescore-inverse");
+    rescore.check(o.search.strategy == decode::Strategy::Beam);
     if (out.pretty && format == "table") throw UsageError("--pretty goes with --format json");
     o.format = input_format == "tsv" ? train::DataFormat::Tsv : input_format == "jsonl" ? train::DataFormat::Jsonl : train::DataFormat::Auto;
     set_num_threads(threads);
@@ -113,21 +93,8 @@ int main(int argc, char** argv) {
     decode::check_ensemble(loaded, paths);
     decode::Ensemble ensemble(members);
     o.models = ensemble.size();
-    std::vector<std::string> rescoring_paths = rescore_paths;  // --rescore's, then --rescore-inverse's
-    rescoring_paths.insert(rescoring_paths.end(), inverse_paths.begin(), inverse_paths.end());
-    std::vector<decode::LoadedModel> rescoring = tools::load_lowered_checkpoints(rescoring_paths, precision, "seq2seq-eval");
-    std::vector<decode::Rescorer> rescorers;
-    std::vector<const decode::LoadedModel*> together{&models.front()};
-    std::vector<std::string> names{model_path};
-    std::vector<bool> inverse{false};
-    for (size_t k = 0; k < rescoring.size(); ++k) {
-      together.push_back(&rescoring[k]);
-      names.push_back(rescoring_paths[k]);
-      inverse.push_back(k >= rescore_paths.size());
-      rescorers.push_back({rescoring[k].model.get(), rescoring[k].right_left, inverse.back(),
-                           inverse.back() ? inverse_weight : 1.0});
-    }
-    decode::check_rescorers(together, names, inverse);
+    const tools::Rescoring rescoring = tools::load_rescorers(rescore, models.front(), model_path, precision, "seq2seq-eval");
+    const std::vector<decode::Rescorer>& rescorers = rescoring.rescorers;
     o.rescorers = static_cast<int64_t>(rescorers.size());
     const app::EvalReport report = app::evaluate(models.front(), ensemble, test_path, o, rescorers);
     tools::Output output(out);

@@ -125,6 +125,8 @@ int main(int argc, char** argv) {
   tools::add_models_option(app, "--ensemble", ensemble_paths,
                            "An encoder-decoder: decode MODEL and these checkpoints together (repeatable), on the "
                            "mean of their next-token distributions; same tokenizers and vocabularies");
+  tools::RescoreOptions rescore;
+  tools::add_rescore_options(app, rescore);
 
   // A language model: each prompt continued by --max-new-tokens tokens; on a terminal (no -o) with one output
   // per prompt the text is written as it is produced, else one JSON line per prompt.
@@ -216,6 +218,7 @@ int main(int argc, char** argv) {
       refuse(layer_opt, "goes with --attention or --heatmap");
       refuse(head_opt, "goes with --attention or --heatmap");
     }
+    rescore.check(o.strategy == decode::Strategy::Beam);
     if (o.strategy == decode::Strategy::Beam && n_best > beam)
       throw UsageError(fmt::format("--n-best {} is more than --beam {}", n_best, beam));
     auto at_most = [](const char* name, int64_t value, int64_t limit) {
@@ -230,7 +233,7 @@ int main(int argc, char** argv) {
     if (src_opt->count() > 0 && app.get_option("--input")->count() > 0) throw UsageError("--input goes with standard input, not --src");
     o.beam = beam;
     o.length_penalty = length_penalty;
-    o.n_best = n_best;
+    o.n_best = rescore.any() ? beam : n_best;  // rescoring reranks the whole beam; the best --n-best written
     o.max_len = max_len;
     o.min_len = min_len;
     o.temperature = temperature;
@@ -286,13 +289,21 @@ int main(int argc, char** argv) {
     }
     decode::Ensemble ensemble(members);
     models::Decodable& decoder = members.size() > 1 ? static_cast<models::Decodable&>(ensemble) : *model.model;
+    // --rescore, --rescore-inverse: the beam reranked by further checkpoints, each lowered as MODEL is
+    tools::Rescoring rescoring;
+    if (rescore.any()) {
+      if (!save_quantized.empty()) throw UsageError("--save-quantized writes one model: not with --rescore");
+      if (!model.model->has_source())
+        throw UsageError("--rescore goes with encoder-decoders; " + model_path + " is a " + model.family + " model");
+      rescoring = tools::load_rescorers(rescore, model, model_path, precision, "transformer-decode");
+    }
     if (model.family == "transformer-lm" || model.family == "recurrent-lm") return generate(model, o);
     if (prompt_opt->count() + new_opt->count() > 0)
       throw UsageError((prompt_opt->count() ? std::string("--prompt") : std::string("--max-new-tokens")) +
                        " goes with a language model (seq2seq-train --model transformer-lm, lstm-lm, ...); " + model_path + " is a " +
                        model.family + " model");
     decode::OutputFields fields;
-    fields.normalized = o.length_penalty != 0;
+    fields.normalized = o.length_penalty != 0 || rescore.any();  // rescored: the combined ranking score
     fields.attention = attention;
     fields.n_best = n_best > 1;
     tools::Output output(out);
@@ -319,6 +330,10 @@ int main(int argc, char** argv) {
         const std::vector<std::vector<int64_t>> run(ids.begin() + long(a), ids.begin() + long(b));
         auto r = decode::search(decoder, run, o, done + int64_t(a));
         decode::reading_order(model, r);  // a right-to-left model's outputs turned round
+        if (!rescoring.rescorers.empty()) {
+          decode::rescore(r, run, rescoring.rescorers, o);
+          for (auto& hyps : r) hyps.resize(std::min(hyps.size(), size_t(n_best)));
+        }
         std::move(r.begin(), r.end(), results.begin() + long(a));
         a = b;
       }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # transformer-decode end to end on a tiny recurrent checkpoint trained here: greedy == beam 1, --no-cache ==
 # cache, n-best sorted, the same seed the same samples, NDJSON and text input, attention and heatmap,
-# streaming (a batch's result is out before the input ends), and the error contract (exit 1 bad input,
-# 2 usage; message on stderr, nothing on stdout).
+# streaming (a batch's result is out before the input ends), ensembles and rescoring, and the error contract
+# (exit 1 bad input, 2 usage; message on stderr, nothing on stdout).
 set -euo pipefail
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -207,5 +207,38 @@ expect_error 1 "ensemble: the source vocabularies differ: 10 tokens in m.json, 1
   transformer-decode m.json --src '1 2' --ensemble v7.json
 expect_error 2 "--save-quantized writes one model: not with --ensemble" transformer-decode m.json --src '1 2' \
   --ensemble g.json --precision int8 --save-quantized q.safetensors
+
+# --- --rescore: a model rescoring its own beam keeps its order (the combined score is its own score); a right-to-
+# left model reranks the beam's hypotheses, best first, the n best of them written
+b3() { d --strategy beam --beam 3 "$@" < src.txt; }
+b3 --n-best 3 > beam.jsonl && b3 --n-best 3 --rescore m.json > self.jsonl || fail "--rescore m.json exited $?"
+jq -c '[.n_best[] | .tokens]' beam.jsonl > a.txt; jq -c '[.n_best[] | .tokens]' self.jsonl > e.txt
+cmp -s a.txt e.txt || fail "a model rescoring its own beam reorders it: $(paste a.txt e.txt)"
+jq -e '[.n_best[] | (.normalized - .score) | fabs < 1e-5] | all' self.jsonl > /dev/null ||
+  fail "self-rescored scores: $(cat self.jsonl)"
+seq2seq-train --task reverse --vocab-size 6 --min-len 2 --max-len 5 --train-size 64 --valid-size 8 --model gru \
+  --attention general --hidden 12 --embed 8 --batch 16 --lr 0.02 --threads 1 --steps 20 --seed 5 --right-left \
+  --save rl.json > /dev/null || fail "seq2seq-train --right-left exited $?"
+b3 --n-best 2 --rescore rl.json --rescore-inverse m.json --inverse-weight 0.5 > rescored.jsonl ||
+  fail "--rescore rl.json exited $?"
+python3 - <<'PY' || fail "rescored n-best: $(cat rescored.jsonl)"
+import json
+beam = [json.loads(l) for l in open("beam.jsonl")]
+res = [json.loads(l) for l in open("rescored.jsonl")]
+assert len(res) == len(beam) == 4
+for b, r in zip(beam, res):
+    assert len(r["n_best"]) == 2 and r["tokens"] == r["n_best"][0]["tokens"], r
+    assert r["n_best"][0]["normalized"] >= r["n_best"][1]["normalized"], r
+    scores = {tuple(h["tokens"]): h["score"] for h in b["n_best"]}
+    for h in r["n_best"]:  # the beam's own hypotheses, with their search scores
+        assert abs(scores[tuple(h["tokens"])] - h["score"]) < 1e-6, (b, r)
+PY
+expect_error 2 "--rescore goes with --strategy beam" transformer-decode m.json --src '1 2' --rescore rl.json
+expect_error 2 "--inverse-weight goes with --rescore-inverse" transformer-decode m.json --src '1 2' --strategy beam \
+  --inverse-weight 2
+expect_error 1 "rescoring: the source vocabularies differ: 10 tokens in m.json, 11 in v7.json" \
+  transformer-decode m.json --src '1 2' --strategy beam --rescore v7.json
+expect_error 2 "--save-quantized writes one model: not with --rescore" transformer-decode m.json --src '1 2' \
+  --strategy beam --rescore rl.json --precision int8 --save-quantized q.safetensors
 
 finish transformer_decode

@@ -12,6 +12,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "attnkit/decode/ensemble.hpp"
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/io/tensor_file.hpp"
 #include "attnkit/tensor/error.hpp"
@@ -227,6 +228,50 @@ std::vector<decode::LoadedModel> load_lowered_checkpoints(const std::vector<std:
     report_precision(plan, tool);
   }
   return models;
+}
+
+void add_rescore_options(CLI::App& app, RescoreOptions& o) {
+  add_models_option(app, "--rescore", o.paths,
+                    "With --strategy beam: rerank the beam's hypotheses by the mean of their log-probabilities under "
+                    "the search's model(s) and these checkpoints (repeatable); a right-to-left model (seq2seq-train "
+                    "--right-left) reads them reversed; same tokenizers and vocabularies");
+  add_models_option(app, "--rescore-inverse", o.inverse_paths,
+                    "With --strategy beam: rescore as --rescore with a model trained the other way, target -> source "
+                    "(repeatable): the log-probability it gives the source from each hypothesis; its source tokens "
+                    "are MODEL's target tokens and the other way");
+  o.weight_opt = app.add_option("--inverse-weight", o.inverse_weight,
+                                "With --rescore-inverse: the weight of each inverse model's log-probability in the "
+                                "mean (the search's and --rescore's models weigh 1)")
+                     ->transform(non_negative())
+                     ->capture_default_str();
+}
+
+void RescoreOptions::check(bool beam) const {
+  if (!paths.empty() && !beam) throw UsageError("--rescore goes with --strategy beam (it reranks the beam's hypotheses)");
+  if (!inverse_paths.empty() && !beam)
+    throw UsageError("--rescore-inverse goes with --strategy beam (it reranks the beam's hypotheses)");
+  if (weight_opt != nullptr && weight_opt->count() > 0 && inverse_paths.empty())
+    throw UsageError("--inverse-weight goes with --rescore-inverse");
+}
+
+Rescoring load_rescorers(const RescoreOptions& options, const decode::LoadedModel& first, const std::string& first_name,
+                         const PrecisionOptions& precision, const std::string& tool) {
+  std::vector<std::string> paths = options.paths;  // --rescore's, then --rescore-inverse's
+  paths.insert(paths.end(), options.inverse_paths.begin(), options.inverse_paths.end());
+  Rescoring r;
+  r.models = load_lowered_checkpoints(paths, precision, tool);
+  std::vector<const decode::LoadedModel*> together{&first};
+  std::vector<std::string> names{first_name};
+  std::vector<bool> inverse{false};
+  for (size_t k = 0; k < r.models.size(); ++k) {
+    together.push_back(&r.models[k]);
+    names.push_back(paths[k]);
+    inverse.push_back(k >= options.paths.size());
+    r.rescorers.push_back({r.models[k].model.get(), r.models[k].right_left, inverse.back(),
+                           inverse.back() ? options.inverse_weight : 1.0});
+  }
+  decode::check_rescorers(together, names, inverse);
+  return r;
 }
 
 void add_threads_option(CLI::App& app, int& threads) {

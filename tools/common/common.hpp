@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "attnkit/decode/loader.hpp"
+#include "attnkit/decode/rescore.hpp"
 #include "attnkit/io/atomic_file.hpp"
 #include "attnkit/io/json_writer.hpp"
 #include "attnkit/io/reference.hpp"
@@ -99,6 +100,25 @@ void add_models_option(CLI::App& app, const std::string& name, std::vector<std::
 // (a quantized checkpoint's stored ones as use_stored_weights says), what was lowered said on stderr.
 std::vector<decode::LoadedModel> load_lowered_checkpoints(const std::vector<std::string>& paths,
                                                           const PrecisionOptions& precision, const std::string& tool);
+
+// --rescore MODEL, --rescore-inverse MODEL (repeatable) and --inverse-weight W: models reranking a beam's
+// hypotheses (decode/rescore.hpp); check() refuses them without beam search (usage).
+struct RescoreOptions {
+  std::vector<std::string> paths, inverse_paths;
+  double inverse_weight = 1.0;
+  CLI::Option* weight_opt = nullptr;
+  bool any() const { return !paths.empty() || !inverse_paths.empty(); }
+  void check(bool beam) const;
+};
+void add_rescore_options(CLI::App& app, RescoreOptions& options);
+// The rescoring models, lowered as load_lowered_checkpoints lowers them, checked against the search's `first`
+// (decode::check_rescorers; `first_name` names it); `rescorers` point into `models`.
+struct Rescoring {
+  std::vector<decode::LoadedModel> models;
+  std::vector<decode::Rescorer> rescorers;
+};
+Rescoring load_rescorers(const RescoreOptions& options, const decode::LoadedModel& first, const std::string& first_name,
+                         const PrecisionOptions& precision, const std::string& tool);
 
 // Where a run's result goes: standard output, or -o FILE (written to a temporary, moved into place
 // by commit(), removed if the run fails). Each write() is one document or record, a newline
