@@ -11,6 +11,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnkit/decode/ensemble.hpp"
@@ -211,6 +212,21 @@ TEST_CASE("forced decoding: a beam's hypotheses, scored as given outputs, get ba
         ended += h.ended;
       }
     CHECK(ended > 0);
+    {
+      // told which ended, every hypothesis gets back its search score, an unfinished one without the <eos>
+      decode::SearchOptions cut = o;
+      cut.max_len = 2;
+      const auto short_results = decode::search(*model, kSources, cut);
+      std::vector<std::vector<int64_t>> srcs, outs;
+      std::vector<bool> flags;
+      std::vector<double> want;
+      for (size_t n = 0; n < short_results.size(); ++n)
+        for (const decode::Hypothesis& h : short_results[n])
+          srcs.push_back(kSources[n]), outs.push_back(h.ids), flags.push_back(h.ended), want.push_back(h.score);
+      CHECK(std::count(flags.begin(), flags.end(), false) > 0);  // some stopped at max_len
+      const std::vector<double> as_searched = decode::score_outputs(*model, srcs, outs, cut, flags);
+      for (size_t i = 0; i < want.size(); ++i) CHECK(as_searched[i] == doctest::Approx(want[i]).epsilon(1e-5));
+    }
     // outputs of several lengths in one batch, rows leaving as they end
     CHECK(std::any_of(outputs.begin(), outputs.end(), [&](const auto& y) { return y.size() != outputs[0].size(); }));
     const std::vector<double> got = decode::score_outputs(*model, sources, outputs, o);
@@ -238,10 +254,12 @@ TEST_CASE("rescoring: a beam reranked by the mean of the models' log-probabiliti
   auto search_model = recurrent(3);
   auto forward = recurrent(4);
   auto backward = transformer(5);
-  for (const double alpha : {0.0, 1.0}) {
+  for (const auto& [alpha, max_len] : {std::pair{0.0, 8}, std::pair{1.0, 8}, std::pair{0.0, 2}}) {
     CAPTURE(alpha);
+    CAPTURE(max_len);
     decode::SearchOptions o = beam_options(5);
     o.length_penalty = alpha;
+    o.max_len = max_len;  // 2: unfinished hypotheses, scored without <eos> by the rescorers too
     const auto searched = decode::search(*search_model, kSources, o);
     auto results = searched;
     decode::rescore(results, kSources, {{forward.get(), false}, {backward.get(), true}}, o);
@@ -251,8 +269,8 @@ TEST_CASE("rescoring: a beam reranked by the mean of the models' log-probabiliti
       for (size_t i = 0; i < results[n].size(); ++i) {
         const decode::Hypothesis& h = results[n][i];
         std::vector<int64_t> reversed(h.ids.rbegin(), h.ids.rend());
-        const double f = decode::score_outputs(*forward, {kSources[n]}, {h.ids}, o)[0];
-        const double b = decode::score_outputs(*backward, {kSources[n]}, {reversed}, o)[0];
+        const double f = decode::score_outputs(*forward, {kSources[n]}, {h.ids}, o, {h.ended})[0];
+        const double b = decode::score_outputs(*backward, {kSources[n]}, {reversed}, o, {h.ended})[0];
         const double mean = (h.score + f + b) / 3;
         const double len = static_cast<double>(h.ids.size());
         CHECK(h.normalized == doctest::Approx(mean / std::pow((5 + len) / 6, alpha)).epsilon(1e-5));
@@ -263,7 +281,10 @@ TEST_CASE("rescoring: a beam reranked by the mean of the models' log-probabiliti
         reordered = reordered || searched[n][i].ids != h.ids;
       }
     }
-    CHECK(reordered);  // the rescorers disagree with the search somewhere (else the test shows nothing)
+    int64_t unfinished = 0;
+    for (const auto& hyps : results) unfinished += std::count_if(hyps.begin(), hyps.end(), [](const auto& h) { return !h.ended; });
+    if (max_len == 2) CHECK(unfinished > 0);
+    if (max_len == 8) CHECK(reordered);  // the rescorers disagree with the search somewhere (else the test shows nothing)
     // no rescorers: the search's order
     auto same = searched;
     decode::rescore(same, kSources, {}, o);

@@ -10,8 +10,11 @@
 namespace attnkit::decode {
 
 std::vector<double> score_outputs(models::Decodable& model, const std::vector<std::vector<int64_t>>& sources,
-                                  const std::vector<std::vector<int64_t>>& outputs, const SearchOptions& options) {
+                                  const std::vector<std::vector<int64_t>>& outputs, const SearchOptions& options,
+                                  const std::vector<bool>& ends) {
   AK_CHECK(sources.size() == outputs.size(), "scoring: {} sources and {} outputs", sources.size(), outputs.size());
+  AK_CHECK(ends.empty() || ends.size() == outputs.size(), "scoring: {} outputs and {} end flags", outputs.size(),
+           ends.size());
   autograd::NoGrad no_grad;
   std::vector<double> scores(outputs.size(), 0.0);
   for (const auto& y : outputs)
@@ -30,7 +33,8 @@ std::vector<double> score_outputs(models::Decodable& model, const std::vector<st
       const int64_t token = t < y.size() ? y[t] : options.eos;
       AK_CHECK(token >= 0 && token < V, "scoring: output {} has token {} outside the model's {} target tokens", rows[r],
                token, V);
-      scores[size_t(rows[r])] += double(lp.data()[int64_t(r) * V + token]);
+      const bool counted = t < y.size() || ends.empty() || ends[size_t(rows[r])];  // (an unfinished one: no <eos>)
+      if (counted) scores[size_t(rows[r])] += double(lp.data()[int64_t(r) * V + token]);
       if (t < y.size()) {
         keep.push_back(static_cast<int64_t>(r));
         next.push_back(token);
@@ -55,8 +59,10 @@ void rescore(std::vector<std::vector<Hypothesis>>& results, const std::vector<st
   if (rescorers.empty()) return;
   // every hypothesis as one row, beside its source
   std::vector<std::vector<int64_t>> row_sources, forward, backward;
+  std::vector<bool> ended;
   for (size_t n = 0; n < results.size(); ++n)
     for (const Hypothesis& h : results[n]) {
+      ended.push_back(h.ended);
       row_sources.push_back(sources[n]);
       forward.push_back(h.ids);
       backward.emplace_back(h.ids.rbegin(), h.ids.rend());
@@ -71,7 +77,8 @@ void rescore(std::vector<std::vector<Hypothesis>>& results, const std::vector<st
     weights += m.weight;
     if (m.weight == 0) continue;  // (nothing to add: not even -inf for an empty hypothesis)
     if (!m.inverse) {
-      const std::vector<double> s = score_outputs(*m.model, row_sources, m.reversed ? backward : forward, options);
+      const std::vector<double> s =
+          score_outputs(*m.model, row_sources, m.reversed ? backward : forward, options, ended);
       for (size_t i = 0; i < s.size(); ++i) total[i] += m.weight * s[i];
       continue;
     }

@@ -14,7 +14,8 @@
 // best first (ties keep the search's order). A rescoring model that reads its outputs right to left (trained on
 // reversed targets: train/trainer.hpp `right_left`) is shown each hypothesis reversed: the two directions make
 // different mistakes, so an output both find likely is more often right (Marian's right-to-left rescoring; in
-// G2P, L2R/R2L agreement).
+// G2P, L2R/R2L agreement). An unfinished hypothesis (stopped at the length limit, Hypothesis::ended false) is
+// scored without the <eos> its search score lacks too.
 // An inverse rescoring model, trained the other way (target -> source), adds log p_m(x | y) instead: how well
 // the hypothesis explains its source (the noisy channel; in G2P, a phoneme-to-grapheme model asking whether the
 // pronunciation spells the word). It is shown each hypothesis as its source and the source as its output (turned
@@ -29,11 +30,13 @@
 
 namespace attnkit::decode {
 
-// outputs[r] (target ids, without <bos> / <eos>) given sources[r]: log p(outputs[r] <eos> | sources[r]).
+// outputs[r] (target ids, without <bos> / <eos>) given sources[r]: log p(outputs[r] <eos> | sources[r]), or
+// without the <eos> term where ends[r] is false (an unfinished output; `ends` empty: every output ends).
 // options gives the special ids (bos, eos, pad). Refuses lists of different lengths, an empty list, and ids
 // outside the model's target vocabulary.
 std::vector<double> score_outputs(models::Decodable& model, const std::vector<std::vector<int64_t>>& sources,
-                                  const std::vector<std::vector<int64_t>>& outputs, const SearchOptions& options);
+                                  const std::vector<std::vector<int64_t>>& outputs, const SearchOptions& options,
+                                  const std::vector<bool>& ends = {});
 
 struct Rescorer {
   models::Decodable* model = nullptr;
