@@ -80,6 +80,16 @@ decode::SearchOptions beam_options(int64_t beam) {
   return o;
 }
 
+// Each source's hypotheses in the order the search gave them.
+void check_search_order(const std::vector<std::vector<decode::Hypothesis>>& results,
+                        const std::vector<std::vector<decode::Hypothesis>>& searched) {
+  REQUIRE(results.size() == searched.size());
+  for (size_t n = 0; n < results.size(); ++n) {
+    REQUIRE(results[n].size() == searched[n].size());
+    for (size_t i = 0; i < results[n].size(); ++i) CHECK(results[n][i].ids == searched[n][i].ids);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("ensemble: the mean distribution of its members, through steps, row selection and the cache") {
@@ -288,8 +298,7 @@ TEST_CASE("rescoring: a beam reranked by the mean of the models' log-probabiliti
     // no rescorers: the search's order
     auto same = searched;
     decode::rescore(same, kSources, {}, o);
-    for (size_t n = 0; n < same.size(); ++n)
-      for (size_t i = 0; i < same[n].size(); ++i) CHECK(same[n][i].ids == searched[n][i].ids);
+    check_search_order(same, searched);
   }
   set_num_threads(0);
 }
@@ -301,6 +310,12 @@ TEST_CASE("rescoring by inverse models: log p(source | hypothesis), a right-to-l
   auto inverse_rl = transformer(7);
   const decode::SearchOptions o = beam_options(5);
   const auto searched = decode::search(*search_model, kSources, o);
+  // log p(x | y) of source n under each inverse model, the right-to-left one shown the source reversed
+  auto inverse_scores = [&](size_t n, const decode::Hypothesis& h) {
+    const std::vector<int64_t> reversed(kSources[n].rbegin(), kSources[n].rend());
+    return std::pair{decode::score_outputs(*inverse, {h.ids}, {kSources[n]}, o)[0],
+                     decode::score_outputs(*inverse_rl, {h.ids}, {reversed}, o)[0]};
+  };
   auto results = searched;
   decode::rescore(results, kSources, {{inverse.get(), false, true}, {inverse_rl.get(), true, true}}, o);
   bool reordered = false;
@@ -315,9 +330,7 @@ TEST_CASE("rescoring by inverse models: log p(source | hypothesis), a right-to-l
         ++empty;
         continue;
       }
-      const std::vector<int64_t> reversed(kSources[n].rbegin(), kSources[n].rend());
-      const double a = decode::score_outputs(*inverse, {h.ids}, {kSources[n]}, o)[0];
-      const double b = decode::score_outputs(*inverse_rl, {h.ids}, {reversed}, o)[0];
+      const auto [a, b] = inverse_scores(n, h);
       CHECK(h.normalized == doctest::Approx((h.score + a + b) / 3).epsilon(1e-5));
       if (i > 0) CHECK(results[n][i - 1].normalized >= h.normalized);
     }
@@ -329,15 +342,12 @@ TEST_CASE("rescoring by inverse models: log p(source | hypothesis), a right-to-l
   for (size_t n = 0; n < weighted.size(); ++n)
     for (const decode::Hypothesis& h : weighted[n]) {
       if (h.ids.empty()) continue;
-      const std::vector<int64_t> reversed(kSources[n].rbegin(), kSources[n].rend());
-      const double a = decode::score_outputs(*inverse, {h.ids}, {kSources[n]}, o)[0];
-      const double b = decode::score_outputs(*inverse_rl, {h.ids}, {reversed}, o)[0];
+      const auto [a, b] = inverse_scores(n, h);
       CHECK(h.normalized == doctest::Approx((h.score + 0.25 * a + 0.25 * b) / 1.5).epsilon(1e-5));
     }
   auto unweighted = searched;
   decode::rescore(unweighted, kSources, {{inverse.get(), false, true, 0.0}}, o);
-  for (size_t n = 0; n < unweighted.size(); ++n)
-    for (size_t i = 0; i < unweighted[n].size(); ++i) CHECK(unweighted[n][i].ids == searched[n][i].ids);
+  check_search_order(unweighted, searched);
   CHECK(test::error_of([&] {
           auto r = searched;
           decode::rescore(r, kSources, {{inverse.get(), false, true, -1.0}}, o);
