@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
     const tools::Rescoring rescoring = tools::load_rescorers(rescore, models.front(), model_path, precision, "seq2seq-eval");
     const std::vector<decode::Rescorer>& rescorers = rescoring.rescorers;
     o.rescorers = static_cast<int64_t>(rescorers.size());
+    o.rescore_union = rescore.union_beams;
     const app::EvalReport report = app::evaluate(models.front(), ensemble, test_path, o, rescorers);
     tools::Output output(out);
     if (format == "table") {

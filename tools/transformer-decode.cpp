@@ -219,6 +219,9 @@ int main(int argc, char** argv) {
       refuse(head_opt, "goes with --attention or --heatmap");
     }
     rescore.check(o.strategy == decode::Strategy::Beam);
+    if (rescore.union_beams && (att_opt->count() > 0 || heatmap_opt->count() > 0))
+      throw UsageError(std::string(att_opt->count() > 0 ? "--attention" : "--heatmap") +
+                       " shows the search model's attention: not with --rescore-union (other models' hypotheses join)");
     if (o.strategy == decode::Strategy::Beam && n_best > beam)
       throw UsageError(fmt::format("--n-best {} is more than --beam {}", n_best, beam));
     auto at_most = [](const char* name, int64_t value, int64_t limit) {
@@ -331,6 +334,7 @@ int main(int argc, char** argv) {
         auto r = decode::search(decoder, run, o, done + int64_t(a));
         decode::reading_order(model, r);  // a right-to-left model's outputs turned round
         if (!rescoring.rescorers.empty()) {
+          decode::join_beams(r, run, decoder, model.right_left, rescoring.rescorers, o, done + int64_t(a));
           decode::rescore(r, run, rescoring.rescorers, o);
           for (auto& hyps : r) hyps.resize(std::min(hyps.size(), size_t(n_best)));
         }

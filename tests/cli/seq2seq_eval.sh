@@ -116,6 +116,17 @@ right = sum(o == s.split()[::-1] for s, o in zip(srcs, outs))
 assert right >= 3, (srcs, outs)
 PY
 expect_error 2 "--rescore goes with --strategy beam" seq2seq-eval lstm.json known.tsv --rescore rl.json
+# --rescore-union: a model's own beam joins nothing new to its beam; the right-to-left model's beam joins
+seq2seq-eval lstm.json known-lstm.tsv --threads 1 --max-len 8 --show 5 --strategy beam --beam 3 --rescore lstm.json \
+  --rescore-union > self-union.json || fail "--rescore-union exited $?"
+python3 -c 'import json; a, b = json.load(open("beam.json")), json.load(open("self-union.json")); assert b.pop("rescorers") == 1 and b.pop("rescore_union") is True and a == b, (a, b)' ||
+  fail "a model's own beam joined to its beam scores otherwise: $(cat self-union.json)"
+seq2seq-eval lstm.json known-lstm.tsv --threads 1 --max-len 8 --strategy beam --beam 3 --rescore rl.json --rescore-union \
+  --format table > union.txt || fail "--rescore rl.json --rescore-union exited $?"
+grep -q 'beam search (beam 3), rescored by 1 model, beams joined$' union.txt || fail "joined table: $(cat union.txt)"
+expect_error 2 "--rescore-union goes with --rescore" seq2seq-eval lstm.json known.tsv --strategy beam --rescore-union
+expect_error 2 "--rescore-union goes with --rescore" seq2seq-eval lstm.json known.tsv --strategy beam --rescore-union \
+  --rescore-inverse lstm.json
 # an inverse model (target -> source): on the reverse task a reversing model reads either side
 seq2seq-eval lstm.json known-lstm.tsv --threads 1 --max-len 8 --strategy beam --beam 3 --rescore rl.json \
   --rescore-inverse lstm.json --format table > inverse.txt || fail "--rescore-inverse lstm.json exited $?"

@@ -233,6 +233,24 @@ for b, r in zip(beam, res):
     for h in r["n_best"]:  # the beam's own hypotheses, with their search scores
         assert abs(scores[tuple(h["tokens"])] - h["score"]) < 1e-6, (b, r)
 PY
+# --rescore-union: the right-to-left model's beam joins; the union's best ranks at least as high as the beam's
+b3 --n-best 2 --rescore rl.json --rescore-inverse m.json --inverse-weight 0.5 --rescore-union > union.jsonl ||
+  fail "--rescore-union exited $?"
+python3 - <<'PY' || fail "joined n-best: $(cat union.jsonl)"
+import json
+res = [json.loads(l) for l in open("rescored.jsonl")]
+uni = [json.loads(l) for l in open("union.jsonl")]
+assert len(uni) == len(res) == 4
+for r, u in zip(res, uni):
+    assert len(u["n_best"]) == 2 and u["n_best"][0]["normalized"] >= u["n_best"][1]["normalized"], u
+    assert u["n_best"][0]["normalized"] >= r["n_best"][0]["normalized"] - 1e-6, (r, u)
+PY
+b3 --n-best 3 --rescore m.json --rescore-union > self-union.jsonl || fail "--rescore m.json --rescore-union exited $?"
+jq -c '[.n_best[] | .tokens]' self-union.jsonl > u.txt
+cmp -s a.txt u.txt || fail "a model's own beam joined to its beam reorders it: $(paste a.txt u.txt)"
+expect_error 2 "--rescore-union goes with --rescore" transformer-decode m.json --src '1 2' --strategy beam --rescore-union
+expect_error 2 "--attention shows the search model's attention: not with --rescore-union" transformer-decode m.json \
+  --src '1 2' --strategy beam --rescore rl.json --rescore-union --attention
 expect_error 2 "--rescore goes with --strategy beam" transformer-decode m.json --src '1 2' --rescore rl.json
 expect_error 2 "--inverse-weight goes with --rescore-inverse" transformer-decode m.json --src '1 2' --strategy beam \
   --inverse-weight 2

@@ -3,7 +3,8 @@
 // the members' attention is averaged; models that do not share their tokens are refused, naming the files.
 // decode/rescore.hpp: forced decoding gives a beam hypothesis back its own score; rescoring reranks a beam by the
 // mean of the models' log-probabilities, a right-to-left rescorer reading each hypothesis reversed, an inverse
-// one scoring the source given each hypothesis;
+// one scoring the source given each hypothesis; joined beams add each searching rescorer's own hypotheses once,
+// scored by the search model;
 // decode::reading_order turns a right-to-left model's hypotheses (and their attention rows) round.
 #include <doctest/doctest.h>
 
@@ -300,6 +301,70 @@ TEST_CASE("rescoring: a beam reranked by the mean of the models' log-probabiliti
     decode::rescore(same, kSources, {}, o);
     check_search_order(same, searched);
   }
+  set_num_threads(0);
+}
+
+TEST_CASE("joined beams: each searching rescorer's own hypotheses added once with the search model's score") {
+  set_num_threads(1);
+  auto search_model = recurrent(3);
+  auto forward = recurrent(4);
+  auto backward = transformer(5);
+  for (const bool search_reversed : {false, true}) {
+    CAPTURE(search_reversed);
+    const decode::SearchOptions o = beam_options(4);
+    auto searched = decode::search(*search_model, kSources, o);
+    if (search_reversed)  // a right-to-left search model: its hypotheses in reading order
+      for (auto& hyps : searched)
+        for (auto& h : hyps) std::reverse(h.ids.begin(), h.ids.end());
+    const std::vector<decode::Rescorer> rescorers{{forward.get(), false, false, 1.0, true},
+                                                  {backward.get(), true, false, 1.0, true}};
+    auto joined = searched;
+    decode::join_beams(joined, kSources, *search_model, search_reversed, rescorers, o);
+    const auto own_forward = decode::search(*forward, kSources, o);
+    const auto own_backward = decode::search(*backward, kSources, o);
+    int64_t added = 0;
+    for (size_t n = 0; n < joined.size(); ++n) {
+      // the search's hypotheses first, as they were
+      REQUIRE(joined[n].size() >= searched[n].size());
+      for (size_t i = 0; i < searched[n].size(); ++i) {
+        CHECK(joined[n][i].ids == searched[n][i].ids);
+        CHECK(joined[n][i].score == searched[n][i].score);
+      }
+      auto count = [&](const std::vector<int64_t>& ids) {
+        return std::count_if(joined[n].begin(), joined[n].end(), [&](const auto& h) { return h.ids == ids; });
+      };
+      // every hypothesis of both rescorers' beams, in reading order, once
+      for (const auto& h : own_forward[n]) CHECK(count(h.ids) == 1);
+      for (const auto& h : own_backward[n]) CHECK(count(std::vector<int64_t>(h.ids.rbegin(), h.ids.rend())) == 1);
+      for (const auto& h : joined[n]) CHECK(count(h.ids) == 1);
+      // an added one is scored by the search model, read in its direction
+      for (size_t i = searched[n].size(); i < joined[n].size(); ++i) {
+        const decode::Hypothesis& h = joined[n][i];
+        const std::vector<int64_t> shown = search_reversed ? std::vector<int64_t>(h.ids.rbegin(), h.ids.rend()) : h.ids;
+        CHECK(h.score == doctest::Approx(decode::score_outputs(*search_model, {kSources[n]}, {shown}, o, {h.ended})[0])
+                             .epsilon(1e-5));
+        CHECK(h.normalized == h.score);
+        CHECK(h.attention.numel() == 0);
+        ++added;
+      }
+    }
+    CHECK(added > 0);  // the rescorers' beams hold what the search's lacks (else the test shows nothing)
+    // rescorers that do not search add nothing
+    auto plain = searched;
+    decode::join_beams(plain, kSources, *search_model, search_reversed, {{forward.get(), false}, {backward.get(), true}}, o);
+    check_search_order(plain, searched);
+  }
+  const decode::SearchOptions o = beam_options(2);
+  CHECK(test::error_of([&] {
+          auto r = decode::search(*search_model, kSources, o);
+          decode::join_beams(r, kSources, *search_model, false, {{forward.get(), false, true, 1.0, true}}, o);
+        }) == "joining beams: an inverse model (target -> source) cannot search the sources' outputs");
+  CHECK(test::error_of([&] {
+          decode::SearchOptions with_attention = o;
+          with_attention.attention = true;
+          auto r = decode::search(*search_model, kSources, o);
+          decode::join_beams(r, kSources, *search_model, false, {{forward.get(), false, false, 1.0, true}}, with_attention);
+        }) == "joining beams: a rescoring model's hypotheses have no attention of the search's");
   set_num_threads(0);
 }
 

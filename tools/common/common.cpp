@@ -244,6 +244,9 @@ void add_rescore_options(CLI::App& app, RescoreOptions& o) {
                                 "mean (the search's and --rescore's models weigh 1)")
                      ->transform(non_negative())
                      ->capture_default_str();
+  app.add_flag("--rescore-union", o.union_beams,
+               "With --rescore: each --rescore model searches its own beam too (as wide), and the union of the beams "
+               "is reranked");
 }
 
 void RescoreOptions::check(bool beam) const {
@@ -252,6 +255,7 @@ void RescoreOptions::check(bool beam) const {
     throw UsageError("--rescore-inverse goes with --strategy beam (it reranks the beam's hypotheses)");
   if (weight_opt != nullptr && weight_opt->count() > 0 && inverse_paths.empty())
     throw UsageError("--inverse-weight goes with --rescore-inverse");
+  if (union_beams && paths.empty()) throw UsageError("--rescore-union goes with --rescore (the models whose beams join)");
 }
 
 Rescoring load_rescorers(const RescoreOptions& options, const decode::LoadedModel& first, const std::string& first_name,
@@ -268,7 +272,7 @@ Rescoring load_rescorers(const RescoreOptions& options, const decode::LoadedMode
     names.push_back(paths[k]);
     inverse.push_back(k >= options.paths.size());
     r.rescorers.push_back({r.models[k].model.get(), r.models[k].right_left, inverse.back(),
-                           inverse.back() ? options.inverse_weight : 1.0});
+                           inverse.back() ? options.inverse_weight : 1.0, !inverse.back() && options.union_beams});
   }
   decode::check_rescorers(together, names, inverse);
   return r;

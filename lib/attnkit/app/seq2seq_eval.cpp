@@ -79,6 +79,7 @@ EvalReport evaluate(const decode::LoadedModel& model, models::Decodable& decoder
     }
     auto results = decode::search(decoder, sources, search, static_cast<int64_t>(begin));
     decode::reading_order(model, results);
+    decode::join_beams(results, sources, decoder, model.right_left, rescorers, search, static_cast<int64_t>(begin));
     decode::rescore(results, sources, rescorers, search);
     for (size_t g = begin; g < end; ++g) {
       const decode::Hypothesis& best = results[g - begin].front();
@@ -131,6 +132,7 @@ std::string eval_json(const EvalReport& r, const EvalOptions& options, bool pret
   if (options.precision != ops::Precision::Fp32) j["precision"] = ops::precision_name(options.precision);
   if (options.models > 1) j["models"] = options.models;
   if (options.rescorers > 0) j["rescorers"] = options.rescorers;
+  if (options.rescore_union) j["rescore_union"] = true;
   nlohmann::ordered_json wrong = nlohmann::ordered_json::array();
   for (const WrongPrediction& w : r.wrong)
     wrong.push_back({{"source", w.source}, {"prediction", w.prediction}, {"reference", w.reference}});
@@ -146,8 +148,9 @@ std::string eval_table(const EvalReport& r, const EvalOptions& options) {
                                     ? std::string()
                                     : fmt::format(", {} weights", ops::precision_name(options.precision)),
                                 options.models > 1 ? fmt::format(", an ensemble of {} models", options.models) : "",
-                                options.rescorers > 0 ? fmt::format(", rescored by {} model{}", options.rescorers,
-                                                                    options.rescorers > 1 ? "s" : "")
+                                options.rescorers > 0 ? fmt::format(", rescored by {} model{}{}", options.rescorers,
+                                                                    options.rescorers > 1 ? "s" : "",
+                                                                    options.rescore_union ? ", beams joined" : "")
                                                       : "");
   out += fmt::format("exact match     {:7.2f} %   ({} of {} words)\n", 100 * r.exact_match, r.words - r.wrong_words, r.words);
   out += fmt::format("WER             {:7.2f} %   ({} of {} words wrong)\n", 100 * r.wer, r.wrong_words, r.words);

@@ -37,6 +37,7 @@ struct EvalOptions {
   ops::Precision precision = ops::Precision::Fp32;
   int64_t models = 1;                        // models decoded together (an ensemble): named in the report when > 1
   int64_t rescorers = 0;                     // models rescoring the beam: named in the report when > 0
+  bool rescore_union = false;                // their beams joined the search's (decode::join_beams): said so
 };
 
 struct WrongPrediction {
@@ -65,13 +66,14 @@ EvalReport evaluate(const decode::LoadedModel& model, const std::string& test_pa
 // The same decoded by `decoder` (an ensemble with `model` first, decode/ensemble.hpp); `model` gives the
 // tokenizers, vocabularies and direction. With `rescorers` (beam search only) the beam's hypotheses are reranked by
 // them (decode/rescore.hpp) before the best is scored; the hypotheses are in reading order by then
-// (decode::reading_order), so a Rescorer is `reversed` when its model is right to left.
+// (decode::reading_order), so a Rescorer is `reversed` when its model is right to left; the beams of those that
+// search join the search's first (decode::join_beams).
 EvalReport evaluate(const decode::LoadedModel& model, models::Decodable& decoder, const std::string& test_path,
                     const EvalOptions& options, const std::vector<decode::Rescorer>& rescorers = {});
 
 // {"test", "lines", "words", "exact_match", "token_accuracy", "wer", "per", "wrong_words", "edits",
 //  "reference_tokens", "unfinished", "unknown_source_tokens", "strategy", ["beam", "precision", "models",
-//  "rescorers",]
+//  "rescorers", "rescore_union",]
 //  "wrong": [{"source", "prediction", "reference"}]} on one line (indented with pretty).
 std::string eval_json(const EvalReport& report, const EvalOptions& options, bool pretty);
 // The same for reading: one figure per line, then the wrong predictions.

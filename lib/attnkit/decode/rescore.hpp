@@ -21,6 +21,12 @@
 // pronunciation spells the word). It is shown each hypothesis as its source and the source as its output (turned
 // round when that model reads its outputs right to left); an empty hypothesis, which it cannot read, gets
 // log p = -inf (it ranks after every other).
+//
+// join_beams (the union of beams): each rescoring model marked `searches` runs its own beam search over the
+// sources too, and the hypotheses it finds that the search's lists lack are added to them before rescore()
+// ranks them all. Such a hypothesis's `score` is the search model's log p (score_outputs), so the formula above
+// treats it as one of the search's own. A right pronunciation the left-to-right beam lost but the right-to-left
+// beam kept can then win: the pool holds more right answers than either beam.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -44,11 +50,21 @@ struct Rescorer {
                           // being in reading order (decode::reading_order)
   bool inverse = false;   // trained target -> source: scores the source given each hypothesis
   double weight = 1.0;    // w_m >= 0
+  bool searches = false;  // join_beams: its own beam's hypotheses join the search's (not with `inverse`)
 };
 
 // results[n]: source n's hypotheses (search()'s), reranked in place as above; each one's `normalized` becomes
 // its combined ranking score (its `score` stays the search model's).
 void rescore(std::vector<std::vector<Hypothesis>>& results, const std::vector<std::vector<int64_t>>& sources,
              const std::vector<Rescorer>& rescorers, const SearchOptions& options);
+
+// results[n]: source n's hypotheses from `search_model`'s search, in reading order (`search_reversed`: that
+// model reads its outputs right to left, decode::reading_order); each `searches` rescorer's beam search
+// (options; first_index as search() takes it) adds the hypotheses results[n] lacks, in reading order, with
+// `score` the search model's log p and `normalized` its normalized_score. options.attention must be off (an
+// added hypothesis has no attention of the search model's). Nothing is searched when no rescorer searches.
+void join_beams(std::vector<std::vector<Hypothesis>>& results, const std::vector<std::vector<int64_t>>& sources,
+                models::Decodable& search_model, bool search_reversed, const std::vector<Rescorer>& rescorers,
+                const SearchOptions& options, int64_t first_index = 0);
 
 }  // namespace attnkit::decode
