@@ -21,7 +21,8 @@
 #          each model and their ensemble (seq2seq-eval --ensemble) scored greedy and with beam search (beam 5).
 #   rescore  as ensemble, but the second model learns its targets right to left (seq2seq-train --right-left): each
 #          model scored alone, then the left-to-right model's beam (beam 5) rescored by the right-to-left one
-#          (seq2seq-eval --rescore) and the other way round.
+#          (seq2seq-eval --rescore) and the other way round, then the union of both models' beams rescored by both
+#          (--rescore-union).
 #
 # The curve's validation set is every 5th line of valid.tsv (about 1000 pronunciations, spread over the alphabet),
 # to keep the periodic greedy decoding cheap; the final figures are on all of test.tsv.
@@ -102,6 +103,9 @@ if [[ $model == lstm && ( $recipe == ensemble || $recipe == rescore ) ]]; then
       "$bin/seq2seq-eval" "$out/g2p-ens$k.safetensors" "$out/data/test.tsv" --threads "$threads" --strategy beam \
         --beam 5 --rescore "$out/g2p-ens$other.safetensors" --format table
     done
+    echo "\$ seq2seq-eval g2p-ens1.safetensors test.tsv --strategy beam --beam 5 --rescore g2p-ens2.safetensors --rescore-union --format table"
+    "$bin/seq2seq-eval" "$out/g2p-ens1.safetensors" "$out/data/test.tsv" --threads "$threads" --strategy beam \
+      --beam 5 --rescore "$out/g2p-ens2.safetensors" --rescore-union --format table
     exit 0
   fi
   ensemble=()

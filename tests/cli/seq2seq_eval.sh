@@ -125,6 +125,13 @@ seq2seq-eval lstm.json known-lstm.tsv --threads 1 --max-len 8 --strategy beam --
   --format table > union.txt || fail "--rescore rl.json --rescore-union exited $?"
 grep -q 'beam search (beam 3), rescored by 1 model, beams joined$' union.txt || fail "joined table: $(cat union.txt)"
 expect_error 2 "--rescore-union goes with --rescore" seq2seq-eval lstm.json known.tsv --strategy beam --rescore-union
+# --rescore-weight 0: the rescoring model counts for nothing, the beam's own ranking stays
+seq2seq-eval lstm.json known-lstm.tsv --threads 1 --max-len 8 --show 5 --strategy beam --beam 3 --rescore rl.json \
+  --rescore-weight 0 > rweight0.json || fail "--rescore-weight 0 exited $?"
+python3 -c 'import json; a, b = json.load(open("beam.json")), json.load(open("rweight0.json")); assert b.pop("rescorers") == 1 and a == b, (a, b)' ||
+  fail "a rescoring model of weight 0 changed the beam's ranking: $(cat rweight0.json)"
+expect_error 2 "--rescore-weight goes with --rescore" seq2seq-eval lstm.json known.tsv --strategy beam --rescore-weight 0.5 \
+  --rescore-inverse lstm.json
 expect_error 2 "--rescore-union goes with --rescore" seq2seq-eval lstm.json known.tsv --strategy beam --rescore-union \
   --rescore-inverse lstm.json
 # an inverse model (target -> source): on the reverse task a reversing model reads either side

@@ -249,6 +249,10 @@ b3 --n-best 3 --rescore m.json --rescore-union > self-union.jsonl || fail "--res
 jq -c '[.n_best[] | .tokens]' self-union.jsonl > u.txt
 cmp -s a.txt u.txt || fail "a model's own beam joined to its beam reorders it: $(paste a.txt u.txt)"
 expect_error 2 "--rescore-union goes with --rescore" transformer-decode m.json --src '1 2' --strategy beam --rescore-union
+b3 --n-best 3 --rescore rl.json --rescore-weight 0 > rweight0.jsonl || fail "--rescore-weight 0 exited $?"
+jq -c '[.n_best[] | .tokens]' rweight0.jsonl > w.txt
+cmp -s a.txt w.txt || fail "a rescoring model of weight 0 reorders the beam: $(paste a.txt w.txt)"
+expect_error 2 "--rescore-weight goes with --rescore" transformer-decode m.json --src '1 2' --strategy beam --rescore-weight 2
 expect_error 2 "--attention shows the search model's attention: not with --rescore-union" transformer-decode m.json \
   --src '1 2' --strategy beam --rescore rl.json --rescore-union --attention
 expect_error 2 "--rescore goes with --strategy beam" transformer-decode m.json --src '1 2' --rescore rl.json

@@ -239,9 +239,14 @@ void add_rescore_options(CLI::App& app, RescoreOptions& o) {
                     "With --strategy beam: rescore as --rescore with a model trained the other way, target -> source "
                     "(repeatable): the log-probability it gives the source from each hypothesis; its source tokens "
                     "are MODEL's target tokens and the other way");
+  o.rescore_weight_opt = app.add_option("--rescore-weight", o.weight,
+                                        "With --rescore: the weight of each --rescore model's log-probability in "
+                                        "the mean (the search's model(s) weigh 1)")
+                             ->transform(non_negative())
+                             ->capture_default_str();
   o.weight_opt = app.add_option("--inverse-weight", o.inverse_weight,
                                 "With --rescore-inverse: the weight of each inverse model's log-probability in the "
-                                "mean (the search's and --rescore's models weigh 1)")
+                                "mean (the search's model(s) weigh 1)")
                      ->transform(non_negative())
                      ->capture_default_str();
   app.add_flag("--rescore-union", o.union_beams,
@@ -255,6 +260,8 @@ void RescoreOptions::check(bool beam) const {
     throw UsageError("--rescore-inverse goes with --strategy beam (it reranks the beam's hypotheses)");
   if (weight_opt != nullptr && weight_opt->count() > 0 && inverse_paths.empty())
     throw UsageError("--inverse-weight goes with --rescore-inverse");
+  if (rescore_weight_opt != nullptr && rescore_weight_opt->count() > 0 && paths.empty())
+    throw UsageError("--rescore-weight goes with --rescore");
   if (union_beams && paths.empty()) throw UsageError("--rescore-union goes with --rescore (the models whose beams join)");
 }
 
@@ -272,7 +279,7 @@ Rescoring load_rescorers(const RescoreOptions& options, const decode::LoadedMode
     names.push_back(paths[k]);
     inverse.push_back(k >= options.paths.size());
     r.rescorers.push_back({r.models[k].model.get(), r.models[k].right_left, inverse.back(),
-                           inverse.back() ? options.inverse_weight : 1.0, !inverse.back() && options.union_beams});
+                           inverse.back() ? options.inverse_weight : options.weight, !inverse.back() && options.union_beams});
   }
   decode::check_rescorers(together, names, inverse);
   return r;

@@ -101,13 +101,14 @@ void add_models_option(CLI::App& app, const std::string& name, std::vector<std::
 std::vector<decode::LoadedModel> load_lowered_checkpoints(const std::vector<std::string>& paths,
                                                           const PrecisionOptions& precision, const std::string& tool);
 
-// --rescore MODEL, --rescore-inverse MODEL (repeatable), --inverse-weight W and --rescore-union: models reranking
-// a beam's hypotheses (decode/rescore.hpp), --rescore's searching beams of their own too with --rescore-union
-// (decode::join_beams); check() refuses them without beam search (usage).
+// --rescore MODEL, --rescore-inverse MODEL (repeatable), --rescore-weight W, --inverse-weight W and
+// --rescore-union: models reranking a beam's hypotheses (decode/rescore.hpp), --rescore's searching beams of their
+// own too with --rescore-union (decode::join_beams); check() refuses them without beam search (usage).
 struct RescoreOptions {
   std::vector<std::string> paths, inverse_paths;
-  double inverse_weight = 1.0;
+  double weight = 1.0, inverse_weight = 1.0;
   bool union_beams = false;
+  CLI::Option* rescore_weight_opt = nullptr;
   CLI::Option* weight_opt = nullptr;
   bool any() const { return !paths.empty() || !inverse_paths.empty(); }
   void check(bool beam) const;
