@@ -234,16 +234,21 @@ for b, r in zip(beam, res):
         assert abs(scores[tuple(h["tokens"])] - h["score"]) < 1e-6, (b, r)
 PY
 # --rescore-union: the right-to-left model's beam joins; the union's best ranks at least as high as the beam's
-b3 --n-best 2 --rescore rl.json --rescore-inverse m.json --inverse-weight 0.5 --rescore-union > union.jsonl ||
-  fail "--rescore-union exited $?"
+# (the right-to-left model weighing 4: its own beam's best ones rank high)
+b3 --n-best 2 --rescore rl.json --rescore-weight 4 > rescored4.jsonl || fail "--rescore-weight 4 exited $?"
+b3 --n-best 2 --rescore rl.json --rescore-weight 4 --rescore-union > union.jsonl || fail "--rescore-union exited $?"
 python3 - <<'PY' || fail "joined n-best: $(cat union.jsonl)"
 import json
-res = [json.loads(l) for l in open("rescored.jsonl")]
+res = [json.loads(l) for l in open("rescored4.jsonl")]
 uni = [json.loads(l) for l in open("union.jsonl")]
 assert len(uni) == len(res) == 4
 for r, u in zip(res, uni):
     assert len(u["n_best"]) == 2 and u["n_best"][0]["normalized"] >= u["n_best"][1]["normalized"], u
     assert u["n_best"][0]["normalized"] >= r["n_best"][0]["normalized"] - 1e-6, (r, u)
+# somewhere a hypothesis the search's beam lacked ranks among the best two (else nothing joined)
+beam = [json.loads(l) for l in open("beam.jsonl")]
+assert any(tuple(h["tokens"]) not in {tuple(x["tokens"]) for x in b["n_best"]} for b, u in zip(beam, uni)
+           for h in u["n_best"]), (beam, uni)
 PY
 b3 --n-best 3 --rescore m.json --rescore-union > self-union.jsonl || fail "--rescore m.json --rescore-union exited $?"
 jq -c '[.n_best[] | .tokens]' self-union.jsonl > u.txt
