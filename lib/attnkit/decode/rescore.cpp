@@ -58,40 +58,39 @@ void join_beams(std::vector<std::vector<Hypothesis>>& results, const std::vector
                 const SearchOptions& options, int64_t first_index) {
   AK_CHECK(results.size() == sources.size(), "joining beams: {} hypothesis lists for {} sources", results.size(),
            sources.size());
-  std::vector<std::pair<size_t, Hypothesis>> added;  // (source, hypothesis in reading order)
+  std::vector<std::pair<size_t, size_t>> added;  // (source, index in its list) of each joined hypothesis
   for (const Rescorer& m : rescorers) {
     if (!m.searches) continue;
     AK_CHECK(m.model != nullptr, "joining beams: no model");
     AK_CHECK(!m.inverse, "joining beams: an inverse model (target -> source) cannot search the sources' outputs");
     AK_CHECK(!options.attention, "joining beams: a rescoring model's hypotheses have no attention of the search's");
-    if (sources.empty()) return;
+    if (sources.empty()) continue;
     std::vector<std::vector<Hypothesis>> own = search(*m.model, sources, options, first_index);
     for (size_t n = 0; n < own.size(); ++n)
       for (Hypothesis& h : own[n]) {
         if (m.reversed) std::reverse(h.ids.begin(), h.ids.end());
-        const auto same = [&](const Hypothesis& e) { return e.ids == h.ids; };
-        if (std::any_of(results[n].begin(), results[n].end(), same)) continue;
-        if (std::any_of(added.begin(), added.end(), [&](const auto& a) { return a.first == n && same(a.second); }))
+        if (std::any_of(results[n].begin(), results[n].end(), [&](const Hypothesis& e) { return e.ids == h.ids; }))
           continue;
         h.attention = Tensor();
-        added.emplace_back(n, std::move(h));
+        added.emplace_back(n, results[n].size());
+        results[n].push_back(std::move(h));
       }
   }
   if (added.empty()) return;
-  // the search model's log p of each added hypothesis, shown in its own reading direction
+  // the search model's log p of each joined hypothesis, shown in its own reading direction
   std::vector<std::vector<int64_t>> row_sources, outputs;
   std::vector<bool> ended;
-  for (const auto& [n, h] : added) {
+  for (const auto& [n, i] : added) {
+    const Hypothesis& h = results[n][i];
     row_sources.push_back(sources[n]);
     outputs.push_back(search_reversed ? std::vector<int64_t>(h.ids.rbegin(), h.ids.rend()) : h.ids);
     ended.push_back(h.ended);
   }
   const std::vector<double> s = score_outputs(search_model, row_sources, outputs, options, ended);
-  for (size_t i = 0; i < added.size(); ++i) {
-    Hypothesis& h = added[i].second;
-    h.score = s[i];
+  for (size_t k = 0; k < added.size(); ++k) {
+    Hypothesis& h = results[added[k].first][added[k].second];
+    h.score = s[k];
     h.normalized = normalized_score(h.score, static_cast<int64_t>(h.ids.size()), options.length_penalty);
-    results[added[i].first].push_back(std::move(h));
   }
 }
 
