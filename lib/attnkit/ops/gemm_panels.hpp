@@ -39,6 +39,10 @@ void pack_a_panels(Trans ta, int64_t M, int64_t K, const float* A, int64_t lda, 
 void pack_b_panels(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb, float* dst);
 void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
                  int64_t ldc, RowBlocks blocks = RowBlocks::Panels);
+// The same with B as bfloat16 pair panels (GemmPackedB::pairs, packed under MatmulPrecision::BFloat16): A's panels
+// rounded to bfloat16 too, the products added in float32 (ops::MatmulPrecision).
+void gemm_panels_pairs(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const uint32_t* pb, float beta,
+                       float* C, int64_t ldc, RowBlocks blocks = RowBlocks::Panels);
 // The same with op(A) [M, K] read in place (no panels: for a narrow C, N <= 64, where each element
 // of A serves few multiply-adds and packing it costs more than it saves).
 void gemm_panels_a_in_place(Trans ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

@@ -135,7 +135,38 @@ void own_gemm(KernelFn fn, bool serial, bool ta, bool tb, int64_t M, int64_t N, 
   for (char f : failed) AK_CHECK(!f, "gemm: cannot allocate the packing buffers for [{}, {}] x [{}, {}]", M, K, K, N);
 }
 
+bool cpu_has_avx512_bf16() {
+  return cpu_has_avx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+}
+
+std::atomic<MatmulPrecision> g_precision{MatmulPrecision::Float32};
+
+// Whether a product of M rows on the kernel runs with bfloat16 multiplications.
+bool bf16_products(GemmKernel kernel, int64_t M) {
+  return M > 4 && kernel == GemmKernel::Avx512 && g_precision.load(std::memory_order_relaxed) == MatmulPrecision::BFloat16;
+}
+
 }  // namespace
+
+bool matmul_precision_available(MatmulPrecision precision) {
+  return precision == MatmulPrecision::Float32 || (gemm_kernel_auto() == GemmKernel::Avx512 && cpu_has_avx512_bf16());
+}
+
+namespace {
+constexpr EnumName<MatmulPrecision> kPrecisionNames[] = {{MatmulPrecision::Float32, "float32"},
+                                                          {MatmulPrecision::BFloat16, "bf16"}};
+}  // namespace
+
+const char* matmul_precision_name(MatmulPrecision precision) { return name_of(kPrecisionNames, precision); }
+
+void set_matmul_precision(MatmulPrecision precision) {
+  AK_CHECK(matmul_precision_available(precision),
+           "matmul precision {}: this processor has no AVX512_BF16 (bfloat16 products need it; float32 runs anywhere)",
+           matmul_precision_name(precision));
+  g_precision.store(precision);
+}
+
+MatmulPrecision matmul_precision() { return g_precision.load(); }
 
 bool gemm_kernel_available(GemmKernel kernel) {
   switch (kernel) {
@@ -188,8 +219,10 @@ void gemm_with(GemmKernel kernel, Trans ta, Trans tb, int64_t M, int64_t N, int6
     apply_epilogue(M, N, C, ldc, e);
     return;
   }
-  own_gemm(kernel == GemmKernel::Avx512 ? &detail::avx512::gemm : &detail::avx2::gemm, serial, ta == Trans::Yes,
-           tb == Trans::Yes, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e);
+  const KernelFn fn = bf16_products(kernel, M)           ? &detail::avx512::gemm_bf16
+                      : kernel == GemmKernel::Avx512 ? &detail::avx512::gemm
+                                                     : &detail::avx2::gemm;
+  own_gemm(fn, serial, ta == Trans::Yes, tb == Trans::Yes, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e);
 }
 
 void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -213,6 +246,11 @@ GemmPackedB::GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t
   } else if (kernel == GemmKernel::Avx512) {
     data_.resize(detail::avx512::packed_size(K, N));
     detail::avx512::pack_b_all(tb == Trans::Yes, B, ldb, K, N, data_.data());
+    if (matmul_precision() == MatmulPrecision::BFloat16) {
+      pairs_.resize(detail::avx512::packed_pairs_size(K, N));
+      AK_CHECK(detail::avx512::pack_pairs_all(tb == Trans::Yes, B, ldb, K, N, pairs_.data()),
+               "gemm_pack_b: cannot allocate the packing buffer for [{}, {}]", K, N);
+    }
   } else {
     data_.resize(detail::avx2::packed_size(K, N));
     detail::avx2::pack_b_all(tb == Trans::Yes, B, ldb, K, N, data_.data());
@@ -224,6 +262,11 @@ const float* GemmPackedB::panels(int64_t j0) const {
   const bool one_block = layout_ == Layout::Panels && s.mr > 0 && K_ <= s.max_depth && N_ <= s.max_width;
   if (!one_block || j0 < 0 || j0 >= N_ || j0 % s.nr) return nullptr;
   return data_.data() + j0 * K_;  // gemm_packed's layout with one block: panel jr at jr * K, [K][nr]
+}
+
+const uint32_t* GemmPackedB::pairs(int64_t j0) const {
+  if (pairs_.empty() || !panels(j0)) return nullptr;
+  return pairs_.data() + j0 * ((K_ + 1) / 2);  // panel jr at jr * ceil(K / 2), [ceil(K / 2)][nr]
 }
 
 bool gemm_packed_matches(int64_t M) { return M > 4 && gemm_panel_shape().mr > 0; }
@@ -270,10 +313,14 @@ void gemm_packed(Trans ta, int64_t M, float alpha, const float* A, int64_t lda, 
     return;
   }
   const auto fn = avx512 ? &detail::avx512::gemm_packed : &detail::avx2::gemm_packed;
+  const uint32_t* pairs = B.pairs_.empty() ? nullptr : B.pairs_.data();  // packed under MatmulPrecision::BFloat16
   // rows [i0, i1) of C (A, C and the epilogue's add offset to them), columns [j0, j1)
   auto part = [&](int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
     const float* a = t ? A + i0 : A + i0 * lda;
     const float* add = e.add ? e.add + i0 * e.ldadd : nullptr;
+    if (pairs)
+      return detail::avx512::gemm_packed_bf16(t, i1 - i0, N, K, alpha, a, lda, pairs, j0, j1, beta, C + i0 * ldc, ldc,
+                                              e.bias, add, e.ldadd, e.relu);
     return fn(t, i1 - i0, N, K, alpha, a, lda, p, j0, j1, beta, C + i0 * ldc, ldc, e.bias, add, e.ldadd, e.relu);
   };
   if (serial) {
@@ -365,6 +412,14 @@ void pack_b_panels(Trans tb, int64_t K, int64_t N, const float* B, int64_t ldb, 
 void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const float* pb, float beta, float* C,
                  int64_t ldc, RowBlocks blocks) {
   panel_kernel().product(M, N, K, alpha, pa, pb, beta, C, ldc, blocks == RowBlocks::Balanced);
+}
+
+void gemm_panels_pairs(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const uint32_t* pb, float beta,
+                       float* C, int64_t ldc, RowBlocks blocks) {
+  AK_CHECK(gemm_kernel_auto() == GemmKernel::Avx512 && cpu_has_avx512_bf16() && K <= panel_kernel().shape.max_depth,
+           "gemm_panels_pairs: bfloat16 pair panels need AVX512_BF16 and K <= {} (K = {})",
+           panel_kernel().shape.max_depth, K);
+  detail::avx512::gemm_panels_bf16(M, N, K, alpha, pa, pb, beta, C, ldc, blocks == RowBlocks::Balanced);
 }
 
 void gemm_panels_a_in_place(Trans ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

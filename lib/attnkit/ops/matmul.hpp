@@ -37,6 +37,21 @@ void gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmThreads threads = GemmThreads::Policy,
           const GemmEpilogue& epilogue = {});
 
+// The multiplications' precision (PyTorch's torch.set_float32_matmul_precision, and autocast's bfloat16
+// products). Float32, the default: float32 operands, the numbers every test compares with PyTorch. BFloat16: ops::gemm
+// (from 5 rows of C), gemm_packed and the recurrent layers' time steps round both operands to bfloat16 (8 bits of
+// mantissa: a relative error up to 2^-9 per operand) and add the products in float32, two per instruction
+// (vdpbf16ps: twice vfmadd231ps's multiply-adds), on processors with AVX512_BF16 and the AVX-512 kernel only.
+// Products of 4 rows or fewer by ops::gemm, attention's tiled kernel and a batch of one stay float32.
+// Process-wide: a training run sets it before its first step (train::TrainConfig::matmul_precision). A GemmPackedB
+// keeps the precision in force when it was packed.
+enum class MatmulPrecision { Float32, BFloat16 };
+bool matmul_precision_available(MatmulPrecision precision);
+// Throws (attnkit::Error) when the processor cannot run it.
+void set_matmul_precision(MatmulPrecision precision);
+MatmulPrecision matmul_precision();
+const char* matmul_precision_name(MatmulPrecision precision);  // "float32", "bf16"
+
 // op(B) [K, N] packed once for many products with it, e.g. a recurrent layer's W_hh at every time
 // step: the panels the kernel that ops::gemm picks would otherwise pack on every call. A derived copy
 // (docs/architecture.md, Weights: one source of truth): build a new one when the weight's values
@@ -55,6 +70,9 @@ class GemmPackedB {
   // The panels from column j0 on (j0 a multiple of gemm_panel_shape().nr), for ops::gemm_panels, when the
   // whole pack is one block of the panel kernel (Layout::Panels, K <= max_depth, N <= max_width); else nullptr.
   const float* panels(int64_t j0) const;
+  // The same columns as bfloat16 pair panels, for ops::gemm_panels_pairs, when op(B) was packed under
+  // MatmulPrecision::BFloat16 (and panels(j0) is not nullptr); else nullptr.
+  const uint32_t* pairs(int64_t j0) const;
 
  private:
   friend void gemm_packed(Trans, int64_t, float, const float*, int64_t, const GemmPackedB&, float, float*, int64_t,
@@ -63,6 +81,7 @@ class GemmPackedB {
   int kernel_ = 0;  // the GemmKernel it was packed for
   Layout layout_ = Layout::Panels;
   std::vector<float> data_;
+  std::vector<uint32_t> pairs_;  // op(B) as bfloat16 pair panels (MatmulPrecision::BFloat16, Layout::Panels)
 };
 
 // C [M, N] = alpha * op(A) [M, K] * B [K, N] + beta * C with B pre-packed: ops::gemm's semantics

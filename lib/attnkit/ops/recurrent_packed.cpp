@@ -27,6 +27,8 @@ void PackedColumns::multiply(const float* a, int64_t M, int64_t lda, float* res,
 
 void PackedColumns::multiply_panels(const float* pa, int64_t M, int64_t j0, int64_t j1, float beta, float* res,
                                     int64_t ld) const {
+  if (const uint32_t* pairs = b_.pairs(j0))  // packed under MatmulPrecision::BFloat16
+    return gemm_panels_pairs(M, j1 - j0, H_, 1.0f, pa, pairs, beta, res, ld, RowBlocks::Balanced);
   gemm_panels(M, j1 - j0, H_, 1.0f, pa, b_.panels(j0), beta, res, ld, RowBlocks::Balanced);
 }
 
