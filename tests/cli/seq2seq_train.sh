@@ -50,6 +50,34 @@ u = json.load(open("u.json")); f = json.load(open("full.json"))
 for k in ("data_order", "step", "config", "vocab", "optimizer", "encoder", "decoder", "attention", "output"):
     assert u[k] == f[k], k
 PY
+# --- --matmul-precision bf16 (both operands of the products rounded to bfloat16, sums in float32): on a processor
+#     with AVX512_BF16 it learns as float32 does but not to the same bits, the checkpoint records it, and a resumed
+#     run multiplies as the first part did (the uninterrupted bf16 run's metrics, bit for bit); elsewhere refused
+if grep -qw avx512_bf16 /proc/cpuinfo; then
+  seq2seq-train "${rcommon[@]}" --steps 60 --matmul-precision bf16 --save b.json --metrics b.jsonl > /dev/null ||
+    fail "bf16 run exited $?"
+  seq2seq-train "${rcommon[@]}" --steps 25 --matmul-precision bf16 --save bhalf.json --metrics br.jsonl > /dev/null ||
+    fail "bf16 first half exited $?"
+  seq2seq-train "${rcommon[@]}" --steps 60 --resume bhalf.json --save bfull.json --metrics br.jsonl > /dev/null ||
+    fail "bf16 resume exited $?"
+  [[ "$(nowall b.jsonl)" == "$(nowall br.jsonl | grep -v '"step":25,')" ]] ||
+    fail "the resumed bf16 run differs from the uninterrupted one: $(diff <(nowall b.jsonl) <(nowall br.jsonl))"
+  python3 - <<'PY' || fail "bf16 against float32: $(tail -1 b.jsonl) $(tail -1 u.jsonl)"
+import json
+b = [json.loads(l) for l in open("b.jsonl")]; u = [json.loads(l) for l in open("u.jsonl")]
+assert b[-1]["loss"] != u[-1]["loss"], "bf16 gave float32's bits"
+assert abs(b[-1]["valid_loss"] - u[-1]["valid_loss"]) < 0.05 * u[-1]["valid_loss"], (b[-1], u[-1])
+opts = json.load(open("bfull.json"))["training"]["options"]
+assert opts["--matmul-precision"] == "bf16", opts
+PY
+  expect_error 2 "was trained with --matmul-precision bf16" \
+    seq2seq-train "${rcommon[@]}" --steps 70 --resume bfull.json --matmul-precision float32 --save x.json
+else
+  expect_error 2 "--matmul-precision bf16: this processor has no AVX512_BF16" \
+    seq2seq-train "${rcommon[@]}" --steps 5 --matmul-precision bf16 --save x.json
+fi
+expect_error 2 "--matmul-precision" seq2seq-train "${rcommon[@]}" --steps 5 --matmul-precision fp16 --save x.json
+
 # --- the same resume through binary checkpoints, chosen by extension: the first half saved as .safetensors,
 #     resumed into .npz, is the JSON run bit for bit (tensor get converts the .npz back to the same JSON bytes)
 seq2seq-train "${rcommon[@]}" --steps 25 --save half.safetensors > /dev/null || fail "first half (.safetensors) exited $?"
