@@ -4,7 +4,9 @@
 // in all four transpose forms, then on three rows of each benchmark shape (first, middle, last).
 //   gemm_bench [--rounds 5] [--threads 1,2] [--ms 40] [--only SUBSTRING] [--shapes SUBSTRING]
 // Candidates: attnkit's gemm_with(kernel) for every kernel this processor runs (Eigen, our AVX2 and
-// AVX-512 builds); attnkit's gemm_packed with B packed once before the timing (GemmPackedB); OpenBLAS, BLIS and oneDNN when their shared libraries are installed (dlopen, so
+// AVX-512 builds); attnkit's gemm_packed with B packed once before the timing (GemmPackedB); with AVX512_BF16,
+// ops::gemm under MatmulPrecision::BFloat16 (attnkit-bf16: operands rounded to bfloat16, so checked against
+// gemm_naive on rounded copies); OpenBLAS, BLIS and oneDNN when their shared libraries are installed (dlopen, so
 // that their two cblas_sgemm do not collide: libopenblas0-pthread, libblis4-openmp, libdnnl2);
 // libxsmm (static, linked when CMake found it) for the small no-transpose per-step products.
 // OpenBLAS reads OPENBLAS_CORETYPE when it loads: the header prints its value; to compare run twice.
@@ -63,7 +65,20 @@ struct Candidate {
   GemmFn run;
   std::function<void(int)> set_threads;
   int max_threads = 64;
+  bool bf16 = false;  // rounds its operands to bfloat16: checked against the product of rounded copies
 };
+
+float to_bf16(float x) {  // round to nearest even, to 8 bits of mantissa (finite x)
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+std::vector<float> to_bf16(std::vector<float> v) {
+  for (float& x : v) x = to_bf16(x);
+  return v;
+}
 
 void* open_lib(const char* path) { return dlopen(path, RTLD_NOW | RTLD_LOCAL); }
 
@@ -90,6 +105,19 @@ std::vector<Candidate> candidates(const std::string& only) {
   };
   for (ops::GemmKernel k : {ops::GemmKernel::Eigen, ops::GemmKernel::Avx2, ops::GemmKernel::Avx512})
     if (ops::gemm_kernel_available(k)) out.push_back({ops::gemm_kernel_name(k), ours(k), [](int t) { set_num_threads(t); }});
+  if (ops::matmul_precision_available(ops::MatmulPrecision::BFloat16)) {
+    Candidate c{"attnkit-bf16",
+                [](Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                  ops::set_matmul_precision(ops::MatmulPrecision::BFloat16);
+                  ops::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+                  ops::set_matmul_precision(ops::MatmulPrecision::Float32);
+                  return true;
+                },
+                [](int t) { set_num_threads(t); }};
+    c.bf16 = true;
+    out.push_back(c);
+  }
   // ops::gemm_packed with op(B) packed once (outside the timing, as a recurrent layer packs W_hh once
   // per forward): the per-step products without the packing
   out.push_back({"attnkit-packed",
@@ -196,6 +224,7 @@ bool full_check(const Candidate& c, std::string& why) {
           if (beta == 0.0f) std::fill(C.begin(), C.end(), NAN);
           auto R = C;
           if (!c.run(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc)) continue;
+          if (c.bf16 && M > 4) A = to_bf16(A), B = to_bf16(B);  // from 5 rows both operands rounded (1: float32)
           ops::gemm_naive(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, beta, R.data(), ldc);
           for (int64_t i = 0; i < M; ++i)
             for (int64_t j = 0; j < N; ++j)
@@ -295,6 +324,7 @@ int main(int argc, char** argv) {
     const int64_t ar = s.ta == n ? s.M : s.K, ac = s.ta == n ? s.K : s.M;
     const int64_t br = s.tb == n ? s.K : s.N, bc = s.tb == n ? s.N : s.K;
     auto A = random_matrix(ar * ac, rng), B = random_matrix(br * bc, rng);
+    const auto A16 = to_bf16(A), B16 = to_bf16(B);  // what the bf16 candidates multiply (from 5 rows)
     std::vector<float> C(s.M * s.N);
     const double flops = 2.0 * s.M * s.N * s.K;
     for (int threads : thread_counts) {
@@ -308,7 +338,9 @@ int main(int argc, char** argv) {
         const double t0 = now();
         if (!ok[c].run(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), ac, B.data(), bc, 0.0f, C.data(), s.N)) continue;
         const double dt = std::max(now() - t0, 1e-7);
-        const double err = row_error(s, A.data(), ac, B.data(), bc, C.data(), s.N, {0, s.M / 2, s.M - 1});
+        const bool rounded = ok[c].bf16 && s.M > 4;
+        const double err = row_error(s, (rounded ? A16 : A).data(), ac, (rounded ? B16 : B).data(), bc, C.data(), s.N,
+                                     {0, s.M / 2, s.M - 1});
         if (!(err <= 3e-6 * s.K + 1e-6)) {
           note[c] = "WRONG";
           continue;
