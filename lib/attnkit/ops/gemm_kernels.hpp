@@ -58,14 +58,14 @@ namespace avx512 {
 ATTNKIT_GEMM_KERNEL_ENTRIES
 // Products with bfloat16 multiplications (ops::MatmulPrecision::BFloat16; gemm_kernel.inc, "pair panels"): only
 // on processors with AVX512_BF16 (ops::matmul_precision_available). gemm's and gemm_packed's semantics for any M;
-// the pre-packed op(B) as pair panels (pack_pairs_all, packed_pairs_size words); gemm_panels_bf16: A's float32
-// panels (pack_a_panels, K <= the K block) times one block of pair panels.
+// the pre-packed op(B) as pair panels (pack_pairs_all converts pack_b_all's panels; packed_pairs_size words);
+// gemm_panels_bf16: A's float32 panels (pack_a_panels, K <= the K block) times one block of pair panels.
 #define ATTNKIT_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
 ATTNKIT_BF16 bool gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                             int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                             const float* bias, const float* add, int64_t ldadd, bool relu);
 int64_t packed_pairs_size(int64_t K, int64_t N);
-ATTNKIT_BF16 bool pack_pairs_all(bool tb, const float* B, int64_t ldb, int64_t K, int64_t N, uint32_t* dst);
+ATTNKIT_BF16 void pack_pairs_all(const float* packed, int64_t K, int64_t N, uint32_t* dst);
 ATTNKIT_BF16 bool gemm_packed_bf16(bool ta, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                                    int64_t lda, const uint32_t* pairs, int64_t j0, int64_t j1, float beta, float* C,
                                    int64_t ldc, const float* bias, const float* add, int64_t ldadd, bool relu);

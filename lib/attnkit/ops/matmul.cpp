@@ -248,8 +248,7 @@ GemmPackedB::GemmPackedB(Trans tb, int64_t K, int64_t N, const float* B, int64_t
     detail::avx512::pack_b_all(tb == Trans::Yes, B, ldb, K, N, data_.data());
     if (matmul_precision() == MatmulPrecision::BFloat16) {
       pairs_.resize(detail::avx512::packed_pairs_size(K, N));
-      AK_CHECK(detail::avx512::pack_pairs_all(tb == Trans::Yes, B, ldb, K, N, pairs_.data()),
-               "gemm_pack_b: cannot allocate the packing buffer for [{}, {}]", K, N);
+      detail::avx512::pack_pairs_all(data_.data(), K, N, pairs_.data());
     }
   } else {
     data_.resize(detail::avx2::packed_size(K, N));
