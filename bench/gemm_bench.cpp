@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "attnkit/ops/gemm_kernels.hpp"
+#include "attnkit/ops/quantized.hpp"
 #include "attnkit/tensor/threads.hpp"
 #ifdef ATTNKIT_HAVE_LIBXSMM
 #include <libxsmm.h>
@@ -68,13 +69,8 @@ struct Candidate {
   bool bf16 = false;  // rounds its operands to bfloat16: checked against the product of rounded copies
 };
 
-float to_bf16(float x) {  // round to nearest even, to 8 bits of mantissa (finite x)
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+// to 8 bits of mantissa, nearest, ties to even (ops::to_bf16, the library's inference weights' rounding)
+float to_bf16(float x) { return ops::from_bf16(ops::to_bf16(x)); }
 std::vector<float> to_bf16(std::vector<float> v) {
   for (float& x : v) x = to_bf16(x);
   return v;

@@ -8,11 +8,11 @@
 
 #include <array>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "attnkit/ops/gemm_kernels.hpp"
+#include "attnkit/ops/quantized.hpp"
 #include "attnkit/tensor/error.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/tensor/threads.hpp"
@@ -29,13 +29,8 @@ struct Precision {
   ~Precision() { ops::set_matmul_precision(MatmulPrecision::Float32); }
 };
 
-float to_bf16(float x) {  // round to nearest even, to 8 bits of mantissa (finite x)
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+// to 8 bits of mantissa, nearest, ties to even (ops::to_bf16, the library's inference weights' rounding)
+float to_bf16(float x) { return ops::from_bf16(ops::to_bf16(x)); }
 
 Tensor rounded(const Tensor& t) {
   Tensor r = t;
