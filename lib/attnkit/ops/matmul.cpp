@@ -143,7 +143,8 @@ std::atomic<MatmulPrecision> g_precision{MatmulPrecision::Float32};
 
 // Whether a product of M rows on the kernel runs with bfloat16 multiplications.
 bool bf16_products(GemmKernel kernel, int64_t M) {
-  return M > 4 && kernel == GemmKernel::Avx512 && g_precision.load(std::memory_order_relaxed) == MatmulPrecision::BFloat16;
+  return M > 4 && kernel == GemmKernel::Avx512 &&
+         g_precision.load(std::memory_order_relaxed) == MatmulPrecision::BFloat16;
 }
 
 }  // namespace
@@ -219,7 +220,7 @@ void gemm_with(GemmKernel kernel, Trans ta, Trans tb, int64_t M, int64_t N, int6
     apply_epilogue(M, N, C, ldc, e);
     return;
   }
-  const KernelFn fn = bf16_products(kernel, M)           ? &detail::avx512::gemm_bf16
+  const KernelFn fn = bf16_products(kernel, M)      ? &detail::avx512::gemm_bf16
                       : kernel == GemmKernel::Avx512 ? &detail::avx512::gemm
                                                      : &detail::avx2::gemm;
   own_gemm(fn, serial, ta == Trans::Yes, tb == Trans::Yes, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e);
