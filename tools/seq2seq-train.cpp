@@ -676,8 +676,7 @@ int main(int argc, char** argv) {
     const bool vocab_size_given = app.get_option("--vocab-size")->count() > 0;  // --resume may restore it
     if (!resume_path.empty()) restore_options(app, resume_path, restored, override_options);
     // (after --resume, which restores the checkpoint's precision: a resumed run multiplies as it did)
-    const ops::MatmulPrecision precision =
-        matmul_precision == "bf16" ? ops::MatmulPrecision::BFloat16 : ops::MatmulPrecision::Float32;
+    const ops::MatmulPrecision precision = ops::parse_matmul_precision(matmul_precision);
     if (!ops::matmul_precision_available(precision))
       throw UsageError("--matmul-precision bf16: this processor has no AVX512_BF16 (bfloat16 products); "
                        "--matmul-precision float32 trains on any");

@@ -160,6 +160,11 @@ constexpr EnumName<MatmulPrecision> kPrecisionNames[] = {{MatmulPrecision::Float
 
 const char* matmul_precision_name(MatmulPrecision precision) { return name_of(kPrecisionNames, precision); }
 
+MatmulPrecision parse_matmul_precision(std::string_view name) {
+  if (const std::optional<MatmulPrecision> p = parse_name(kPrecisionNames, name)) return *p;
+  fail("unknown matmul precision \"{}\" (expected {})", name, names_or(kPrecisionNames));
+}
+
 void set_matmul_precision(MatmulPrecision precision) {
   AK_CHECK(matmul_precision_available(precision),
            "matmul precision {}: this processor has no AVX512_BF16 (bfloat16 products need it; float32 runs anywhere)",
@@ -416,7 +421,7 @@ void gemm_panels(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, 
 
 void gemm_panels_pairs(int64_t M, int64_t N, int64_t K, float alpha, const float* pa, const uint32_t* pb, float beta,
                        float* C, int64_t ldc, RowBlocks blocks) {
-  AK_CHECK(gemm_kernel_auto() == GemmKernel::Avx512 && cpu_has_avx512_bf16() && K <= panel_kernel().shape.max_depth,
+  AK_CHECK(matmul_precision_available(MatmulPrecision::BFloat16) && K <= panel_kernel().shape.max_depth,
            "gemm_panels_pairs: bfloat16 pair panels need AVX512_BF16 and K <= {} (K = {})",
            panel_kernel().shape.max_depth, K);
   detail::avx512::gemm_panels_bf16(M, N, K, alpha, pa, pb, beta, C, ldc, blocks == RowBlocks::Balanced);

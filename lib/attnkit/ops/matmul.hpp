@@ -13,6 +13,7 @@
 // OpenMP parallel region, or with GemmThreads::This, runs on the calling thread only.
 #pragma once
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace attnkit::ops {
@@ -51,6 +52,7 @@ bool matmul_precision_available(MatmulPrecision precision);
 void set_matmul_precision(MatmulPrecision precision);
 MatmulPrecision matmul_precision();
 const char* matmul_precision_name(MatmulPrecision precision);  // "float32", "bf16"
+MatmulPrecision parse_matmul_precision(std::string_view name);  // from those names; throws on another
 
 // op(B) [K, N] packed once for many products with it, e.g. a recurrent layer's W_hh at every time
 // step: the panels the kernel that ops::gemm picks would otherwise pack on every call. A derived copy
