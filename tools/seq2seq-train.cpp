@@ -620,6 +620,7 @@ int main(int argc, char** argv) {
     if (trainer->step() >= trainer->total_steps())
       std::cerr << "seq2seq-train: nothing trained: at step " << trainer->step() << " of --steps "
                 << trainer->total_steps() << '\n';
+    if (const std::string note = trainer->schedule_note(); !note.empty()) std::cerr << "seq2seq-train: " << note << '\n';
     if (resume_path.empty() && !metrics_path.empty()) std::ofstream(metrics_path, std::ios::trunc | std::ios::binary);
     std::vector<std::string> lines;
     train::LmSummary summary;
@@ -911,6 +912,8 @@ int main(int argc, char** argv) {
                   << " is the total counted from the start of the run (give --steps above " << trainer->step()
                   << " to train on)\n";
     }
+    if (const std::string note = trainer->schedule_note(); lead && !note.empty())
+      std::cerr << "seq2seq-train: " << note << '\n';
     if (lead && !resume_path.empty() && trainer->grad_shards() != trainer->checkpoint_grad_shards())
       std::cerr << "seq2seq-train: the checkpoint " << resume_path << " cut each batch into "
                 << trainer->checkpoint_grad_shards() << " gradient shard(s); this run cuts it into "

@@ -78,6 +78,27 @@ else
 fi
 expect_error 2 "--matmul-precision" seq2seq-train "${rcommon[@]}" --steps 5 --matmul-precision fp16 --save x.json
 
+# --- a cosine schedule is as long as the run: resumed with the --steps its checkpoint's run had, nothing is said;
+#     with another, the rates from the checkpoint's step on differ from that run's, and stderr says so with both
+#     (a finished run resumed with a longer one: a warm restart, the rate climbing back from 0)
+seq2seq-train "${rcommon[@]}" --schedule cosine --steps 40 --save-every 20 --keep-last 2 --save cos.json > /dev/null ||
+  fail "cosine run exited $?"
+seq2seq-train --resume cos.step20.json --steps 40 --threads 1 --save same.json > /dev/null 2> same.err ||
+  fail "cosine resume exited $?"
+! grep -q "cosine" same.err || fail "a resume with the run's own --steps said: $(cat same.err)"
+seq2seq-train --resume cos.json --steps 60 --log-every 10 --threads 1 --save warm.json --metrics warm.jsonl > /dev/null 2> warm.err ||
+  fail "warm restart exited $?"
+grep -qF "the cosine schedule runs to step 60 (--steps) where the checkpoint's run had it end at step 40: the rate at step 40 is 0.0025 where the checkpoint's schedule gives 0 (a warm restart)" warm.err ||
+  fail "the warm restart was not said: $(cat warm.err)"
+python3 -c "
+import json
+lr = [json.loads(l)['lr'] for l in open('warm.jsonl')]
+assert len(lr) == 2 and 0 < lr[1] < lr[0] <= 0.0025, lr" || fail "the restarted rates: $(cat warm.jsonl)"
+seq2seq-train --resume cos.step20.json --steps 80 --threads 1 --save longer.json > /dev/null 2> longer.err ||
+  fail "longer resume exited $?"
+grep -qF "runs to step 80 (--steps) where the checkpoint's run had it end at step 40: the rate at step 20 is 0.00854 where the checkpoint's schedule gives 0.005" longer.err && ! grep -q "warm restart" longer.err ||
+  fail "the longer schedule was not said: $(cat longer.err)"
+
 # --- the same resume through binary checkpoints, chosen by extension: the first half saved as .safetensors,
 #     resumed into .npz, is the JSON run bit for bit (tensor get converts the .npz back to the same JSON bytes)
 seq2seq-train "${rcommon[@]}" --steps 25 --save half.safetensors > /dev/null || fail "first half (.safetensors) exited $?"

@@ -51,6 +51,10 @@ int64_t Trainer::resume_grad_shards(const std::string& path, int64_t given, int 
                           processes);
 }
 
+std::string Trainer::schedule_note() const {
+  return length_schedule_ ? schedule_change_note(options_.schedule, checkpoint_run_steps_, step_) : std::string();
+}
+
 void Trainer::save(const std::string& path) const {
   io::Value v = models::checkpoint_head(*model_);
   io::Value t;
@@ -233,6 +237,7 @@ std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::st
   }
   trainer->step_ = trainer->start_step_ = top.count("step");
   trainer->checkpoint_shards_ = saved_shards;
+  trainer->checkpoint_run_steps_ = t.has("steps") ? t.count("steps") : 0;
   auto read_rng = [&](const io::Value& value, const std::string& what) {
     const models::Fields r(value, what);
     Rng::State st;

@@ -88,8 +88,8 @@ LmTrainer::LmTrainer(const LmTrainerOptions& options, TextData&& data, bool fres
   }
   optimizer_ = make_optimizer(options_.optimizer, model_->named_parameters(), options_.schedule.lr);
   rng_ = Rng(options_.seed, 77);
-  if (options_.schedule.kind == ScheduleKind::Cosine && options_.schedule.t_max == 0)
-    options_.schedule.t_max = std::max<int64_t>(options_.steps, 1);
+  length_schedule_ = options_.schedule.kind == ScheduleKind::Cosine && options_.schedule.t_max == 0;
+  if (length_schedule_) options_.schedule.t_max = std::max<int64_t>(options_.steps, 1);
   validate(options_.schedule);
 }
 
@@ -215,6 +215,10 @@ LmSummary LmTrainer::run(const std::function<void(const std::string&)>& log) {
   return s;
 }
 
+std::string LmTrainer::schedule_note() const {
+  return length_schedule_ ? schedule_change_note(options_.schedule, checkpoint_run_steps_, step_) : std::string();
+}
+
 void LmTrainer::save(const std::string& path) const {
   io::Value v = models::checkpoint_head(*model_);
   io::Value t;
@@ -293,6 +297,7 @@ std::unique_ptr<LmTrainer> LmTrainer::resume(const std::string& path, const LmTr
     top.rethrow_where(e);
   }
   trainer->step_ = trainer->start_step_ = top.count("step");
+  trainer->checkpoint_run_steps_ = t.has("steps") ? t.count("steps") : 0;
   const models::Fields r(top.member("rng"), path + ": rng");
   Rng::State st;
   st.state = r.u64("state");

@@ -86,6 +86,9 @@ class LmTrainer {
   models::TranslationModel& model() { return *model_; }
   int64_t step() const { return step_; }
   int64_t total_steps() const { return options_.steps; }
+  // After resume: what the run's --steps changes in a cosine schedule the checkpoint's run had another length
+  // of (train::schedule_change_note), "" when nothing.
+  std::string schedule_note() const;
 
  private:
   LmTrainer(const LmTrainerOptions& options, TextData&& data, bool fresh);
@@ -97,6 +100,8 @@ class LmTrainer {
   std::unique_ptr<models::TranslationModel> model_;
   models::RecurrentLM* recurrent_ = nullptr;  // model_ when it is the recurrent one
   int64_t position_ = 0;                      // the recurrent model's place in its streams
+  bool length_schedule_ = false;              // a cosine schedule as long as the run (t_max 0 given)
+  int64_t checkpoint_run_steps_ = 0;          // after resume: the checkpoint's run's --steps
   std::unique_ptr<Optimizer> optimizer_;
   Rng rng_{1, 77};
   int64_t step_ = 0, start_step_ = 0;

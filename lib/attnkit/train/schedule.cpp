@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "attnkit/tensor/enum_names.hpp"
 #include "attnkit/tensor/error.hpp"
 
@@ -72,6 +74,18 @@ double learning_rate(const ScheduleOptions& o, int64_t step) {
   }
   if (o.warmup_steps > 0 && step < o.warmup_steps) lr *= s / static_cast<double>(o.warmup_steps);
   return lr;
+}
+
+std::string schedule_change_note(const ScheduleOptions& options, int64_t checkpoint_t_max, int64_t step) {
+  if (options.kind != ScheduleKind::Cosine || checkpoint_t_max <= 0 || checkpoint_t_max == options.t_max ||
+      step >= options.t_max)
+    return {};
+  ScheduleOptions before = options;
+  before.t_max = checkpoint_t_max;
+  return fmt::format("the cosine schedule runs to step {} (--steps) where the checkpoint's run had it end at step "
+                     "{}: the rate at step {} is {:.3g} where the checkpoint's schedule gives {:.3g}{}",
+                     options.t_max, checkpoint_t_max, step, learning_rate(options, step), learning_rate(before, step),
+                     step >= checkpoint_t_max ? " (a warm restart)" : "");
 }
 
 }  // namespace attnkit::train

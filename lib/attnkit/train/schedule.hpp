@@ -56,4 +56,11 @@ void validate(const ScheduleOptions& options);
 // The lr for optimizer step `step` (>= 0). Validates the options first.
 double learning_rate(const ScheduleOptions& options, int64_t step);
 
+// A run resumed at `step` under a cosine schedule whose t_max is the run's length (`options.t_max`, from
+// --steps) where the checkpoint's run had another length (`checkpoint_t_max`) takes other rates from `step` on
+// than the checkpoint's run would have: a finished run resumed with a longer one starts a second, lower cosine
+// (a warm restart, as SGDR's). Returns the sentence saying so, with both rates at `step`; "" when the rates
+// agree (another schedule, the same length, nothing left to train) or checkpoint_t_max is 0 (not known).
+std::string schedule_change_note(const ScheduleOptions& options, int64_t checkpoint_t_max, int64_t step);
+
 }  // namespace attnkit::train

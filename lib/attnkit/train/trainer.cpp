@@ -146,8 +146,8 @@ Trainer::Trainer(const TrainerOptions& options, TrainingData&& data, const model
              kMaxSteps, kMaxSteps / per_epoch);
     options_.steps = options_.epochs * per_epoch;
   }
-  if (options_.schedule.kind == ScheduleKind::Cosine && options_.schedule.t_max == 0)
-    options_.schedule.t_max = std::max<int64_t>(options_.steps, 1);
+  length_schedule_ = options_.schedule.kind == ScheduleKind::Cosine && options_.schedule.t_max == 0;
+  if (length_schedule_) options_.schedule.t_max = std::max<int64_t>(options_.steps, 1);
   validate(options_.schedule);
 }
 

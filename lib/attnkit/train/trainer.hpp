@@ -158,6 +158,9 @@ class Trainer {
   models::TranslationModel& model() { return *model_; }
   int64_t step() const { return step_; }
   int64_t total_steps() const { return options_.steps; }
+  // After resume: what the run's --steps changes in a cosine schedule the checkpoint's run had another length
+  // of (train::schedule_change_note), "" when nothing.
+  std::string schedule_note() const;
   // The shards each batch is cut into, and (after resume) the checkpoint's.
   int64_t grad_shards() const { return sharded_ ? sharded_->shards() : 1; }
   int64_t checkpoint_grad_shards() const { return checkpoint_shards_; }
@@ -192,6 +195,8 @@ class Trainer {
   Communicator* comm_ = nullptr;
   std::unique_ptr<ShardedStep> sharded_;  // with several shards or processes
   int64_t checkpoint_shards_ = 1;
+  bool length_schedule_ = false;     // a cosine schedule as long as the run (t_max 0 given)
+  int64_t checkpoint_run_steps_ = 0; // after resume: the checkpoint's run's --steps (its "training" "steps")
   mutable Snapshots snapshots_;
   mutable std::vector<Rng::State> shard_states_;  // every shard's Rng, gathered before a save
   mutable std::vector<BatcherState> shard_orders_;  // every shard's data order (with parts), likewise
