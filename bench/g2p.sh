@@ -26,6 +26,9 @@
 #          --hidden H: both models H per direction (256). On a processor with AVX512_BF16 the products in bfloat16
 #          (-- --matmul-precision bf16) train 1.5 times the steps a second, so that 30 minutes hold 16500 steps of
 #          the 320-wide pair on a Zen 4: bench/g2p.sh --recipe rescore --hidden 320 --steps 16500 -- --matmul-precision bf16
+#          --restart-at N (ensemble, rescore): each model first trains a cosine schedule of N steps, then resumes
+#          with --steps the run's total, a warm restart (the rate of step N of the longer cosine, down to 0 again;
+#          the same steps in all): bench/g2p.sh --recipe rescore --hidden 320 --steps 16500 --restart-at 9000 -- --matmul-precision bf16
 #
 # The curve's validation set is every 5th line of valid.tsv (about 1000 pronunciations, spread over the alphabet),
 # to keep the periodic greedy decoding cheap; the final figures are on all of test.tsv.
@@ -35,7 +38,8 @@
 #
 # Usage: bench/g2p.sh [--recipe base|wide|ensemble|rescore | --transformer] [--steps N] [--threads N] [--log-every N]
 #                     [--models N (ensemble: models trained at once, 2)] [--hidden H (ensemble, rescore: 256)]
-#                     [--save-every N (wide: the saves averaged, 1000)] [-- extra seq2seq-train options]
+#                     [--restart-at N (ensemble, rescore)] [--save-every N (wide: the saves averaged, 1000)]
+#                     [-- extra seq2seq-train options]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${ATTNKIT_BIN:-$here/../build/bin}"
@@ -51,6 +55,7 @@ models=2
 models_given=0
 hidden=256
 hidden_given=0
+restart_at=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) steps="$2"; shift 2 ;;
@@ -61,6 +66,7 @@ while [[ $# -gt 0 ]]; do
     --save-every) save_every="$2"; shift 2 ;;
     --models) models="$2"; models_given=1; shift 2 ;;
     --hidden) hidden="$2"; hidden_given=1; shift 2 ;;
+    --restart-at) restart_at="$2"; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "g2p.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -71,6 +77,9 @@ fi
 if (( hidden_given )) && [[ $model != lstm || ( $recipe != ensemble && $recipe != rescore ) ]]; then
   echo "g2p.sh: --hidden goes with --recipe ensemble or rescore (the other recipes fix their sizes)" >&2; exit 2
 fi
+if [[ -n "$restart_at" ]] && [[ $model != lstm || ( $recipe != ensemble && $recipe != rescore ) ]]; then
+  echo "g2p.sh: --restart-at goes with --recipe ensemble or rescore" >&2; exit 2
+fi
 mkdir -p "$out"
 if [[ ! -s "$out/data/train.tsv" ]]; then
   "$here/../examples/06-g2p-data/prepare.sh" "$out/data"
@@ -80,6 +89,9 @@ average=0
 if [[ $model == lstm && ( $recipe == ensemble || $recipe == rescore ) ]]; then
   # N processes of one thread each, at once; then each model and the ensemble (or the rescored beams) scored
   steps="${steps:-23000}"
+  if [[ -n "$restart_at" ]] && ! (( restart_at > 0 && restart_at < steps )); then
+    echo "g2p.sh: --restart-at $restart_at: give a step between 0 and --steps $steps" >&2; exit 2
+  fi
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   t0=$(date +%s.%N)
   pids=()
@@ -87,12 +99,23 @@ if [[ $model == lstm && ( $recipe == ensemble || $recipe == rescore ) ]]; then
     args=(--train "$out/data/train.tsv" --valid "$out/data/valid-curve.tsv" --tokenizer char --target-tokenizer space
           --model lstm --attention additive --bidirectional --hidden "$hidden" --embed 64 --dropout 0.2
           --label-smoothing 0.1 --lr 0.003 --warmup 500 --batch 64 --maxi-batch 100 --schedule cosine --clip 1
-          --steps "$steps" --log-every "$log_every" --threads 1 --seed "$k" "${extra[@]}")
+          --log-every "$log_every" --threads 1 --seed "$k" "${extra[@]}")
     [[ $recipe == rescore && $k == 2 ]] && args+=(--right-left)
-    echo "\$ seq2seq-train ${args[*]} --save g2p-ens$k.safetensors --metrics g2p-ens$k.jsonl &"
     rm -f "$out/g2p-ens$k.jsonl"
-    "$bin/seq2seq-train" "${args[@]}" --save "$out/g2p-ens$k.safetensors" --metrics "$out/g2p-ens$k.jsonl" \
-      > "$out/g2p-ens$k.summary.json" &
+    if [[ -n "$restart_at" ]]; then
+      # the first cosine, then the warm restart: the same run resumed with the longer --steps
+      echo "\$ seq2seq-train ${args[*]} --steps $restart_at --save g2p-ens$k.safetensors --metrics g2p-ens$k.jsonl && seq2seq-train --resume g2p-ens$k.safetensors --steps $steps --log-every $log_every --threads 1 --save g2p-ens$k.safetensors --metrics g2p-ens$k.jsonl &"
+      { "$bin/seq2seq-train" "${args[@]}" --steps "$restart_at" --save "$out/g2p-ens$k.safetensors" \
+          --metrics "$out/g2p-ens$k.jsonl" > /dev/null &&
+        "$bin/seq2seq-train" --resume "$out/g2p-ens$k.safetensors" --steps "$steps" --log-every "$log_every" \
+          --threads 1 --save "$out/g2p-ens$k.safetensors" --metrics "$out/g2p-ens$k.jsonl" \
+          > "$out/g2p-ens$k.summary.json"; } &
+    else
+      args+=(--steps "$steps")
+      echo "\$ seq2seq-train ${args[*]} --save g2p-ens$k.safetensors --metrics g2p-ens$k.jsonl &"
+      "$bin/seq2seq-train" "${args[@]}" --save "$out/g2p-ens$k.safetensors" --metrics "$out/g2p-ens$k.jsonl" \
+        > "$out/g2p-ens$k.summary.json" &
+    fi
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid"; done
