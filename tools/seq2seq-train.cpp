@@ -620,7 +620,8 @@ int main(int argc, char** argv) {
     if (trainer->step() >= trainer->total_steps())
       std::cerr << "seq2seq-train: nothing trained: at step " << trainer->step() << " of --steps "
                 << trainer->total_steps() << '\n';
-    if (const std::string note = trainer->schedule_note(); !note.empty()) std::cerr << "seq2seq-train: " << note << '\n';
+    if (const std::string note = trainer->schedule_note(); !note.empty())
+      std::cerr << "seq2seq-train: " << note << '\n';
     if (resume_path.empty() && !metrics_path.empty()) std::ofstream(metrics_path, std::ios::trunc | std::ios::binary);
     std::vector<std::string> lines;
     train::LmSummary summary;
