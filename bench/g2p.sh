@@ -29,6 +29,11 @@
 #          --restart-at N (ensemble, rescore): each model first trains a cosine schedule of N steps, then resumes
 #          with --steps the run's total, a warm restart (the rate of step N of the longer cosine, down to 0 again;
 #          the same steps in all): bench/g2p.sh --recipe rescore --hidden 320 --steps 16500 --restart-at 9000 -- --matmul-precision bf16
+#          --pairs N (rescore): N pairs, one after another (pair k: seeds 2k-1 left to right, 2k right to left), then
+#          each model alone and all of them: the left-to-right models decode together (--ensemble), the right-to-left
+#          ones rescore, and every model searches its own beam (--rescore-union). N times the training time.
+# --more-words: the models learn from train.tsv and the lines of valid.tsv whose words the curve's set (below) does
+# not hold (train-more.tsv, 4% more pronunciations); valid.tsv is then no longer held out, test.tsv still is.
 #
 # The curve's validation set is every 5th line of valid.tsv (about 1000 pronunciations, spread over the alphabet),
 # to keep the periodic greedy decoding cheap; the final figures are on all of test.tsv.
@@ -38,8 +43,8 @@
 #
 # Usage: bench/g2p.sh [--recipe base|wide|ensemble|rescore | --transformer] [--steps N] [--threads N] [--log-every N]
 #                     [--models N (ensemble: models trained at once, 2)] [--hidden H (ensemble, rescore: 256)]
-#                     [--restart-at N (ensemble, rescore)] [--save-every N (wide: the saves averaged, 1000)]
-#                     [-- extra seq2seq-train options]
+#                     [--restart-at N (ensemble, rescore)] [--pairs N (rescore: 1)] [--more-words]
+#                     [--save-every N (wide: the saves averaged, 1000)] [-- extra seq2seq-train options]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${ATTNKIT_BIN:-$here/../build/bin}"
@@ -56,6 +61,9 @@ models_given=0
 hidden=256
 hidden_given=0
 restart_at=
+pairs=1
+pairs_given=0
+more_words=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) steps="$2"; shift 2 ;;
@@ -67,6 +75,8 @@ while [[ $# -gt 0 ]]; do
     --models) models="$2"; models_given=1; shift 2 ;;
     --hidden) hidden="$2"; hidden_given=1; shift 2 ;;
     --restart-at) restart_at="$2"; shift 2 ;;
+    --pairs) pairs="$2"; pairs_given=1; shift 2 ;;
+    --more-words) more_words=1; shift ;;
     --) shift; extra=("$@"); break ;;
     *) echo "g2p.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -80,11 +90,25 @@ fi
 if [[ -n "$restart_at" ]] && [[ $model != lstm || ( $recipe != ensemble && $recipe != rescore ) ]]; then
   echo "g2p.sh: --restart-at goes with --recipe ensemble or rescore" >&2; exit 2
 fi
+if (( pairs_given )) && [[ $model != lstm || $recipe != rescore ]]; then
+  echo "g2p.sh: --pairs goes with --recipe rescore" >&2; exit 2
+fi
+if ! [[ $pairs =~ ^[1-9][0-9]?$ ]]; then
+  echo "g2p.sh: --pairs $pairs: give a number of pairs from 1 to 99" >&2; exit 2
+fi
 mkdir -p "$out"
 if [[ ! -s "$out/data/train.tsv" ]]; then
   "$here/../examples/06-g2p-data/prepare.sh" "$out/data"
 fi
 awk 'NR % 5 == 0' "$out/data/valid.tsv" > "$out/data/valid-curve.tsv"
+train="$out/data/train.tsv"
+if (( more_words )); then
+  # train.tsv and the lines of valid.tsv whose words the curve's set does not hold (none of their pronunciations)
+  train="$out/data/train-more.tsv"
+  awk -F'\t' 'NR == FNR { curve[$1] = 1; next } !($1 in curve)' "$out/data/valid-curve.tsv" "$out/data/valid.tsv" |
+    cat "$out/data/train.tsv" - > "$train"
+  echo "training data: train.tsv and $(( $(wc -l < "$train") - $(wc -l < "$out/data/train.tsv") )) lines of valid.tsv (train-more.tsv)"
+fi
 average=0
 if [[ $model == lstm && ( $recipe == ensemble || $recipe == rescore ) ]]; then
   # N processes of one thread each, at once; then each model and the ensemble (or the rescored beams) scored
@@ -93,14 +117,17 @@ if [[ $model == lstm && ( $recipe == ensemble || $recipe == rescore ) ]]; then
     echo "g2p.sh: --restart-at $restart_at: give a step between 0 and --steps $steps" >&2; exit 2
   fi
   echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  # rescore: the pairs one after another, the two models of a pair at once
+  group=$models
+  if [[ $recipe == rescore ]]; then models=$((2 * pairs)); group=2; fi
   t0=$(date +%s.%N)
   pids=()
   for ((k = 1; k <= models; k++)); do
-    args=(--train "$out/data/train.tsv" --valid "$out/data/valid-curve.tsv" --tokenizer char --target-tokenizer space
+    args=(--train "$train" --valid "$out/data/valid-curve.tsv" --tokenizer char --target-tokenizer space
           --model lstm --attention additive --bidirectional --hidden "$hidden" --embed 64 --dropout 0.2
           --label-smoothing 0.1 --lr 0.003 --warmup 500 --batch 64 --maxi-batch 100 --schedule cosine --clip 1
           --log-every "$log_every" --threads 1 --seed "$k" "${extra[@]}")
-    [[ $recipe == rescore && $k == 2 ]] && args+=(--right-left)
+    [[ $recipe == rescore ]] && (( k % 2 == 0 )) && args+=(--right-left)
     rm -f "$out/g2p-ens$k.jsonl"
     if [[ -n "$restart_at" ]]; then
       # the first cosine, then the warm restart: the same run resumed with the longer --steps
@@ -117,10 +144,28 @@ if [[ $model == lstm && ( $recipe == ensemble || $recipe == rescore ) ]]; then
         > "$out/g2p-ens$k.summary.json" &
     fi
     pids+=($!)
+    if (( k % group == 0 )); then
+      for pid in "${pids[@]}"; do wait "$pid"; done
+      pids=()
+    fi
   done
-  for pid in "${pids[@]}"; do wait "$pid"; done
   t1=$(date +%s.%N)
   echo "training wall time: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f s", b - a }'); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  if [[ $recipe == rescore ]] && (( pairs > 1 )); then
+    # each model alone, then all: the left-to-right models decode together (--ensemble), the right-to-left ones
+    # rescore, and each searches its own beam too (--rescore-union)
+    for ((k = 1; k <= models; k++)); do
+      echo "\$ seq2seq-eval g2p-ens$k.safetensors test.tsv --format table"
+      "$bin/seq2seq-eval" "$out/g2p-ens$k.safetensors" "$out/data/test.tsv" --threads "$threads" --format table
+    done
+    together=()
+    for ((k = 3; k <= models; k += 2)); do together+=(--ensemble "$out/g2p-ens$k.safetensors"); done
+    for ((k = 2; k <= models; k += 2)); do together+=(--rescore "$out/g2p-ens$k.safetensors"); done
+    echo "\$ seq2seq-eval g2p-ens1.safetensors test.tsv ${together[*]//$out\//} --strategy beam --beam 5 --rescore-union --format table"
+    "$bin/seq2seq-eval" "$out/g2p-ens1.safetensors" "$out/data/test.tsv" "${together[@]}" --threads "$threads" \
+      --strategy beam --beam 5 --rescore-union --format table
+    exit 0
+  fi
   if [[ $recipe == rescore ]]; then
     for k in 1 2; do
       echo "\$ seq2seq-eval g2p-ens$k.safetensors test.tsv --format table"
@@ -179,7 +224,7 @@ if (( average > 0 )); then
   ext=safetensors
   save_args=(--save-every "$save_every" --keep-last "$average")
 fi
-args=(--train "$out/data/train.tsv" --valid "$out/data/valid-curve.tsv" --tokenizer char --target-tokenizer space
+args=(--train "$train" --valid "$out/data/valid-curve.tsv" --tokenizer char --target-tokenizer space
       "${model_args[@]}" --batch 64 --schedule cosine --clip 1 --steps "$steps" --log-every "$log_every"
       --threads "$threads" "${save_args[@]}" "${extra[@]}")
 echo "\$ seq2seq-train ${args[*]} --save $name.$ext --metrics $name.jsonl"
