@@ -151,38 +151,30 @@ if [[ $model == lstm && ( $recipe == ensemble || $recipe == rescore ) ]]; then
   done
   t1=$(date +%s.%N)
   echo "training wall time: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f s", b - a }'); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-  if [[ $recipe == rescore ]] && (( pairs > 1 )); then
-    # each model alone, then all: the left-to-right models decode together (--ensemble), the right-to-left ones
-    # rescore, and each searches its own beam too (--rescore-union)
+  if [[ $recipe == rescore ]]; then
     for ((k = 1; k <= models; k++)); do
       echo "\$ seq2seq-eval g2p-ens$k.safetensors test.tsv --format table"
       "$bin/seq2seq-eval" "$out/g2p-ens$k.safetensors" "$out/data/test.tsv" --threads "$threads" --format table
     done
+    if (( pairs == 1 )); then
+      for k in 1 2; do
+        other=$((3 - k))
+        echo "\$ seq2seq-eval g2p-ens$k.safetensors test.tsv --strategy beam --beam 5 --format table"
+        "$bin/seq2seq-eval" "$out/g2p-ens$k.safetensors" "$out/data/test.tsv" --threads "$threads" --strategy beam \
+          --beam 5 --format table
+        echo "\$ seq2seq-eval g2p-ens$k.safetensors test.tsv --strategy beam --beam 5 --rescore g2p-ens$other.safetensors --format table"
+        "$bin/seq2seq-eval" "$out/g2p-ens$k.safetensors" "$out/data/test.tsv" --threads "$threads" --strategy beam \
+          --beam 5 --rescore "$out/g2p-ens$other.safetensors" --format table
+      done
+    fi
+    # all of them: the left-to-right models decode together (--ensemble), the right-to-left ones rescore, and each
+    # searches its own beam too (--rescore-union)
     together=()
     for ((k = 3; k <= models; k += 2)); do together+=(--ensemble "$out/g2p-ens$k.safetensors"); done
     for ((k = 2; k <= models; k += 2)); do together+=(--rescore "$out/g2p-ens$k.safetensors"); done
-    echo "\$ seq2seq-eval g2p-ens1.safetensors test.tsv ${together[*]//$out\//} --strategy beam --beam 5 --rescore-union --format table"
-    "$bin/seq2seq-eval" "$out/g2p-ens1.safetensors" "$out/data/test.tsv" "${together[@]}" --threads "$threads" \
-      --strategy beam --beam 5 --rescore-union --format table
-    exit 0
-  fi
-  if [[ $recipe == rescore ]]; then
-    for k in 1 2; do
-      echo "\$ seq2seq-eval g2p-ens$k.safetensors test.tsv --format table"
-      "$bin/seq2seq-eval" "$out/g2p-ens$k.safetensors" "$out/data/test.tsv" --threads "$threads" --format table
-    done
-    for k in 1 2; do
-      other=$((3 - k))
-      echo "\$ seq2seq-eval g2p-ens$k.safetensors test.tsv --strategy beam --beam 5 --format table"
-      "$bin/seq2seq-eval" "$out/g2p-ens$k.safetensors" "$out/data/test.tsv" --threads "$threads" --strategy beam \
-        --beam 5 --format table
-      echo "\$ seq2seq-eval g2p-ens$k.safetensors test.tsv --strategy beam --beam 5 --rescore g2p-ens$other.safetensors --format table"
-      "$bin/seq2seq-eval" "$out/g2p-ens$k.safetensors" "$out/data/test.tsv" --threads "$threads" --strategy beam \
-        --beam 5 --rescore "$out/g2p-ens$other.safetensors" --format table
-    done
-    echo "\$ seq2seq-eval g2p-ens1.safetensors test.tsv --strategy beam --beam 5 --rescore g2p-ens2.safetensors --rescore-union --format table"
+    echo "\$ seq2seq-eval g2p-ens1.safetensors test.tsv --strategy beam --beam 5 ${together[*]//$out\//} --rescore-union --format table"
     "$bin/seq2seq-eval" "$out/g2p-ens1.safetensors" "$out/data/test.tsv" --threads "$threads" --strategy beam \
-      --beam 5 --rescore "$out/g2p-ens2.safetensors" --rescore-union --format table
+      --beam 5 "${together[@]}" --rescore-union --format table
     exit 0
   fi
   ensemble=()
