@@ -100,15 +100,30 @@ RecurrentPacked pack_recurrent_direction(CellKind cell, int64_t H, const Tensor&
       if (hn) p.b_hn[u] = b_hh[row];
     }
   }
-  // dst[k, col_of[row]] = src[row, k]: transposed a band of 16 rows at a time, so the reads run along 16 rows and
-  // the writes fill 16 neighbouring columns (a whole unit block) of each dst row; one row (or one column) at a
-  // time strides through dst by G*H floats per element, and the weights are repacked after every optimizer
-  // step.
+  // dst[k, col_of[row]] = src[row, k], a band of 16 rows at a time: the weights are repacked after every optimizer
+  // step. A band of one gate's 16 units of a whole block lands in 16 neighbouring columns (col_of[r0 + i] =
+  // col_of[r0] + i): it goes through 16 x 16 tiles (16 contiguous reads of a src row into a tile, 16 contiguous
+  // writes of a dst row out of it; scattering one element at a time cost several times the copy). A band that
+  // crosses gates (H not a multiple of 16) goes element by element.
   auto transpose_into = [&](const Tensor& src, int64_t K, Tensor& dst) {  // src [G*H, K] -> dst [K, G*H]
     constexpr int64_t kBand = 16;
+    alignas(64) float tile[kBand][kBand];
     for (int64_t r0 = 0; r0 < GH; r0 += kBand) {
       const int64_t r1 = std::min(GH, r0 + kBand);
-      for (int64_t k = 0; k < K; ++k) {
+      bool contiguous = r1 - r0 == kBand;
+      for (int64_t r = r0; r < r1 && contiguous; ++r) contiguous = col_of[size_t(r)] == col_of[size_t(r0)] + (r - r0);
+      int64_t k0 = 0;
+      if (contiguous) {
+        const int64_t c0 = col_of[size_t(r0)];
+        for (; k0 + kBand <= K; k0 += kBand) {
+          for (int64_t i = 0; i < kBand; ++i) std::copy_n(src.data() + (r0 + i) * K + k0, kBand, tile[i]);
+          for (int64_t j = 0; j < kBand; ++j) {
+            float* out = dst.data() + (k0 + j) * GH + c0;
+            for (int64_t i = 0; i < kBand; ++i) out[i] = tile[i][j];
+          }
+        }
+      }
+      for (int64_t k = k0; k < K; ++k) {
         float* out = dst.data() + k * GH;
         for (int64_t r = r0; r < r1; ++r) out[col_of[size_t(r)]] = src[r * K + k];
       }
