@@ -261,6 +261,10 @@ int main(int argc, char** argv) {
   app.add_option("--embed", embed, "Embedding size")->transform(tools::positive())->capture_default_str();
   app.add_option("--layers", layers, "Layers of encoder and decoder")->transform(tools::whole_range(1, 16))->capture_default_str();
   app.add_flag("--bidirectional", bidirectional, "Bidirectional encoder (the decoder's hidden size doubles)");
+  int64_t attention_dim = 0;
+  app.add_option("--attention-dim", attention_dim,
+                 "Additive attention's projection size A (W_q, W_k [Hd, A], v [A]; default Hd, the decoder's size)")
+      ->transform(tools::whole_range(1, 65536));
   std::string attention_style = "luong";
   double dropout = 0.0, teacher_forcing = 1.0;
   app.add_option("--attention-style", attention_style,
@@ -513,7 +517,7 @@ int main(int argc, char** argv) {
     std::vector<const char*> refused = {"--task", "--target-tokenizer", "--target-vocab-size", "--target-spm-model",
                                         "--skip-bad-lines", "--max-len",
                                         "--min-len", "--train-size", "--valid-size", "--attention",
-                                        "--bidirectional", "--attention-style", "--teacher-forcing",
+                                        "--bidirectional", "--attention-style", "--attention-dim", "--teacher-forcing",
                                         "--label-smoothing", "--epochs", "--vocab", "--norm-first",
                                         "--maxi-batch", "--right-left"};
     for (const char* name : transformer ? std::vector<const char*>{"--hidden", "--embed"}
@@ -814,8 +818,8 @@ int main(int argc, char** argv) {
       throw UsageError(fmt::format("--heads {} does not divide --d-model {}", heads, d_model));
     // An option of the other family would do nothing: refused.
     auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
-    const std::vector<const char*> recurrent_only = {"--attention", "--attention-style", "--hidden",
-                                                     "--embed",     "--bidirectional",   "--teacher-forcing"};
+    const std::vector<const char*> recurrent_only = {"--attention", "--attention-style", "--hidden",       "--embed",
+                                                     "--bidirectional", "--teacher-forcing", "--attention-dim"};
     const std::vector<const char*> transformer_only = {"--heads", "--d-model", "--ff", "--norm-first"};
     for (const char* name : {"--context", "--tied", "--post-ln", "--positional", "--activation"})
       if (given(name)) throw UsageError(fmt::format("{} goes with a language model (--model transformer-lm, lstm-lm, ...)", name));
@@ -831,10 +835,14 @@ int main(int argc, char** argv) {
     o.model.embed = embed;
     o.model.layers = layers;
     o.model.bidirectional = bidirectional;
+    o.model.attention_dim = attention_dim;
+    if (given("--attention-dim") && resume_path.empty() && o.model.attention != models::AttentionKind::Additive)
+      throw UsageError(fmt::format("--attention-dim goes with --attention additive (the other scores have no "
+                                   "projection of their own), not {}", attention));
     // With --resume the checkpoint fixes the model; model options given as well must agree with it.
     o.model_given = {given("--model") && !transformer, given("--attention"), given("--embed"),
                      given("--hidden"), given("--layers"),   given("--bidirectional"),
-                     given("--attention-style"), given("--model")};
+                     given("--attention-style"), given("--attention-dim"), given("--model")};
     o.dropout = static_cast<float>(dropout);
     o.teacher_forcing = static_cast<float>(teacher_forcing);
     o.dropout_given = given("--dropout");

@@ -146,6 +146,22 @@ grep -q '"h_n"' enc.json || fail "lstm-run output lacks h_n"
 seq2seq-train --train "$fx/pairs.tsv" --valid "$fx/pairs.tsv" --model gru --attention additive --steps 5 \
   --hidden 8 --embed 4 --batch 2 --threads 1 --save f.json > fsum.json || fail "TSV run exited $?"
 [[ "$(num fsum.json step)" == 5 ]] || fail "TSV run summary: $(cat fsum.json)"
+# additive attention of its own size: stored in the config, kept on resume, another size refused
+seq2seq-train --train "$fx/pairs.tsv" --model gru --attention additive --attention-dim 3 --steps 2 --hidden 8 \
+  --embed 4 --batch 2 --threads 1 --save fa.json > /dev/null || fail "--attention-dim 3 run exited $?"
+grep -q '"attention_dim": *"3"' fa.json || fail "the checkpoint's config lacks attention_dim 3"
+seq2seq-train --resume fa.json --steps 3 --attention-dim 3 --threads 1 --save fa.json > /dev/null ||
+  fail "resuming with the same --attention-dim exited $?"
+expect_error 1 "the checkpoint's model is gru with attention additive of size 3, embed 4, hidden 8, 1 layer(s); it \
+cannot continue as gru with attention additive of size 5" seq2seq-train --resume fa.json --steps 4 --attention-dim 5 \
+  --save fa.json
+expect_error 1 "f.json: the checkpoint's model is gru with attention additive of size 8, embed 4, hidden 8, 1 \
+layer(s); it cannot continue as gru with attention additive of size 5" seq2seq-train --resume f.json --steps 6 \
+  --attention-dim 5 --save f2.json
+expect_error 2 "--attention-dim goes with --attention additive" seq2seq-train --train "$fx/pairs.tsv" --model gru \
+  --attention dot --attention-dim 3 --steps 2 --save x.json
+expect_error 2 "--attention-dim does nothing with --model transformer" seq2seq-train --train "$fx/pairs.tsv" \
+  --model transformer --attention-dim 3 --steps 2 --save x.json
 
 # --- bad input: exit 1, the message, nothing on stdout, the checkpoint left as it was
 cp m.json keep.json

@@ -8,6 +8,7 @@
 
 #include "attnkit/autograd/var.hpp"
 #include "attnkit/io/bundle_lookup.hpp"
+#include "attnkit/models/fields.hpp"
 #include "attnkit/models/seq2seq.hpp"
 #include "attnkit/tensor/random.hpp"
 #include "attnkit/train/batch.hpp"
@@ -96,12 +97,14 @@ TEST_CASE("seq2seq: the loss gradient of the whole model against central differe
     int layers;
     bool bidir;
     float smoothing;
+    int64_t attention_dim = 0;
   };
   for (Case k : {Case{nn::CellKind::Lstm, AttentionKind::None, 1, false, 0.0f},
                  Case{nn::CellKind::Lstm, AttentionKind::Additive, 1, false, 0.1f},
                  Case{nn::CellKind::Gru, AttentionKind::General, 2, true, 0.0f},
                  Case{nn::CellKind::RnnTanh, AttentionKind::Dot, 1, true, 0.0f},
-                 Case{nn::CellKind::Lstm, AttentionKind::ScaledDot, 2, false, 0.2f}}) {
+                 Case{nn::CellKind::Lstm, AttentionKind::ScaledDot, 2, false, 0.2f},
+                 Case{nn::CellKind::Lstm, AttentionKind::Additive, 1, true, 0.0f, 3}}) {
     CAPTURE(ops::cell_name(k.cell));
     CAPTURE(std::string(models::attention_kind_name(k.att)));
     models::Seq2SeqConfig c;
@@ -113,6 +116,7 @@ TEST_CASE("seq2seq: the loss gradient of the whole model against central differe
     c.hidden = 5;
     c.layers = k.layers;
     c.bidirectional = k.bidir;
+    c.attention_dim = k.attention_dim;
     Rng rng(3);
     models::Seq2Seq m(c, rng);
     models::LossOptions o;
@@ -254,6 +258,50 @@ TEST_CASE("seq2seq: parameter names, order and sub-bundles") {
   CHECK(models::Seq2SeqConfig::from_value(c.to_value(), "x").hidden == 5);
   CHECK(test::error_of([] { models::parse_attention_kind("luong"); }) ==
         "unknown attention \"luong\" (expected none, dot, scaled-dot, general or additive)");
+}
+
+TEST_CASE("seq2seq: additive attention of its own size") {
+  models::Seq2SeqConfig c;
+  c.attention = AttentionKind::Additive;
+  c.src_vocab = 7;
+  c.tgt_vocab = 6;
+  c.embed = 3;
+  c.hidden = 4;
+  c.bidirectional = true;  // Hd = 8
+  const auto shapes = [](const models::Seq2SeqConfig& config) {
+    Rng rng(1);
+    models::Seq2Seq m(config, rng);
+    std::vector<Shape> out;
+    for (Parameter* p : m.named_parameters())
+      if (p->name.rfind("attention.", 0) == 0) out.push_back(p->value.shape());
+    return out;
+  };
+  CHECK(shapes(c) == std::vector<Shape>{{8, 8}, {8, 8}, {8}});  // A = Hd by default
+  CHECK(c.attention_size() == 8);
+  CHECK(c.to_value().find("attention_dim") == nullptr);  // the config of a model without one reads as before
+  c.attention_dim = 3;
+  CHECK(shapes(c) == std::vector<Shape>{{8, 3}, {8, 3}, {3}});  // W_q, W_k [Hd, A], v [A]
+  CHECK(c.to_value().find("attention_dim")->str() == "3");
+  CHECK(models::Seq2SeqConfig::from_value(c.to_value(), "x").attention_size() == 3);
+  models::Seq2SeqConfig same = c;
+  same.attention_dim = 8;  // Hd given explicitly: the default's config
+  CHECK(same.to_value().find("attention_dim") == nullptr);
+  io::Value bad = c.to_value();
+  bad.set("attention_dim", models::text_value("0"));
+  CHECK(test::error_of([&] { models::Seq2SeqConfig::from_value(bad, "m.json"); }).find("attention_dim") !=
+        std::string::npos);
+  models::Seq2SeqConfig dot = c;
+  dot.attention = AttentionKind::Dot;
+  CHECK(test::error_of([&] { dot.validate(); }) ==
+        "seq2seq: an attention size (3) goes with additive attention only, not dot");
+  // a model saved with one size does not load into another
+  Rng r1(1), r2(1);
+  models::Seq2Seq m(c, r1);
+  models::Seq2SeqConfig c4 = c;
+  c4.attention_dim = 4;
+  models::Seq2Seq m4(c4, r2);
+  CHECK(test::error_of([&] { m4.load_parameters(m.parameters_value(), "model.json"); }).find("attention.W_q") !=
+        std::string::npos);
 }
 
 TEST_CASE("seq2seq: a tiny model overfits 16 reverse examples, and greedy decoding reproduces them") {

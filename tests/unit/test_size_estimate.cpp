@@ -33,6 +33,12 @@ TEST_CASE("parameter_count of a recurrent seq2seq equals the built model's") {
             CAPTURE(bidirectional);
             CAPTURE(models::attention_style_name(style));
             CHECK(models::parameter_count(c) == built_count(m));
+            if (kind == models::AttentionKind::Additive) {  // a projection of its own size
+              c.attention_dim = 4;
+              Rng rng2(1);
+              models::Seq2Seq m2(c, rng2);
+              CHECK(models::parameter_count(c) == built_count(m2));
+            }
           }
 }
 

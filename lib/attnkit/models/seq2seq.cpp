@@ -72,6 +72,11 @@ void Seq2SeqConfig::validate() const {
            hidden, layers);
   AK_CHECK(style == AttentionStyle::Luong || attention != AttentionKind::None,
            "seq2seq: Bahdanau-style attention needs an attention score (dot, scaled-dot, general or additive), not none");
+  AK_CHECK(attention_dim >= 0, "seq2seq: attention_dim {} must be >= 1 (or 0: the decoder's hidden size)",
+           attention_dim);
+  AK_CHECK(attention_dim == 0 || attention == AttentionKind::Additive,
+           "seq2seq: an attention size ({}) goes with additive attention only, not {}", attention_dim,
+           attention_kind_name(attention));
 }
 
 io::Value Seq2SeqConfig::to_value() const {
@@ -85,6 +90,8 @@ io::Value Seq2SeqConfig::to_value() const {
   v.set("hidden", text_value(std::to_string(hidden)));
   v.set("layers", text_value(std::to_string(layers)));
   v.set("bidirectional", text_value(bidirectional ? "true" : "false"));
+  if (attention_dim > 0 && attention_dim != decoder_hidden())
+    v.set("attention_dim", text_value(std::to_string(attention_dim)));
   return v;
 }
 
@@ -102,6 +109,7 @@ Seq2SeqConfig Seq2SeqConfig::from_value(const io::Value& value, std::string_view
   c.hidden = f.integer("hidden", 1, kMaxSize);
   c.layers = static_cast<int>(f.integer("layers", 1, 64));
   c.bidirectional = f.boolean("bidirectional");
+  c.attention_dim = f.integer("attention_dim", 0, 1, kMaxSize);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -152,14 +160,14 @@ Seq2Seq::Seq2Seq(const Seq2SeqConfig& config, Rng& rng)
                            config.embed + (config.style == AttentionStyle::Bahdanau ? config.decoder_hidden() : 0),
                            config.decoder_hidden(), config.layers, false, rng, "decoder")),
       output_(config.decoder_hidden(), config.tgt_vocab, rng, true, "output") {
-  const int64_t Hd = config.decoder_hidden();
+  const int64_t Hd = config.decoder_hidden(), A = config.attention_size();
   const float bound = 1.0f / std::sqrt(static_cast<float>(Hd));
   if (config.attention == AttentionKind::General) {
     att_W_ = Parameter("attention.W", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, Hd]
   } else if (config.attention == AttentionKind::Additive) {
-    att_W_q_ = Parameter("attention.W_q", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, A = Hd]
-    att_W_k_ = Parameter("attention.W_k", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, A]
-    att_v_ = Parameter("attention.v", rand_uniform({Hd}, rng, -bound, bound));          // [A]
+    att_W_q_ = Parameter("attention.W_q", rand_uniform({Hd, A}, rng, -bound, bound));  // [Hd, A]
+    att_W_k_ = Parameter("attention.W_k", rand_uniform({Hd, A}, rng, -bound, bound));  // [Hd, A]
+    att_v_ = Parameter("attention.v", rand_uniform({A}, rng, -bound, bound));          // [A]
   }
   if (config.attention != AttentionKind::None) combine_.emplace(2 * Hd, Hd, rng, true, "combine");
 }

@@ -84,11 +84,16 @@ struct Seq2SeqConfig {
   int64_t hidden = 64;    // H (per direction)
   int layers = 1;         // L
   bool bidirectional = false;
+  // A: the additive score's projection size (W_q [Hd, A], W_k [Hd, A], v [A]); 0 means Hd. Only additive
+  // attention has one: validate() refuses it with another kind.
+  int64_t attention_dim = 0;
   int64_t decoder_hidden() const { return (bidirectional ? 2 : 1) * hidden; }  // Hd
+  int64_t attention_size() const { return attention_dim > 0 ? attention_dim : decoder_hidden(); }  // A
 
   // {"cell": "lstm", "attention": "additive", "src_vocab": 14, ...} (numbers as decimal strings, so that
   // they read back exactly); from_value checks every member and the ranges, naming `what` in messages
-  // ("attention_style" may be absent: luong, as in checkpoints written before it existed).
+  // ("attention_style" may be absent: luong, as in checkpoints written before it existed; "attention_dim" is
+  // written only when it is not Hd, and absent means Hd).
   io::Value to_value() const;
   static Seq2SeqConfig from_value(const io::Value& value, std::string_view what);
   void validate() const;  // sizes >= 1, layers >= 1

@@ -16,7 +16,8 @@ double parameter_count(const Seq2SeqConfig& c) {
     n += recurrent_layer(g, decoder_in, Hd);
   }
   if (c.attention == AttentionKind::General) n += Hd * Hd;                 // W
-  if (c.attention == AttentionKind::Additive) n += 2 * Hd * Hd + Hd;       // W_q, W_k, v
+  const double A = double(c.attention_size());
+  if (c.attention == AttentionKind::Additive) n += 2 * Hd * A + A;         // W_q, W_k, v
   if (c.attention != AttentionKind::None) n += 2 * Hd * Hd + Hd;           // combine
   return n + Vt * Hd + Vt;                                                 // output
 }
