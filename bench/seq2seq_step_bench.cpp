@@ -5,6 +5,7 @@
 //       [--cell lstm] [--style luong] [--teacher-forcing 1] [--dropout 0] [--profile 1]
 //       [--bidirectional 1] [--Vs N --Vt N (source and target vocabularies, default both --V)]
 //       [--precision float32|bf16|both] [--A N (additive attention's size, default the decoder's)]
+//       [--Hdec N (the decoder's hidden size, default the encoder's output)]
 // Legend: N batch, S source length, T decoder steps (<bos> + T-1 tokens in, T-1 tokens + <eos> out),
 // E embedding size, H hidden size, V vocabulary (source and target).
 // --profile 1 adds the median time of each phase (forward, backward, clip, optimizer).
@@ -49,7 +50,7 @@ static double median(std::vector<double> v) {
 }
 
 int main(int argc, char** argv) {
-  int64_t N = 64, S = 20, T = 20, H = 256, E = 256, V = 1000, Vs = 0, Vt = 0, A = 0;
+  int64_t N = 64, S = 20, T = 20, H = 256, E = 256, V = 1000, Vs = 0, Vt = 0, A = 0, Hdec = 0;
   bool bidirectional = false;
   int threads = 2, reps = 10;
   std::string cell = "lstm", attention = "dot", style = "luong", precision = "float32";
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
     else if (k == "--Vs") Vs = std::atoll(v.c_str());
     else if (k == "--Vt") Vt = std::atoll(v.c_str());
     else if (k == "--A") A = std::atoll(v.c_str());
+    else if (k == "--Hdec") Hdec = std::atoll(v.c_str());
     else if (k == "--bidirectional") bidirectional = v == "1";
     else if (k == "--threads") threads = std::atoi(v.c_str());
     else if (k == "--precision") precision = v;
@@ -95,6 +97,7 @@ int main(int argc, char** argv) {
   c.embed = E;
   c.hidden = H;
   c.attention_dim = A;
+  c.decoder_size = Hdec;
   Rng rng(1);
   models::Seq2Seq model(c, rng);
   train::EncodedCorpus data;

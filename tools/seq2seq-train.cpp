@@ -261,7 +261,11 @@ int main(int argc, char** argv) {
   app.add_option("--embed", embed, "Embedding size")->transform(tools::positive())->capture_default_str();
   app.add_option("--layers", layers, "Layers of encoder and decoder")->transform(tools::whole_range(1, 16))->capture_default_str();
   app.add_flag("--bidirectional", bidirectional, "Bidirectional encoder (the decoder's hidden size doubles)");
-  int64_t attention_dim = 0;
+  int64_t attention_dim = 0, decoder_hidden = 0;
+  app.add_option("--decoder-hidden", decoder_hidden,
+                 "The decoder's hidden size (default the encoder's output: --hidden, twice it with --bidirectional); "
+                 "another size bridges the encoder's final state to it")
+      ->transform(tools::whole_range(1, 65536));
   app.add_option("--attention-dim", attention_dim,
                  "Additive attention's projection size A (W_q, W_k [Hd, A], v [A]; default Hd, the decoder's size)")
       ->transform(tools::whole_range(1, 65536));
@@ -517,7 +521,8 @@ int main(int argc, char** argv) {
     std::vector<const char*> refused = {"--task", "--target-tokenizer", "--target-vocab-size", "--target-spm-model",
                                         "--skip-bad-lines", "--max-len",
                                         "--min-len", "--train-size", "--valid-size", "--attention",
-                                        "--bidirectional", "--attention-style", "--attention-dim", "--teacher-forcing",
+                                        "--bidirectional", "--attention-style", "--attention-dim", "--decoder-hidden",
+                                        "--teacher-forcing",
                                         "--label-smoothing", "--epochs", "--vocab", "--norm-first",
                                         "--maxi-batch", "--right-left"};
     for (const char* name : transformer ? std::vector<const char*>{"--hidden", "--embed"}
@@ -819,7 +824,8 @@ int main(int argc, char** argv) {
     // An option of the other family would do nothing: refused.
     auto given = [&](const char* name) { return app.get_option(name)->count() > 0; };
     const std::vector<const char*> recurrent_only = {"--attention", "--attention-style", "--hidden",       "--embed",
-                                                     "--bidirectional", "--teacher-forcing", "--attention-dim"};
+                                                     "--bidirectional", "--teacher-forcing", "--attention-dim",
+                                                     "--decoder-hidden"};
     const std::vector<const char*> transformer_only = {"--heads", "--d-model", "--ff", "--norm-first"};
     for (const char* name : {"--context", "--tied", "--post-ln", "--positional", "--activation"})
       if (given(name)) throw UsageError(fmt::format("{} goes with a language model (--model transformer-lm, lstm-lm, ...)", name));
@@ -836,13 +842,20 @@ int main(int argc, char** argv) {
     o.model.layers = layers;
     o.model.bidirectional = bidirectional;
     o.model.attention_dim = attention_dim;
+    o.model.decoder_size = decoder_hidden;
     if (given("--attention-dim") && resume_path.empty() && o.model.attention != models::AttentionKind::Additive)
       throw UsageError(fmt::format("--attention-dim goes with --attention additive (the other scores have no "
                                    "projection of their own), not {}", attention));
+    if (given("--decoder-hidden") && resume_path.empty() && o.model.bridged() &&
+        (o.model.attention == models::AttentionKind::Dot || o.model.attention == models::AttentionKind::ScaledDot))
+      throw UsageError(fmt::format("--decoder-hidden {} differs from the encoder's output ({}): the {} score needs "
+                                   "them equal (general and additive take any)",
+                                   decoder_hidden, o.model.encoder_output(), attention));
     // With --resume the checkpoint fixes the model; model options given as well must agree with it.
     o.model_given = {given("--model") && !transformer, given("--attention"), given("--embed"),
                      given("--hidden"), given("--layers"),   given("--bidirectional"),
-                     given("--attention-style"), given("--attention-dim"), given("--model")};
+                     given("--attention-style"), given("--attention-dim"), given("--decoder-hidden"),
+                     given("--model")};
     o.dropout = static_cast<float>(dropout);
     o.teacher_forcing = static_cast<float>(teacher_forcing);
     o.dropout_given = given("--dropout");

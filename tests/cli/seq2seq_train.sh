@@ -158,6 +158,16 @@ cannot continue as gru with attention additive of size 5" seq2seq-train --resume
 expect_error 1 "f.json: the checkpoint's model is gru with attention additive of size 8, embed 4, hidden 8, 1 \
 layer(s); it cannot continue as gru with attention additive of size 5" seq2seq-train --resume f.json --steps 6 \
   --attention-dim 5 --save f2.json
+# a decoder of its own size: bridged from the encoder, kept on resume, decoded by seq2seq-eval
+seq2seq-train --train "$fx/pairs.tsv" --model lstm --attention general --bidirectional --hidden 6 --decoder-hidden 5 \
+  --steps 2 --embed 4 --batch 2 --threads 1 --save fd.json > /dev/null || fail "--decoder-hidden 5 run exited $?"
+grep -q '"decoder_hidden": *"5"' fd.json || fail "the checkpoint's config lacks decoder_hidden 5"
+seq2seq-eval fd.json "$fx/pairs.tsv" > fd_eval.json || fail "seq2seq-eval of a bridged model exited $?"
+expect_error 1 "it cannot continue as lstm with attention general, embed 4, hidden 6, 1 layer(s), bidirectional, \
+decoder 7" seq2seq-train --resume fd.json --steps 4 --decoder-hidden 7 --save fd.json
+expect_error 2 "--decoder-hidden 5 differs from the encoder's output (12): the dot score needs them equal" \
+  seq2seq-train --train "$fx/pairs.tsv" --model lstm --attention dot --bidirectional --hidden 6 --decoder-hidden 5 \
+  --steps 2 --save x.json
 expect_error 2 "--attention-dim goes with --attention additive" seq2seq-train --train "$fx/pairs.tsv" --model gru \
   --attention dot --attention-dim 3 --steps 2 --save x.json
 expect_error 2 "--attention-dim does nothing with --model transformer" seq2seq-train --train "$fx/pairs.tsv" \

@@ -98,13 +98,16 @@ TEST_CASE("seq2seq: the loss gradient of the whole model against central differe
     bool bidir;
     float smoothing;
     int64_t attention_dim = 0;
+    int64_t decoder_size = 0;
   };
   for (Case k : {Case{nn::CellKind::Lstm, AttentionKind::None, 1, false, 0.0f},
                  Case{nn::CellKind::Lstm, AttentionKind::Additive, 1, false, 0.1f},
                  Case{nn::CellKind::Gru, AttentionKind::General, 2, true, 0.0f},
                  Case{nn::CellKind::RnnTanh, AttentionKind::Dot, 1, true, 0.0f},
                  Case{nn::CellKind::Lstm, AttentionKind::ScaledDot, 2, false, 0.2f},
-                 Case{nn::CellKind::Lstm, AttentionKind::Additive, 1, true, 0.0f, 3}}) {
+                 Case{nn::CellKind::Lstm, AttentionKind::Additive, 1, true, 0.0f, 3},
+                 Case{nn::CellKind::Lstm, AttentionKind::Additive, 2, true, 0.0f, 3, 6},  // bridged: He 10, Hd 6
+                 Case{nn::CellKind::Gru, AttentionKind::General, 1, false, 0.0f, 0, 7}}) {
     CAPTURE(ops::cell_name(k.cell));
     CAPTURE(std::string(models::attention_kind_name(k.att)));
     models::Seq2SeqConfig c;
@@ -117,6 +120,7 @@ TEST_CASE("seq2seq: the loss gradient of the whole model against central differe
     c.layers = k.layers;
     c.bidirectional = k.bidir;
     c.attention_dim = k.attention_dim;
+    c.decoder_size = k.decoder_size;
     Rng rng(3);
     models::Seq2Seq m(c, rng);
     models::LossOptions o;
@@ -144,6 +148,7 @@ TEST_CASE("seq2seq: Bahdanau attention, dropout and scheduled sampling: gradient
     int layers;
     bool bidir;
     float dropout, teacher_forcing;
+    int64_t decoder_size = 0;
   };
   // (the sampled argmax is piecewise constant: a perturbation that flips one would show as a jump, so the ratios
   // and seeds are ones where none flips)
@@ -153,7 +158,8 @@ TEST_CASE("seq2seq: Bahdanau attention, dropout and scheduled sampling: gradient
                  Case{nn::CellKind::Lstm, AttentionKind::General, Lu, 2, false, 0.3f, 1.0f},
                  Case{nn::CellKind::Lstm, AttentionKind::Additive, Lu, 1, true, 0.0f, 0.5f},
                  Case{nn::CellKind::RnnTanh, AttentionKind::None, Lu, 2, false, 0.2f, 0.7f},
-                 Case{nn::CellKind::Lstm, AttentionKind::ScaledDot, B, 2, false, 0.2f, 0.5f}}) {
+                 Case{nn::CellKind::Lstm, AttentionKind::ScaledDot, B, 2, false, 0.2f, 0.5f},
+                 Case{nn::CellKind::Lstm, AttentionKind::Additive, B, 1, true, 0.0f, 1.0f, 4}}) {  // bridged
     CAPTURE(ops::cell_name(k.cell));
     CAPTURE(std::string(models::attention_kind_name(k.att)));
     CAPTURE(std::string(models::attention_style_name(k.style)));
@@ -169,6 +175,7 @@ TEST_CASE("seq2seq: Bahdanau attention, dropout and scheduled sampling: gradient
     c.hidden = 5;
     c.layers = k.layers;
     c.bidirectional = k.bidir;
+    c.decoder_size = k.decoder_size;
     Rng rng(3);
     models::Seq2Seq m(c, rng);
     Rng train_rng(9, 55);
@@ -302,6 +309,53 @@ TEST_CASE("seq2seq: additive attention of its own size") {
   models::Seq2Seq m4(c4, r2);
   CHECK(test::error_of([&] { m4.load_parameters(m.parameters_value(), "model.json"); }).find("attention.W_q") !=
         std::string::npos);
+}
+
+TEST_CASE("seq2seq: a decoder of its own size, bridged from the encoder") {
+  models::Seq2SeqConfig c;
+  c.attention = AttentionKind::Additive;
+  c.src_vocab = 7;
+  c.tgt_vocab = 6;
+  c.embed = 3;
+  c.hidden = 4;
+  c.bidirectional = true;  // He = 8
+  c.decoder_size = 5;      // Hd = 5
+  c.attention_dim = 2;
+  CHECK(c.bridged());
+  Rng rng(1);
+  models::Seq2Seq m(c, rng);
+  std::vector<std::pair<std::string, Shape>> got;
+  for (Parameter* p : m.named_parameters())
+    if (p->name.rfind("encoder.", 0) != 0) got.emplace_back(p->name, p->value.shape());
+  CHECK(got == std::vector<std::pair<std::string, Shape>>{
+                   {"src_embed.weight", {7, 3}},     {"tgt_embed.weight", {6, 3}},
+                   {"decoder.weight_ih_l0", {20, 3}}, {"decoder.weight_hh_l0", {20, 5}},
+                   {"decoder.bias_ih_l0", {20}},      {"decoder.bias_hh_l0", {20}},
+                   {"attention.W_q", {5, 2}},         {"attention.W_k", {8, 2}},
+                   {"attention.v", {2}},              {"combine.weight", {5, 13}},
+                   {"combine.bias", {5}},             {"output.weight", {6, 5}},
+                   {"output.bias", {6}},              {"bridge_h.weight", {5, 8}},
+                   {"bridge_h.bias", {5}},            {"bridge_c.weight", {5, 8}},
+                   {"bridge_c.bias", {5}}});
+  CHECK(c.to_value().find("decoder_hidden")->str() == "5");
+  const models::Seq2SeqConfig back = models::Seq2SeqConfig::from_value(c.to_value(), "x");
+  CHECK(back.decoder_hidden() == 5);
+  CHECK(back.attention_size() == 2);
+  models::Seq2SeqConfig plain = c;
+  plain.decoder_size = 8;  // the encoder's output given explicitly: no bridge, the default's config
+  CHECK(!plain.bridged());
+  CHECK(plain.to_value().find("decoder_hidden") == nullptr);
+  // greedy decoding runs through the bridge
+  const std::vector<int64_t> src = {4, 5, 6};
+  models::SourceBatch sb;
+  sb.N = 1, sb.S = 3, sb.src = src, sb.src_lengths = {3};
+  CHECK(m.greedy(sb, 4).size() == 1);
+  models::Seq2SeqConfig dot = c;
+  dot.attention = AttentionKind::Dot;
+  dot.attention_dim = 0;
+  CHECK(test::error_of([&] { dot.validate(); }) ==
+        "seq2seq: a decoder of 5 units and an encoder output of 8: the dot score needs the two sizes equal "
+        "(general and additive take any)");
 }
 
 TEST_CASE("seq2seq: a tiny model overfits 16 reverse examples, and greedy decoding reproduces them") {

@@ -39,6 +39,12 @@ TEST_CASE("parameter_count of a recurrent seq2seq equals the built model's") {
               models::Seq2Seq m2(c, rng2);
               CHECK(models::parameter_count(c) == built_count(m2));
             }
+            if (kind != models::AttentionKind::Dot) {  // a decoder of its own size, bridged
+              c.decoder_size = 7;
+              Rng rng3(1);
+              models::Seq2Seq m3(c, rng3);
+              CHECK(models::parameter_count(c) == built_count(m3));
+            }
           }
 }
 

@@ -74,6 +74,12 @@ void Seq2SeqConfig::validate() const {
            "seq2seq: Bahdanau-style attention needs an attention score (dot, scaled-dot, general or additive), not none");
   AK_CHECK(attention_dim >= 0, "seq2seq: attention_dim {} must be >= 1 (or 0: the decoder's hidden size)",
            attention_dim);
+  AK_CHECK(decoder_size >= 0, "seq2seq: decoder_hidden {} must be >= 1 (or 0: the encoder's output size)",
+           decoder_size);
+  AK_CHECK(!bridged() || (attention != AttentionKind::Dot && attention != AttentionKind::ScaledDot),
+           "seq2seq: a decoder of {} units and an encoder output of {}: the {} score needs the two sizes equal "
+           "(general and additive take any)",
+           decoder_hidden(), encoder_output(), attention_kind_name(attention));
   AK_CHECK(attention_dim == 0 || attention == AttentionKind::Additive,
            "seq2seq: an attention size ({}) goes with additive attention only, not {}", attention_dim,
            attention_kind_name(attention));
@@ -92,6 +98,7 @@ io::Value Seq2SeqConfig::to_value() const {
   v.set("bidirectional", text_value(bidirectional ? "true" : "false"));
   if (attention_dim > 0 && attention_dim != decoder_hidden())
     v.set("attention_dim", text_value(std::to_string(attention_dim)));
+  if (bridged()) v.set("decoder_hidden", text_value(std::to_string(decoder_hidden())));
   return v;
 }
 
@@ -110,6 +117,7 @@ Seq2SeqConfig Seq2SeqConfig::from_value(const io::Value& value, std::string_view
   c.layers = static_cast<int>(f.integer("layers", 1, 64));
   c.bidirectional = f.boolean("bidirectional");
   c.attention_dim = f.integer("attention_dim", 0, 1, kMaxSize);
+  c.decoder_size = f.integer("decoder_hidden", 0, 1, kMaxSize);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -157,19 +165,23 @@ Seq2Seq::Seq2Seq(const Seq2SeqConfig& config, Rng& rng)
                            "encoder")),
       tgt_embed_(config.tgt_vocab, config.embed, rng, kPad, "tgt_embed"),
       decoder_(make_layers(config.cell,
-                           config.embed + (config.style == AttentionStyle::Bahdanau ? config.decoder_hidden() : 0),
+                           config.embed + (config.style == AttentionStyle::Bahdanau ? config.encoder_output() : 0),
                            config.decoder_hidden(), config.layers, false, rng, "decoder")),
       output_(config.decoder_hidden(), config.tgt_vocab, rng, true, "output") {
-  const int64_t Hd = config.decoder_hidden(), A = config.attention_size();
+  const int64_t Hd = config.decoder_hidden(), He = config.encoder_output(), A = config.attention_size();
   const float bound = 1.0f / std::sqrt(static_cast<float>(Hd));
   if (config.attention == AttentionKind::General) {
-    att_W_ = Parameter("attention.W", rand_uniform({Hd, Hd}, rng, -bound, bound));  // [Hd, Hd]
+    att_W_ = Parameter("attention.W", rand_uniform({Hd, He}, rng, -bound, bound));  // [Hd, He]
   } else if (config.attention == AttentionKind::Additive) {
     att_W_q_ = Parameter("attention.W_q", rand_uniform({Hd, A}, rng, -bound, bound));  // [Hd, A]
-    att_W_k_ = Parameter("attention.W_k", rand_uniform({Hd, A}, rng, -bound, bound));  // [Hd, A]
+    att_W_k_ = Parameter("attention.W_k", rand_uniform({He, A}, rng, -bound, bound));  // [He, A]
     att_v_ = Parameter("attention.v", rand_uniform({A}, rng, -bound, bound));          // [A]
   }
-  if (config.attention != AttentionKind::None) combine_.emplace(2 * Hd, Hd, rng, true, "combine");
+  if (config.attention != AttentionKind::None) combine_.emplace(Hd + He, Hd, rng, true, "combine");
+  if (config.bridged()) {  // drawn last: a model without a bridge initialises as before
+    bridge_h_.emplace(He, Hd, rng, true, "bridge_h");
+    if (config.cell == nn::CellKind::Lstm) bridge_c_.emplace(He, Hd, rng, true, "bridge_c");
+  }
 }
 
 std::vector<Parameter*> Seq2Seq::named_parameters() {
@@ -189,6 +201,8 @@ std::vector<Parameter*> Seq2Seq::named_parameters() {
   }
   if (combine_) add(*combine_);
   add(output_);
+  if (bridge_h_) add(*bridge_h_);
+  if (bridge_c_) add(*bridge_c_);
   return out;
 }
 
@@ -249,15 +263,19 @@ Seq2Seq::StackResult Seq2Seq::run_stack(std::vector<nn::Recurrent>& layers, cons
 Seq2Seq::Encoded Seq2Seq::encode(const SourceBatch& batch, const ForwardOptions& o) {
   Encoded e;
   Var x = drop(src_embed_.forward(batch.src, {batch.N, batch.S}), o);     // [N, S, E]
-  auto r = run_stack(encoder_, x, {}, {}, &batch.src_lengths, o);          // output [N, S, Hd]
+  auto r = run_stack(encoder_, x, {}, {}, &batch.src_lengths, o);          // output [N, S, He]
   e.states = r.output;
-  e.h0 = merge_directions(r.h_n, config_.layers, config_.bidirectional);    // [L, N, Hd]
+  e.h0 = merge_directions(r.h_n, config_.layers, config_.bidirectional);    // [L, N, He]
   if (config_.cell == nn::CellKind::Lstm) e.c0 = merge_directions(r.c_n, config_.layers, config_.bidirectional);
+  if (bridge_h_) {
+    e.h0 = autograd::tanh(bridge_h_->forward(e.h0));  // [L, N, He] -> [L, N, Hd]
+    if (bridge_c_) e.c0 = bridge_c_->forward(e.c0);   // [L, N, He] -> [L, N, Hd]
+  }
   if (config_.attention == AttentionKind::Additive) {
-    const int64_t Hd = config_.decoder_hidden();
-    e.keys = autograd::reshape(autograd::matmul(autograd::reshape(e.states, {batch.N * batch.S, Hd}),
+    const int64_t He = config_.encoder_output();
+    e.keys = autograd::reshape(autograd::matmul(autograd::reshape(e.states, {batch.N * batch.S, He}),
                                                 Var::param(att_W_k_)),
-                               {batch.N, batch.S, att_W_k_.value.dim(1)});  // [N*S, Hd] x [Hd, A] -> [N, S, A]
+                               {batch.N, batch.S, att_W_k_.value.dim(1)});  // [N*S, He] x [He, A] -> [N, S, A]
   }
   return e;
 }
@@ -280,15 +298,15 @@ Var Seq2Seq::attend(const Var& query, const Encoded& enc, const std::vector<int6
   }
   a.mask.key_lengths = src_lengths;
   if (weights != nullptr) a.keep = ops::KeepWeights::Yes;
-  const Var& keys = config_.attention == AttentionKind::Additive ? enc.keys : enc.states;  // [N, S, A] / [N, S, Hd]
+  const Var& keys = config_.attention == AttentionKind::Additive ? enc.keys : enc.states;  // [N, S, A] / [N, S, He]
   autograd::AttentionOutput out = autograd::attention(query, keys, enc.states, a);
   if (weights != nullptr) *weights = std::move(out.weights);  // [N, T', S]
-  return out.context;                                          // [N, T', Hd]
+  return out.context;                                          // [N, T', He]
 }
 
 Var Seq2Seq::project(const Var& s, const Var& c, const ForwardOptions& o) {
   if (config_.attention == AttentionKind::None) return output_.forward(drop(s, o));  // [N, T', Vt]
-  Var h = autograd::tanh(combine_->forward(autograd::concat({s, c}, 2)));  // [N, T', 2Hd] -> [N, T', Hd]
+  Var h = autograd::tanh(combine_->forward(autograd::concat({s, c}, 2)));  // [N, T', Hd + He] -> [N, T', Hd]
   return output_.forward(drop(h, o));                                     // [N, T', Vt]
 }
 
@@ -298,8 +316,8 @@ Var Seq2Seq::step(const Var& y, Var& h, Var& c, const Encoded& enc, const std::v
   if (config_.style == AttentionStyle::Bahdanau) {
     const int64_t N = y.value().dim(0), Hd = config_.decoder_hidden();
     const Var top = L == 1 ? h : autograd::slice(h, 0, L - 1, L);                // [1, N, Hd]
-    const Var ctx = attend(autograd::reshape(top, {N, 1, Hd}), enc, src_lengths, weights);  // [N, 1, Hd]
-    auto r = run_stack(decoder_, autograd::concat({y, ctx}, 2), h, c, nullptr, o);  // [N, 1, E + Hd] -> [N, 1, Hd]
+    const Var ctx = attend(autograd::reshape(top, {N, 1, Hd}), enc, src_lengths, weights);  // [N, 1, He]
+    auto r = run_stack(decoder_, autograd::concat({y, ctx}, 2), h, c, nullptr, o);  // [N, 1, E + He] -> [N, 1, Hd]
     h = r.h_n;  // [L, N, Hd]
     c = r.c_n;
     return project(r.output, ctx, o);  // [N, 1, Vt]
@@ -308,7 +326,7 @@ Var Seq2Seq::step(const Var& y, Var& h, Var& c, const Encoded& enc, const std::v
   h = r.h_n;
   c = r.c_n;
   const Var ctx =
-      config_.attention == AttentionKind::None ? Var() : attend(r.output, enc, src_lengths, weights);  // [N, 1, Hd]
+      config_.attention == AttentionKind::None ? Var() : attend(r.output, enc, src_lengths, weights);  // [N, 1, He]
   return project(r.output, ctx, o);  // [N, 1, Vt]
 }
 

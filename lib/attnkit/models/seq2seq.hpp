@@ -1,14 +1,17 @@
 // The recurrent encoder-decoder (the documents' translation model): attention none, or Luong or Bahdanau style.
 // Legend: N batch, S source length, T target length (+1 for <bos>/<eos>), E embedding size, H hidden size,
-// dirs 1 or 2 (bidirectional encoder), Hd = dirs*H the decoder's hidden size, L layers, Vs / Vt vocabularies.
+// dirs 1 or 2 (bidirectional encoder), He = dirs*H the encoder's output size, Hd the decoder's hidden size (He
+// unless Seq2SeqConfig::decoder_size says otherwise), A the additive score's size (Hd by default), L layers,
+// Vs / Vt vocabularies.
 // drop(.) is inverted dropout with probability p (ForwardOptions::dropout; the identity when p = 0 or when
 // evaluating), as in PyTorch's nn.LSTM(dropout=p) plus the usual seq2seq recipe (OpenNMT, Luong et al. 2015):
 // on both embeddings, between stacked recurrent layers (not after the last), and before the output layer.
 //
 //   x      = drop(src_embed[src])                             [N, S, E]
-//   enc, h_n, c_n = encoder(x, src_lengths)                   enc [N, S, Hd], h_n [L*dirs, N, H]
+//   enc, h_n, c_n = encoder(x, src_lengths)                   enc [N, S, He], h_n [L*dirs, N, H]
 //                   (layer k+1 reads drop(layer k's output))
-//   s_0    = h_n with each layer's two directions concatenated [L, N, Hd]  (c_0 likewise, LSTM)
+//   s_0    = h_n with each layer's two directions concatenated [L, N, He]  (c_0 likewise, LSTM); when Hd != He
+//            s_0 = tanh(bridge_h(s_0)), c_0 = bridge_c(c_0)  [L, N, Hd]
 //   y_t    = drop(tgt_embed[y_{t-1}])                         [N, 1, E]    t = 1..T, y_0 = <bos>; teacher forcing:
 //            y_{t-1} is the reference token; with ForwardOptions::teacher_forcing r < 1 (scheduled sampling) each
 //            row's y_{t-1} is, with probability 1 - r, the model's own argmax of logits_{t-1} instead
@@ -16,12 +19,12 @@
 //                    (the fixed context: only s_0 carries the source, the documents' bottleneck)
 //   Luong (the current state attends; with full teacher forcing one decoder call over the whole target):
 //     s_t    = decoder(y_t, s_{t-1})                          [N, 1, Hd]
-//     c_t    = attention(query s_t, keys enc, values enc, keys past src_lengths masked)   [N, 1, Hd]
-//     h~_t   = tanh(combine([s_t; c_t]))                      [N, 1, Hd]   combine: Linear(2 Hd -> Hd)
+//     c_t    = attention(query s_t, keys enc, values enc, keys past src_lengths masked)   [N, 1, He]
+//     h~_t   = tanh(combine([s_t; c_t]))                      [N, 1, Hd]   combine: Linear(Hd + He -> Hd)
 //     logits_t = output(drop(h~_t))                           [N, 1, Vt]
 //   Bahdanau (the previous state attends, the context feeds the cell; always step by step):
-//     c_t    = attention(query s_{t-1} (top layer), keys enc, values enc, masked)      [N, 1, Hd]
-//     s_t    = decoder([y_t; c_t], s_{t-1})                   [N, 1, Hd]   decoder input E + Hd
+//     c_t    = attention(query s_{t-1} (top layer), keys enc, values enc, masked)      [N, 1, He]
+//     s_t    = decoder([y_t; c_t], s_{t-1})                   [N, 1, Hd]   decoder input E + He
 //     h~_t   = tanh(combine([s_t; c_t]))                      [N, 1, Hd]
 //     logits_t = output(drop(h~_t))                           [N, 1, Vt]
 //   logits = [logits_1 .. logits_T]                           [N, T, Vt]
@@ -32,10 +35,11 @@
 //   src_embed.weight [Vs, E] (row <pad> zero, no gradient)
 //   encoder.weight_ih_l0 ... (nn::Recurrent's PyTorch names: `lstm-run --weights model.json#encoder` runs it)
 //   tgt_embed.weight [Vt, E]
-//   decoder.weight_ih_l0 ... (input E, or E + Hd for Bahdanau; hidden Hd, L layers, one direction)
-//   attention.W [Hd, Hd] (general) | attention.W_q [Hd, Hd], attention.W_k [Hd, Hd], attention.v [Hd] (additive)
-//   combine.weight [Hd, 2 Hd], combine.bias [Hd]   (any attention)
+//   decoder.weight_ih_l0 ... (input E, or E + He for Bahdanau; hidden Hd, L layers, one direction)
+//   attention.W [Hd, He] (general) | attention.W_q [Hd, A], attention.W_k [He, A], attention.v [A] (additive)
+//   combine.weight [Hd, Hd + He], combine.bias [Hd]   (any attention)
 //   output.weight [Vt, Hd], output.bias [Vt]
+//   bridge_h.weight [Hd, He], bridge_h.bias [Hd], bridge_c.* likewise (LSTM)   (Hd != He)
 // Each layer of the encoder and decoder is its own nn::Recurrent (so that dropout can sit between layers);
 // the parameter names are those of one L-layer PyTorch module (weight_ih_l1 ...).
 //
@@ -84,16 +88,21 @@ struct Seq2SeqConfig {
   int64_t hidden = 64;    // H (per direction)
   int layers = 1;         // L
   bool bidirectional = false;
-  // A: the additive score's projection size (W_q [Hd, A], W_k [Hd, A], v [A]); 0 means Hd. Only additive
+  // A: the additive score's projection size (W_q [Hd, A], W_k [He, A], v [A]); 0 means Hd. Only additive
   // attention has one: validate() refuses it with another kind.
   int64_t attention_dim = 0;
-  int64_t decoder_hidden() const { return (bidirectional ? 2 : 1) * hidden; }  // Hd
+  // Hd: the decoder's hidden size; 0 means the encoder's output size He = dirs * H. Another size puts a bridge
+  // between them (s_0 = tanh(bridge_h(h_enc)), c_0 = bridge_c(c_enc)); dot scores need Hd = He.
+  int64_t decoder_size = 0;
+  int64_t encoder_output() const { return (bidirectional ? 2 : 1) * hidden; }                    // He
+  int64_t decoder_hidden() const { return decoder_size > 0 ? decoder_size : encoder_output(); }  // Hd
+  bool bridged() const { return decoder_hidden() != encoder_output(); }
   int64_t attention_size() const { return attention_dim > 0 ? attention_dim : decoder_hidden(); }  // A
 
   // {"cell": "lstm", "attention": "additive", "src_vocab": 14, ...} (numbers as decimal strings, so that
   // they read back exactly); from_value checks every member and the ranges, naming `what` in messages
-  // ("attention_style" may be absent: luong, as in checkpoints written before it existed; "attention_dim" is
-  // written only when it is not Hd, and absent means Hd).
+  // ("attention_style" may be absent: luong, as in checkpoints written before it existed; "attention_dim" and
+  // "decoder_hidden" are written only when they are not the defaults, Hd and He, which their absence means).
   io::Value to_value() const;
   static Seq2SeqConfig from_value(const io::Value& value, std::string_view what);
   void validate() const;  // sizes >= 1, layers >= 1
@@ -136,8 +145,8 @@ class Seq2Seq : public TranslationModel {
 
  private:
   struct Encoded {
-    autograd::Var states;  // [N, S, Hd]
-    autograd::Var h0, c0;  // [L, N, Hd] (c0: LSTM)
+    autograd::Var states;  // [N, S, He]
+    autograd::Var h0, c0;  // [L, N, Hd] (c0: LSTM), through the bridge when Hd != He
     // Additive attention: the keys projected once, states W_k [N, S, A], for every decoder step's scores
     // (a step-by-step decoder would otherwise project them again at each step, forward and backward).
     autograd::Var keys;
@@ -167,6 +176,7 @@ class Seq2Seq : public TranslationModel {
   nn::Embedding tgt_embed_;
   std::vector<nn::Recurrent> decoder_;  // L layers
   Parameter att_W_, att_W_q_, att_W_k_, att_v_;  // used as the attention kind needs
+  std::optional<nn::Linear> bridge_h_, bridge_c_;  // Hd != He: He -> Hd (bridge_c: LSTM)
   std::optional<nn::Linear> combine_;
   nn::Linear output_;
 };

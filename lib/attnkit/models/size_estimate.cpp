@@ -8,17 +8,19 @@ static double recurrent_layer(double gates, double in, double hidden) { return g
 double parameter_count(const Seq2SeqConfig& c) {
   const double g = ops::gate_count(c.cell);
   const double dirs = c.bidirectional ? 2 : 1, E = double(c.embed), H = double(c.hidden);
-  const double Hd = double(c.decoder_hidden()), Vs = double(c.src_vocab), Vt = double(c.tgt_vocab);
+  const double Hd = double(c.decoder_hidden()), He = double(c.encoder_output());
+  const double Vs = double(c.src_vocab), Vt = double(c.tgt_vocab);
   double n = (Vs + Vt) * E;  // src_embed, tgt_embed
   for (int l = 0; l < c.layers; ++l) {
     n += dirs * recurrent_layer(g, l == 0 ? E : H * dirs, H);
-    const double decoder_in = l > 0 ? Hd : c.style == AttentionStyle::Bahdanau ? E + Hd : E;
+    const double decoder_in = l > 0 ? Hd : c.style == AttentionStyle::Bahdanau ? E + He : E;
     n += recurrent_layer(g, decoder_in, Hd);
   }
-  if (c.attention == AttentionKind::General) n += Hd * Hd;                 // W
   const double A = double(c.attention_size());
-  if (c.attention == AttentionKind::Additive) n += 2 * Hd * A + A;         // W_q, W_k, v
-  if (c.attention != AttentionKind::None) n += 2 * Hd * Hd + Hd;           // combine
+  if (c.attention == AttentionKind::General) n += Hd * He;                 // W
+  if (c.attention == AttentionKind::Additive) n += Hd * A + He * A + A;    // W_q, W_k, v
+  if (c.attention != AttentionKind::None) n += (Hd + He) * Hd + Hd;        // combine
+  if (c.bridged()) n += (c.cell == nn::CellKind::Lstm ? 2 : 1) * (He * Hd + Hd);  // bridge_h, bridge_c
   return n + Vt * Hd + Vt;                                                 // output
 }
 

@@ -176,13 +176,15 @@ std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::st
     if (g.layers) w.layers = options.model.layers;
     if (g.bidirectional) w.bidirectional = options.model.bidirectional;
     if (g.attention_dim) w.attention_dim = options.model.attention_dim;
+    if (g.decoder_size) w.decoder_size = options.model.decoder_size;
     auto describe = [](const models::Seq2SeqConfig& c) {
       const std::string size = c.attention == models::AttentionKind::Additive
                                    ? fmt::format(" of size {}", c.attention_size()) : std::string();
-      return fmt::format("{} with attention {}{}{}, embed {}, hidden {}, {} layer(s){}",
+      return fmt::format("{} with attention {}{}{}, embed {}, hidden {}, {} layer(s){}{}",
                          models::cell_kind_name(c.cell), models::attention_kind_name(c.attention), size,
                          c.style == models::AttentionStyle::Bahdanau ? " (bahdanau)" : "", c.embed, c.hidden, c.layers,
-                         c.bidirectional ? ", bidirectional" : "");
+                         c.bidirectional ? ", bidirectional" : "",
+                         c.bridged() ? fmt::format(", decoder {}", c.decoder_hidden()) : std::string());
     };
     AK_CHECK(!g.attention_dim || w.attention == models::AttentionKind::Additive,
              "{}: the checkpoint's model is {}; an attention size (--attention-dim) goes with additive attention only",
@@ -191,7 +193,7 @@ std::unique_ptr<Trainer> Trainer::resume_value(const io::Value& v, const std::st
                            config.attention != models::AttentionKind::Additive ||
                            w.attention_size() == config.attention_size();
     AK_CHECK(w.cell == config.cell && w.attention == config.attention && w.style == config.style &&
-                 w.embed == config.embed && same_size &&
+                 w.embed == config.embed && same_size && w.decoder_hidden() == config.decoder_hidden() &&
                  w.hidden == config.hidden && w.layers == config.layers && w.bidirectional == config.bidirectional,
              "{}: the checkpoint's model is {}; it cannot continue as {}", path, describe(config), describe(w));
   }

@@ -69,7 +69,7 @@ struct TrainerOptions {
   // (changing the model's shape is not a resume). The others are taken from the checkpoint.
   struct Given {
     bool cell = false, attention = false, embed = false, hidden = false, layers = false, bidirectional = false;
-    bool style = false, attention_dim = false;
+    bool style = false, attention_dim = false, decoder_size = false;
     bool family = false;  // resume: a checkpoint of another family is refused
   } model_given;
   // Training-time randomness (models::ForwardOptions); on resume the checkpoint's unless given.
