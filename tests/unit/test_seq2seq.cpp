@@ -84,6 +84,19 @@ std::string spot_check(models::Seq2Seq& m, const train::Batch& b, const models::
   return "";
 }
 
+// An LSTM with a bidirectional encoder and additive attention: E 3, H 4 (He = Hd = 8), vocabularies 7 and 6.
+models::Seq2SeqConfig small_additive() {
+  models::Seq2SeqConfig c;
+  c.cell = nn::CellKind::Lstm;
+  c.attention = AttentionKind::Additive;
+  c.src_vocab = 7;
+  c.tgt_vocab = 6;
+  c.embed = 3;
+  c.hidden = 4;
+  c.bidirectional = true;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("seq2seq: the loss gradient of the whole model against central differences") {
@@ -215,14 +228,7 @@ TEST_CASE("seq2seq: Bahdanau attention, dropout and scheduled sampling: gradient
 }
 
 TEST_CASE("seq2seq: parameter names, order and sub-bundles") {
-  models::Seq2SeqConfig c;
-  c.cell = nn::CellKind::Lstm;
-  c.attention = AttentionKind::Additive;
-  c.src_vocab = 7;
-  c.tgt_vocab = 6;
-  c.embed = 3;
-  c.hidden = 4;
-  c.bidirectional = true;
+  models::Seq2SeqConfig c = small_additive();
   Rng rng(1);
   models::Seq2Seq m(c, rng);
   {  // two layers: layer 1's names are those of a 2-layer PyTorch module
@@ -268,13 +274,7 @@ TEST_CASE("seq2seq: parameter names, order and sub-bundles") {
 }
 
 TEST_CASE("seq2seq: additive attention of its own size") {
-  models::Seq2SeqConfig c;
-  c.attention = AttentionKind::Additive;
-  c.src_vocab = 7;
-  c.tgt_vocab = 6;
-  c.embed = 3;
-  c.hidden = 4;
-  c.bidirectional = true;  // Hd = 8
+  models::Seq2SeqConfig c = small_additive();  // Hd = 8
   const auto shapes = [](const models::Seq2SeqConfig& config) {
     Rng rng(1);
     models::Seq2Seq m(config, rng);
@@ -312,13 +312,7 @@ TEST_CASE("seq2seq: additive attention of its own size") {
 }
 
 TEST_CASE("seq2seq: a decoder of its own size, bridged from the encoder") {
-  models::Seq2SeqConfig c;
-  c.attention = AttentionKind::Additive;
-  c.src_vocab = 7;
-  c.tgt_vocab = 6;
-  c.embed = 3;
-  c.hidden = 4;
-  c.bidirectional = true;  // He = 8
+  models::Seq2SeqConfig c = small_additive();  // He = 8
   c.decoder_size = 5;      // Hd = 5
   c.attention_dim = 2;
   CHECK(c.bridged());
