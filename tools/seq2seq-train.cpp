@@ -133,9 +133,13 @@ void restore_options(CLI::App& app, const std::string& path, const std::vector<s
       if (name == "--vocab" || name == "--vocab-size") continue;
       std::string given = opt->as<std::string>();
       if (name == "--skip-bad-lines" || name == "--deterministic-reduce" || name == "--right-left") given = "true";
-      if (!same_option_value(given, *value) && !override)
-        throw UsageError(fmt::format("{} {}: the checkpoint {} was trained with {} {}; give --override to change it",
-                                     name, given, path, name, *value));
+      if (!same_option_value(given, *value)) {
+        if (!override)
+          throw UsageError(fmt::format("{} {}: the checkpoint {} was trained with {} {}; give --override to change it",
+                                       name, given, path, name, *value));
+        std::cerr << fmt::format("seq2seq-train: {} {} replaces the checkpoint's {} {} (--override)\n", name, given,
+                                 name, *value);
+      }
       continue;
     }
     if (name == "--skip-bad-lines" && *value == "false") continue;

@@ -30,7 +30,9 @@ expect_error 2 "--lr 0.02: the checkpoint h.json was trained with --lr 0.01; giv
 expect_error 2 "--task copy: the checkpoint h.json was trained with --task reverse" \
   seq2seq-train --resume h.json --steps 20 --task copy --save x.json
 [[ ! -e x.json ]] || fail "a refused option left a checkpoint"
-seq2seq-train --resume h.json --steps 20 --lr 0.02 --override --save o.json > /dev/null || fail "--override exited $?"
+seq2seq-train --resume h.json --steps 20 --lr 0.02 --override --save o.json > /dev/null 2> err.txt || fail "--override exited $?"
+grep -q "^seq2seq-train: --lr 0.02 replaces the checkpoint's --lr 0.01 (--override)$" err.txt ||
+  fail "--override changed --lr without a word: $(cat err.txt)"
 seq2seq-train "${c[@]}" --resume h.json --steps 20 --save same.json > /dev/null || fail "the same options given again exited $?"
 # the same number written another way is the same option
 seq2seq-train --resume h.json --steps 20 --lr 0.010 --clip 5e-1 --save same2.json > /dev/null 2> err.txt ||
