@@ -249,6 +249,15 @@ void add_rescore_options(CLI::App& app, RescoreOptions& o) {
                                 "mean (the search's model(s) weigh 1)")
                      ->transform(non_negative())
                      ->capture_default_str();
+  app.add_option("--rescore-graphone", o.graphone_path,
+                 "With --strategy beam: rescore as --rescore with a graphone model (graphone-train): the "
+                 "log-probability it gives each pair of source and hypothesis")
+      ->type_name("MODEL");
+  o.graphone_weight_opt = app.add_option("--graphone-weight", o.graphone_weight,
+                                         "With --rescore-graphone: the weight of its log-probability in the mean (the "
+                                         "search's model(s) weigh 1)")
+                              ->transform(non_negative())
+                              ->capture_default_str();
   app.add_flag("--rescore-union", o.union_beams,
                "With --rescore: each --rescore model searches its own beam too (as wide), and the union of the beams "
                "is reranked");
@@ -262,6 +271,10 @@ void RescoreOptions::check(bool beam) const {
     throw UsageError("--inverse-weight goes with --rescore-inverse");
   if (rescore_weight_opt != nullptr && rescore_weight_opt->count() > 0 && paths.empty())
     throw UsageError("--rescore-weight goes with --rescore");
+  if (!graphone_path.empty() && !beam)
+    throw UsageError("--rescore-graphone goes with --strategy beam (it reranks the beam's hypotheses)");
+  if (graphone_weight_opt != nullptr && graphone_weight_opt->count() > 0 && graphone_path.empty())
+    throw UsageError("--graphone-weight goes with --rescore-graphone");
   if (union_beams && paths.empty()) throw UsageError("--rescore-union goes with --rescore (the models whose beams join)");
 }
 
@@ -282,6 +295,18 @@ Rescoring load_rescorers(const RescoreOptions& options, const decode::LoadedMode
                            inverse.back() ? options.inverse_weight : options.weight, !inverse.back() && options.union_beams});
   }
   decode::check_rescorers(together, names, inverse);
+  if (!options.graphone_path.empty()) {
+    r.graphone = std::make_unique<models::GraphoneModel>(models::read_graphone_model(options.graphone_path));
+    AK_CHECK(r.graphone->src_tokenizer() == first.src_tokenizer && r.graphone->tgt_tokenizer() == first.tgt_tokenizer,
+             "--rescore-graphone {}: its tokenizers ({}, {}) are not {}'s ({}, {})", options.graphone_path,
+             models::tokenizer_name(r.graphone->src_tokenizer()), models::tokenizer_name(r.graphone->tgt_tokenizer()),
+             first_name, models::tokenizer_name(first.src_tokenizer), models::tokenizer_name(first.tgt_tokenizer));
+    r.graphone_scorer = std::make_unique<decode::GraphoneScorer>(*r.graphone, first.src_vocab, first.tgt_vocab);
+    decode::Rescorer g;
+    g.weight = options.graphone_weight;
+    g.pair = r.graphone_scorer.get();
+    r.rescorers.push_back(g);
+  }
   return r;
 }
 

@@ -104,13 +104,16 @@ std::vector<decode::LoadedModel> load_lowered_checkpoints(const std::vector<std:
 // --rescore MODEL, --rescore-inverse MODEL (repeatable), --rescore-weight W, --inverse-weight W and
 // --rescore-union: models reranking a beam's hypotheses (decode/rescore.hpp), --rescore's searching beams of their
 // own too with --rescore-union (decode::join_beams); check() refuses them without beam search (usage).
+// --rescore-graphone MODEL and --graphone-weight W: a graphone model (graphone-train) adding its log P(x, y).
 struct RescoreOptions {
   std::vector<std::string> paths, inverse_paths;
-  double weight = 1.0, inverse_weight = 1.0;
+  std::string graphone_path;
+  double weight = 1.0, inverse_weight = 1.0, graphone_weight = 1.0;
   bool union_beams = false;
   CLI::Option* rescore_weight_opt = nullptr;
   CLI::Option* weight_opt = nullptr;
-  bool any() const { return !paths.empty() || !inverse_paths.empty(); }
+  CLI::Option* graphone_weight_opt = nullptr;
+  bool any() const { return !paths.empty() || !inverse_paths.empty() || !graphone_path.empty(); }
   void check(bool beam) const;
 };
 void add_rescore_options(CLI::App& app, RescoreOptions& options);
@@ -118,6 +121,8 @@ void add_rescore_options(CLI::App& app, RescoreOptions& options);
 // (decode::check_rescorers; `first_name` names it); `rescorers` point into `models`.
 struct Rescoring {
   std::vector<decode::LoadedModel> models;
+  std::unique_ptr<models::GraphoneModel> graphone;
+  std::unique_ptr<decode::GraphoneScorer> graphone_scorer;
   std::vector<decode::Rescorer> rescorers;
 };
 Rescoring load_rescorers(const RescoreOptions& options, const decode::LoadedModel& first, const std::string& first_name,

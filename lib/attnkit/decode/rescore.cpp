@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include "attnkit/autograd/var.hpp"
@@ -51,6 +52,29 @@ std::vector<double> score_outputs(models::Decodable& model, const std::vector<st
     prev = std::move(next);
   }
   return scores;
+}
+
+GraphoneScorer::GraphoneScorer(const models::GraphoneModel& model, const models::Vocab& source,
+                               const models::Vocab& target)
+    : model_(model) {
+  for (const auto& [vocab, own, map] :
+       {std::tie(source, model.source(), src_map_), std::tie(target, model.target(), tgt_map_)})
+    for (const std::string& token : vocab.tokens())
+      map.push_back(own.contains(token) && own.id(token) >= models::Vocab::kNumSpecials
+                        ? static_cast<int32_t>(own.id(token))
+                        : -1);
+}
+
+double GraphoneScorer::log_prob(const std::vector<int64_t>& source, const std::vector<int64_t>& output) const {
+  std::vector<int32_t> x, y;
+  for (const auto& [ids, map, out] : {std::tie(source, src_map_, x), std::tie(output, tgt_map_, y)})
+    for (const int64_t id : ids) {
+      AK_CHECK(id >= 0 && id < static_cast<int64_t>(map.size()), "graphone rescoring: token id {} outside the {} of "
+               "the vocabulary", id, map.size());
+      if (map[size_t(id)] < 0) return -std::numeric_limits<double>::infinity();
+      out.push_back(map[size_t(id)]);
+    }
+  return model_.log_prob(x, y);
 }
 
 void join_beams(std::vector<std::vector<Hypothesis>>& results, const std::vector<std::vector<int64_t>>& sources,
@@ -113,11 +137,15 @@ void rescore(std::vector<std::vector<Hypothesis>>& results, const std::vector<st
   std::vector<double> total(row_sources.size(), 0.0);
   double weights = 1.0;  // the search model's, and then each rescorer's
   for (const Rescorer& m : rescorers) {
-    AK_CHECK(m.model != nullptr, "rescoring: no model");
+    AK_CHECK(m.model != nullptr || m.pair != nullptr, "rescoring: no model");
     AK_CHECK(m.weight >= 0 && std::isfinite(m.weight), "rescoring: a model's weight is {}, not a number >= 0",
              m.weight);
     weights += m.weight;
     if (m.weight == 0) continue;  // (nothing to add: not even -inf for an empty hypothesis)
+    if (m.pair != nullptr) {
+      for (size_t i = 0; i < forward.size(); ++i) total[i] += m.weight * m.pair->log_prob(row_sources[i], forward[i]);
+      continue;
+    }
     if (!m.inverse) {
       const std::vector<double> s =
           score_outputs(*m.model, row_sources, m.reversed ? backward : forward, options, ended);

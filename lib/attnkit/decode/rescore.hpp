@@ -22,6 +22,12 @@
 // round when that model reads its outputs right to left); an empty hypothesis, which it cannot read, gets
 // log p = -inf (it ranks after every other).
 //
+// A joint model of pairs that is not a decoder (the graphone model, models/graphone.hpp) rescores through a
+// PairScorer: its log P(x, y) is the rescorer's term, weighted as a model's. It is the joint probability, not
+// log p(y | x); the two differ by log P(x), the same for every hypothesis of one source, so the ranking of one
+// source's hypotheses is the same (with --length-penalty, that constant is divided by each one's length term
+// too). A hypothesis it cannot segment (a token or a pairing it never saw) gets -inf: it ranks after every other.
+//
 // join_beams (the union of beams): each rescoring model marked `searches` runs its own beam search over the
 // sources too, and the hypotheses it finds that the search's lists lack are added to them before rescore()
 // ranks them all. Such a hypothesis's `score` is the search model's log p (score_outputs), so the formula above
@@ -32,6 +38,7 @@
 #include <vector>
 
 #include "attnkit/decode/search.hpp"
+#include "attnkit/models/graphone.hpp"
 #include "attnkit/models/decoding.hpp"
 
 namespace attnkit::decode {
@@ -44,6 +51,25 @@ std::vector<double> score_outputs(models::Decodable& model, const std::vector<st
                                   const std::vector<std::vector<int64_t>>& outputs, const SearchOptions& options,
                                   const std::vector<bool>& ends = {});
 
+// log P(source, output) of ids in a checkpoint's vocabularies; -inf for a pair it cannot score.
+class PairScorer {
+ public:
+  virtual ~PairScorer() = default;
+  virtual double log_prob(const std::vector<int64_t>& source, const std::vector<int64_t>& output) const = 0;
+};
+
+// A graphone model scoring the ids of a checkpoint whose vocabularies are `source` and `target`: each id is
+// taken to the model's token of the same text; an id whose token the model lacks makes the pair -inf.
+class GraphoneScorer : public PairScorer {
+ public:
+  GraphoneScorer(const models::GraphoneModel& model, const models::Vocab& source, const models::Vocab& target);
+  double log_prob(const std::vector<int64_t>& source, const std::vector<int64_t>& output) const override;
+
+ private:
+  const models::GraphoneModel& model_;
+  std::vector<int32_t> src_map_, tgt_map_;  // checkpoint id -> the model's id, -1: none
+};
+
 struct Rescorer {
   models::Decodable* model = nullptr;
   bool reversed = false;  // is shown its outputs reversed: a right-to-left model, the hypotheses (and sources)
@@ -51,6 +77,7 @@ struct Rescorer {
   bool inverse = false;   // trained target -> source: scores the source given each hypothesis
   double weight = 1.0;    // w_m >= 0
   bool searches = false;  // join_beams: its own beam's hypotheses join the search's (not with `inverse`)
+  const PairScorer* pair = nullptr;  // instead of `model`: a joint model of (source, output), above
 };
 
 // results[n]: source n's hypotheses (search()'s), reranked in place as above; each one's `normalized` becomes
