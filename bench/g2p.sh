@@ -32,6 +32,10 @@
 #          --pairs N (rescore): N pairs, one after another (pair k: seeds 2k-1 left to right, 2k right to left), then
 #          each model alone and all of them: the left-to-right models decode together (--ensemble), the right-to-left
 #          ones rescore, and every model searches its own beam (--rescore-union). N times the training time.
+#          After the pair(s), a graphone model (graphone-train, docs/graphone-train.md: Sequitur's joint-sequence
+#          family, order 4) learns the same pairs in seconds, and the joined beams are rescored once more with it
+#          beside the two models (--rescore-graphone, --graphone-weight W: 0.5, --graphone-weight): the figure the
+#          recipe is quoted by; the training time printed includes it.
 # --more-words: the models learn from train.tsv and the lines of valid.tsv whose words the curve's set (below) does
 # not hold (train-more.tsv, 4% more pronunciations); valid.tsv is then no longer held out, test.tsv still is.
 #
@@ -44,6 +48,7 @@
 # Usage: bench/g2p.sh [--recipe base|wide|ensemble|rescore | --transformer] [--steps N] [--threads N] [--log-every N]
 #                     [--models N (ensemble: models trained at once, 2)] [--hidden H (ensemble, rescore: 256)]
 #                     [--restart-at N (ensemble, rescore)] [--pairs N (rescore: 1)] [--more-words]
+#                     [--graphone-weight W (rescore: 0.5)]
 #                     [--save-every N (wide: the saves averaged, 1000)] [-- extra seq2seq-train options]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -64,6 +69,8 @@ restart_at=
 pairs=1
 pairs_given=0
 more_words=0
+graphone_weight=0.5
+graphone_given=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --steps) steps="$2"; shift 2 ;;
@@ -77,6 +84,7 @@ while [[ $# -gt 0 ]]; do
     --restart-at) restart_at="$2"; shift 2 ;;
     --pairs) pairs="$2"; pairs_given=1; shift 2 ;;
     --more-words) more_words=1; shift ;;
+    --graphone-weight) graphone_weight="$2"; graphone_given=1; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "g2p.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -89,6 +97,9 @@ if (( hidden_given )) && [[ $model != lstm || ( $recipe != ensemble && $recipe !
 fi
 if [[ -n "$restart_at" ]] && [[ $model != lstm || ( $recipe != ensemble && $recipe != rescore ) ]]; then
   echo "g2p.sh: --restart-at goes with --recipe ensemble or rescore" >&2; exit 2
+fi
+if (( graphone_given )) && [[ $model != lstm || $recipe != rescore ]]; then
+  echo "g2p.sh: --graphone-weight goes with --recipe rescore" >&2; exit 2
 fi
 if (( pairs_given )) && [[ $model != lstm || $recipe != rescore ]]; then
   echo "g2p.sh: --pairs goes with --recipe rescore" >&2; exit 2
@@ -152,6 +163,12 @@ if [[ $model == lstm && ( $recipe == ensemble || $recipe == rescore ) ]]; then
   t1=$(date +%s.%N)
   echo "training wall time: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f s", b - a }'); load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
   if [[ $recipe == rescore ]]; then
+    # the graphone model of the same pairs, after the neural ones
+    echo "\$ graphone-train --train ${train##*/} --tokenizer char --target-tokenizer space --order 4 --save g2p.graphone.safetensors"
+    "$bin/graphone-train" --train "$train" --tokenizer char --target-tokenizer space --order 4 \
+      --save "$out/g2p.graphone.safetensors"
+    t2=$(date +%s.%N)
+    echo "graphone model: $(awk -v a="$t1" -v b="$t2" 'BEGIN { printf "%.1f s", b - a }'); training wall time in all: $(awk -v a="$t0" -v b="$t2" 'BEGIN { printf "%.1f s", b - a }')"
     for ((k = 1; k <= models; k++)); do
       echo "\$ seq2seq-eval g2p-ens$k.safetensors test.tsv --format table"
       "$bin/seq2seq-eval" "$out/g2p-ens$k.safetensors" "$out/data/test.tsv" --threads "$threads" --format table
@@ -175,6 +192,11 @@ if [[ $model == lstm && ( $recipe == ensemble || $recipe == rescore ) ]]; then
     echo "\$ seq2seq-eval g2p-ens1.safetensors test.tsv --strategy beam --beam 5 ${together[*]//$out\//} --rescore-union --format table"
     "$bin/seq2seq-eval" "$out/g2p-ens1.safetensors" "$out/data/test.tsv" --threads "$threads" --strategy beam \
       --beam 5 "${together[@]}" --rescore-union --format table
+    # and with the graphone model beside them
+    echo "\$ seq2seq-eval g2p-ens1.safetensors test.tsv --strategy beam --beam 5 ${together[*]//$out\//} --rescore-union --rescore-graphone g2p.graphone.safetensors --graphone-weight $graphone_weight --format table"
+    "$bin/seq2seq-eval" "$out/g2p-ens1.safetensors" "$out/data/test.tsv" --threads "$threads" --strategy beam \
+      --beam 5 "${together[@]}" --rescore-union --rescore-graphone "$out/g2p.graphone.safetensors" \
+      --graphone-weight "$graphone_weight" --format table
     exit 0
   fi
   ensemble=()
