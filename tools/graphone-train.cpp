@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
     j["ngrams"] = nlohmann::json::array();
     for (const models::GraphoneCounts& c : model.counts()) j["ngrams"].push_back(static_cast<int64_t>(c.count.size()));
     j["log_likelihood"] = report.log_likelihood;
-    std::cout << j.dump() << "\n";
+    tools::emit(tools::OutputOptions{}, j.dump());
     return 0;
   });
 }

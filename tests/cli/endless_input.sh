@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A device or an endless stream given as a tensor, weights, a checkpoint or a text file is refused at the first bytes
-# that cannot start its format (exit 1, the parser's message naming it, nothing on stdout), never read
-# to its end: each run has a generous timeout, and a tool that reads on until memory runs out fails it.
+# A device or an endless stream given as a tensor, weights, a checkpoint, a graphone model or a text file is
+# refused at the first bytes that cannot start its format (exit 1, the parser's message naming it, nothing on
+# stdout), never read to its end: each run has a generous timeout, and a tool that reads on until memory runs
+# out fails it.
 set -uo pipefail
 src="${ATTNKIT_SOURCE:-$(cd "$(dirname "$0")/../.." && pwd)}"
 source "$src/tests/cli/lib/common.sh"
@@ -44,6 +45,12 @@ quick 1 "<stdin>: byte 0 is a NUL byte" seq2seq-train --train - --model lstm --s
 quick 1 ": byte 6 is a NUL byte: not a text file" seq2seq-train --train d.tsv --valid <(printf 'ab\tba\n'; cat /dev/zero) --model lstm --steps 1 --save out.json
 seq2seq-train --train d.tsv --model lstm --hidden 4 --embed 4 --steps 1 --save m.json > /dev/null || fail "training exited $?"
 quick 1 "$nul" seq2seq-eval m.json /dev/zero
+quick 1 "$nul" graphone-train --train /dev/zero --save out.json
+quick 1 "<stdin>: byte 0 is a NUL byte" graphone-train --train - --save out.json < /dev/zero
+# a graphone model (seq2seq-eval --rescore-graphone): JSON or a binary file, refused at its first bytes
+quick 1 "$zero" seq2seq-eval m.json d.tsv --strategy beam --rescore-graphone /dev/zero
+quick 1 "zero.safetensors" seq2seq-eval m.json d.tsv --strategy beam --rescore-graphone zero.safetensors
+quick 1 "zero.npz: not a .npz file" transformer-decode m.json --src ab --strategy beam --rescore-graphone zero.npz
 quick 1 "/dev/zero:1:1: expected a JSON value, found byte 0x00" transformer-decode /dev/zero --weights x.json --src '1 2'
 [[ ! -e out.json ]] || fail "a refused input left a checkpoint"
 

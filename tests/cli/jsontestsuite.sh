@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The JSONTestSuite corpus (../shared/data/jsontestsuite/test_parsing, 318 files) through every
-# tool argument that reads a tensor or weights (under the sanitizers, one per reader), each run under a timeout:
+# tool argument that reads a tensor, weights or a graphone model (under the sanitizers, one per reader), each run
+# under a timeout:
 #   - no crash (exit >= 128, or a sanitizer report), no hang (timeout);
 #   - every n_ file: exit 1 with the position, "FILE:LINE:COL: ..." on stderr;
 #   - every y_ file: read (exit 0), or exit 1 naming the path and saying why: "not a tensor",
@@ -72,15 +73,23 @@ if command -v attn-score >/dev/null && [[ -f "$fx/attention.json" ]]; then
   probes+=("attn-score --weights (general)|weights|1|attn-score --query $att#general/q --keys $att#general/k --score general --weights {}")
   probes+=("attn-score --weights (multi-head)|weights|1|attn-score --self $att#mha_self/query --heads 2 --weights {}")
 fi
+if command -v seq2seq-train >/dev/null && command -v seq2seq-eval >/dev/null; then
+  # the graphone model reader (graphone-train's files), behind a tiny checkpoint it rescores
+  seq2seq-train --task reverse --model lstm --hidden 4 --embed 4 --steps 1 --threads 1 --save "$work/s2s.json" >/dev/null &&
+    printf '1 2\t2 1\n' > "$work/pairs.tsv" ||
+    { echo "jsontestsuite: cannot train the checkpoint of the --rescore-graphone probe" >&2; exit 1; }
+  probes+=("seq2seq-eval --rescore-graphone|weights|1|seq2seq-eval $work/s2s.json $work/pairs.tsv --strategy beam --beam 2 --threads 1 --rescore-graphone {}")
+fi
 
 # Under the sanitizers (CI's second pass, where each process costs about 0.3 s) one probe per reader: the JSON
-# reader from a file and from standard input, and the weights loaders of lstm-run and attn-score; the release
-# pass runs every probe.
+# reader from a file and from standard input, the weights loaders of lstm-run and attn-score, and the graphone
+# model reader; the release pass runs every probe.
 if [[ -n "${ASAN_OPTIONS:-}" ]]; then
   few=()
   for p in "${probes[@]}"; do
     case "${p%%|*}" in
-      "tensor show" | "tensor show (stdin)" | "lstm-run --weights" | "attn-score --weights (multi-head)") few+=("$p") ;;
+      "tensor show" | "tensor show (stdin)" | "lstm-run --weights" | "attn-score --weights (multi-head)" | \
+        "seq2seq-eval --rescore-graphone") few+=("$p") ;;
     esac
   done
   probes=("${few[@]}")

@@ -2,7 +2,8 @@
 // a plain recursion over counts made here from the model's own segmentations; EM finds the one-letter-two-phoneme
 // and silent-letter graphones of a small lexicon; pairs it cannot segment score -inf; a saved model reads back
 // scoring alike, and broken ones are refused naming the field; training twice gives the same model;
-// decode::GraphoneScorer maps a checkpoint's ids by their text and rescore() weighs its log P(x, y) like a model's.
+// decode::GraphoneScorer maps a checkpoint's ids by their text and rescore() weighs its log P(x, y) like a model's,
+// an unsegmentable hypothesis 100 below the source's lowest, a source with none left to the other models.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -213,9 +214,9 @@ TEST_CASE("graphone model: a saved model reads back scoring alike; broken ones a
           std::copy(t.data(), t.data() + 3, t.data() + 3);  // the second n-gram repeats the first
         }).find("order 2, n-gram 1 repeats") != std::string::npos);
   CHECK(refused([](io::Value& w) { const_cast<io::Value*>(w.find("graphones"))->tensor().data()[0] = -1; })
-            .find("graphones[0]: a chunk's second token without its first") != std::string::npos);
+            .find("g.json: graphones[0]: no source token") != std::string::npos);
   CHECK(refused([](io::Value& w) { const_cast<io::Value*>(w.find("graphones"))->tensor().data()[4] = 0.5f; })
-            .find("g.json: graphone 1 has log-probability 0.5") != std::string::npos);
+            .find("g.json: graphones[0, 4] is 0.5, not a log-probability") != std::string::npos);
   CHECK(refused([](io::Value& w) {
           io::Value c = *w.find("config");
           c.set("order", io::Value::string("9"));
@@ -228,7 +229,7 @@ TEST_CASE("graphone model: a saved model reads back scoring alike; broken ones a
         }).find("counts of 4 orders for order 3") != std::string::npos);
 }
 
-TEST_CASE("graphone rescoring: a checkpoint's ids by their text, weighed as a model's, -inf last") {
+TEST_CASE("graphone rescoring: a checkpoint's ids by their text, weighed as a model's, unsegmentable ones last") {
   const models::GraphoneModel m = trained(3);
   // a checkpoint vocabulary of other ids (and a phoneme the graphone model lacks)
   const models::Vocab src({"x", "t", "a", "c", "e"}), tgt({"zh", "s", "k", "ae", "t", "ey"});
@@ -254,9 +255,26 @@ TEST_CASE("graphone rescoring: a checkpoint's ids by their text, weighed as a mo
   CHECK(results[0][0].ids == enc(tgt, {"t", "ae", "k", "s"}));
   CHECK(results[0][0].normalized ==
         doctest::Approx((-1.0 + 0.5 * scorer.log_prob(tax, results[0][0].ids)) / 1.5).epsilon(1e-12));
-  // the one with a phoneme the graphone model lacks ranks last (-inf)
-  CHECK((std::isinf(results[0][2].normalized) && results[0][2].normalized < 0));
-  CHECK(std::any_of(results[0].begin() + 1, results[0].end(), [&](const decode::Hypothesis& h) {
-    return h.ids == enc(tgt, {"t", "ae", "zh"}) && std::isinf(h.normalized);
-  }));
+  // the one with a phoneme the graphone model lacks: the lowest segmentable log P less 100, last
+  double lowest = 0;
+  for (const decode::Hypothesis& h : results[0])
+    if (std::isfinite(scorer.log_prob(tax, h.ids))) lowest = std::min(lowest, scorer.log_prob(tax, h.ids));
+  int64_t unsegmented = 0;
+  for (const decode::Hypothesis& h : results[0])
+    if (!std::isfinite(scorer.log_prob(tax, h.ids))) {
+      CHECK(h.normalized == doctest::Approx((-1.0 + 0.5 * (lowest - 100)) / 1.5).epsilon(1e-12));
+      ++unsegmented;
+    }
+  CHECK(unsegmented >= 1);
+  CHECK(results[0].back().normalized < results[0][0].normalized - 30);
+  // a source none of whose hypotheses it can segment keeps the other models' ranking, every score a number
+  std::vector<std::vector<decode::Hypothesis>> none(1, std::vector<decode::Hypothesis>(2));
+  none[0][0].ids = enc(tgt, {"zh"});
+  none[0][0].score = -3.0;
+  none[0][1].ids = enc(tgt, {"zh", "zh"});
+  none[0][1].score = -2.0;
+  decode::rescore(none, {tax}, {r}, o);
+  CHECK(none[0][0].ids == enc(tgt, {"zh", "zh"}));
+  CHECK(none[0][0].normalized == doctest::Approx(-2.0 / 1.5).epsilon(1e-12));
+  CHECK(none[0][1].normalized == doctest::Approx(-3.0 / 1.5).epsilon(1e-12));
 }

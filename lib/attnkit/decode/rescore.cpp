@@ -143,7 +143,22 @@ void rescore(std::vector<std::vector<Hypothesis>>& results, const std::vector<st
     weights += m.weight;
     if (m.weight == 0) continue;  // (nothing to add: not even -inf for an empty hypothesis)
     if (m.pair != nullptr) {
-      for (size_t i = 0; i < forward.size(); ++i) total[i] += m.weight * m.pair->log_prob(row_sources[i], forward[i]);
+      // per source: a hypothesis it cannot segment takes the lowest value among those it can, less
+      // kUnsegmented; a source none of whose hypotheses it can segment is reranked without it
+      constexpr double kUnsegmented = 100;
+      size_t first = 0;
+      for (const std::vector<Hypothesis>& hyps : results) {
+        std::vector<double> lp(hyps.size());
+        double lowest = std::numeric_limits<double>::infinity();
+        for (size_t k = 0; k < hyps.size(); ++k) {
+          lp[k] = m.pair->log_prob(row_sources[first + k], forward[first + k]);
+          if (std::isfinite(lp[k])) lowest = std::min(lowest, lp[k]);
+        }
+        if (std::isfinite(lowest))
+          for (size_t k = 0; k < hyps.size(); ++k)
+            total[first + k] += m.weight * (std::isfinite(lp[k]) ? lp[k] : lowest - kUnsegmented);
+        first += hyps.size();
+      }
       continue;
     }
     if (!m.inverse) {

@@ -26,7 +26,9 @@
 // PairScorer: its log P(x, y) is the rescorer's term, weighted as a model's. It is the joint probability, not
 // log p(y | x); the two differ by log P(x), the same for every hypothesis of one source, so the ranking of one
 // source's hypotheses is the same (with --length-penalty, that constant is divided by each one's length term
-// too). A hypothesis it cannot segment (a token or a pairing it never saw) gets -inf: it ranks after every other.
+// too). A hypothesis it cannot segment (a token or a pairing it never saw) takes the lowest log P of the source's
+// hypotheses it can segment, less 100; when it can segment none of a source's hypotheses, that source is reranked
+// by the other models alone (its term left out, so every score stays a number).
 //
 // join_beams (the union of beams): each rescoring model marked `searches` runs its own beam search over the
 // sources too, and the hypotheses it finds that the search's lists lack are added to them before rescore()

@@ -277,8 +277,11 @@ GraphoneModel GraphoneModel::from_value(const io::Value& value, const std::strin
     }
     x.n_src = (x.src[0] >= 0) + (x.src[1] >= 0);
     x.n_tgt = (x.tgt[0] >= 0) + (x.tgt[1] >= 0);
-    AK_CHECK(x.src[0] >= 0 && (x.tgt[0] >= 0 || x.tgt[1] < 0), "{}: graphones[{}]: a chunk's second token without "
-             "its first", what, u);
+    AK_CHECK(x.src[0] >= 0, "{}: graphones[{}]: no source token (a graphone has 1-2)", what, u);
+    AK_CHECK(x.src[1] < 0 || x.src[0] >= 0, "{}: graphones[{}]: a second source token without a first", what, u);
+    AK_CHECK(x.tgt[1] < 0 || x.tgt[0] >= 0, "{}: graphones[{}]: a second target token without a first", what, u);
+    AK_CHECK(std::isfinite(row[4]) && row[4] <= 0, "{}: graphones[{}, 4] is {}, not a log-probability (finite, <= 0)",
+             what, u, row[4]);
     x.log_prob = row[4];
   }
   const io::Value* counts_value = value.find("counts");

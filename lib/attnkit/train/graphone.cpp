@@ -131,6 +131,8 @@ GraphoneModel train_graphone(const Corpus& corpus, const GraphoneOptions& option
       if (c / total > kDropped) next.p_.emplace(k, c / total);
     w = std::move(next);
   }
+  AK_CHECK(!w.p_.empty(), "graphone training: no pair of {} could be segmented into graphones of 1-2 source and 0-2 "
+           "target tokens (each target longer than twice its source)", corpus.name);
   // the graphones kept, in key order; graphone 0 is the boundary
   std::vector<std::pair<uint64_t, double>> kept(w.p_.begin(), w.p_.end());
   std::sort(kept.begin(), kept.end());
