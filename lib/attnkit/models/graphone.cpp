@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <set>
 #include <utility>
 
 #include "attnkit/io/tensor_file.hpp"
@@ -43,6 +42,11 @@ uint64_t graphone_key(const std::array<int32_t, 2>& src, const std::array<int32_
   uint64_t k = 0;
   for (int32_t id : {src[0], src[1], tgt[0], tgt[1]}) k = (k << 16) | static_cast<uint64_t>(id + 1);
   return k;
+}
+
+uint64_t chunk_key(const std::vector<int32_t>& src, size_t i, size_t dx, const std::vector<int32_t>& tgt, size_t j,
+                   size_t dy) {
+  return graphone_key({src[i], dx > 1 ? src[i + 1] : -1}, {dy > 0 ? tgt[j] : -1, dy > 1 ? tgt[j + 1] : -1});
 }
 
 std::string GraphoneModel::key(const int32_t* ids, int n) {
@@ -135,9 +139,7 @@ std::vector<int32_t> GraphoneModel::align(const std::vector<int32_t>& src, const
       if (s == -kInf) continue;
       for (size_t dx = 1; dx <= 2 && i + dx <= n; ++dx)
         for (size_t dy = 0; dy <= 2 && j + dy <= m; ++dy) {
-          const std::array<int32_t, 2> a{src[i], dx > 1 ? src[i + 1] : -1};
-          const std::array<int32_t, 2> b{dy > 0 ? tgt[j] : -1, dy > 1 ? tgt[j + 1] : -1};
-          const auto it = unit_of_.find(graphone_key(a, b));
+          const auto it = unit_of_.find(chunk_key(src, i, dx, tgt, j, dy));
           if (it == unit_of_.end()) continue;
           const double v = s + units_[size_t(it->second)].log_prob;
           double& to = best[(i + dx) * W + j + dy];
@@ -278,7 +280,6 @@ GraphoneModel GraphoneModel::from_value(const io::Value& value, const std::strin
     x.n_src = (x.src[0] >= 0) + (x.src[1] >= 0);
     x.n_tgt = (x.tgt[0] >= 0) + (x.tgt[1] >= 0);
     AK_CHECK(x.src[0] >= 0, "{}: graphones[{}]: no source token (a graphone has 1-2)", what, u);
-    AK_CHECK(x.src[1] < 0 || x.src[0] >= 0, "{}: graphones[{}]: a second source token without a first", what, u);
     AK_CHECK(x.tgt[1] < 0 || x.tgt[0] >= 0, "{}: graphones[{}]: a second target token without a first", what, u);
     AK_CHECK(std::isfinite(row[4]) && row[4] <= 0, "{}: graphones[{}, 4] is {}, not a log-probability (finite, <= 0)",
              what, u, row[4]);

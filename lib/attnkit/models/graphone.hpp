@@ -106,6 +106,10 @@ class GraphoneModel {
 
 // The chunk pair's key of unit_of_ (ids + 1 in 16 bits each; 0: none).
 uint64_t graphone_key(const std::array<int32_t, 2>& src, const std::array<int32_t, 2>& tgt);
+// The key of the chunk src[i .. i+dx) with tgt[j .. j+dy) (dx 1-2, dy 0-2): a cell's step in the segmentation
+// lattice, the model's Viterbi and the training's forward-backward alike.
+uint64_t chunk_key(const std::vector<int32_t>& src, size_t i, size_t dx, const std::vector<int32_t>& tgt, size_t j,
+                   size_t dy);
 
 // The file at `path` (.json, .safetensors or .npz); write: atomically, in the format the extension names.
 GraphoneModel read_graphone_model(const std::string& path);

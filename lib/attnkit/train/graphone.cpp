@@ -23,12 +23,6 @@ struct Pair {
   std::vector<int32_t> src, tgt;
 };
 
-// The chunk (i, dx) x (j, dy) of a pair as a graphone key.
-uint64_t chunk_key(const Pair& p, size_t i, size_t dx, size_t j, size_t dy) {
-  return models::graphone_key({p.src[i], dx > 1 ? p.src[i + 1] : -1},
-                              {dy > 0 ? p.tgt[j] : -1, dy > 1 ? p.tgt[j + 1] : -1});
-}
-
 class Weights {
  public:
   explicit Weights(double fallback) : fallback_(fallback) {}
@@ -53,7 +47,7 @@ double expected_counts(const Pair& p, const Weights& w, std::unordered_map<uint6
       if (a[i * W + j] == 0) continue;
       for (size_t dx = 1; dx <= 2 && i + dx <= n; ++dx)
         for (size_t dy = 0; dy <= 2 && j + dy <= m; ++dy)
-          a[(i + dx) * W + j + dy] += a[i * W + j] * w(chunk_key(p, i, dx, j, dy));
+          a[(i + dx) * W + j + dy] += a[i * W + j] * w(models::chunk_key(p.src, i, dx, p.tgt, j, dy));
     }
   const double Z = a[n * W + m];
   if (!(Z > 0) || !std::isfinite(Z)) return -std::numeric_limits<double>::infinity();
@@ -64,7 +58,7 @@ double expected_counts(const Pair& p, const Weights& w, std::unordered_map<uint6
       double s = 0;
       for (size_t dx = 1; dx <= 2 && i + dx <= n; ++dx)
         for (size_t dy = 0; dy <= 2 && j + dy <= m; ++dy)
-          s += w(chunk_key(p, i, dx, j, dy)) * b[(i + dx) * W + j + dy];
+          s += w(models::chunk_key(p.src, i, dx, p.tgt, j, dy)) * b[(i + dx) * W + j + dy];
       b[i * W + j] = s;
     }
   for (size_t i = 0; i < n; ++i)
@@ -72,7 +66,7 @@ double expected_counts(const Pair& p, const Weights& w, std::unordered_map<uint6
       if (a[i * W + j] == 0) continue;
       for (size_t dx = 1; dx <= 2 && i + dx <= n; ++dx)
         for (size_t dy = 0; dy <= 2 && j + dy <= m; ++dy) {
-          const uint64_t k = chunk_key(p, i, dx, j, dy);
+          const uint64_t k = models::chunk_key(p.src, i, dx, p.tgt, j, dy);
           const double c = a[i * W + j] * w(k) * b[(i + dx) * W + j + dy] / Z;
           if (c > 0) counts[k] += c;
         }
